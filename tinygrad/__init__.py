@@ -1,0 +1,9 @@
+"""tinygrad: lazy tensors with autograd, fused into kernels, compiled and run on CPUs and GPUs."""
+from tinygrad.device import Device
+from tinygrad.dtype import dtypes
+from tinygrad.features.jit import TinyJit
+from tinygrad.helpers import Context, GlobalCounters
+from tinygrad.shape.symbolic import Variable
+from tinygrad.tensor import Tensor
+
+__all__ = ["Tensor", "TinyJit", "Device", "dtypes", "Variable", "GlobalCounters", "Context"]

@@ -1,1 +1,272 @@
-# placeholder: filled in by the module's author
+# cython: language_level=3
+"""The scheduler: turns a graph of LazyBuffers into an ordered list of kernels (ScheduleItems).
+
+Fusion rules:
+- every elementwise op is fused into the kernel(s) that consume it, whatever views lie between;
+- a reduce is the heart of its own kernel, and the elementwise ops that only it consumes are fused before it;
+- an elementwise chain that only consumes one reduce (through reshapes) is fused after it, so `x.sum() / n` is one
+  kernel; every kernel holds at most one reduce;
+- LoadOps (COPY, CONTIGUOUS, EMPTY, ...) and the requested outputs always get a buffer of their own;
+- an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
+All graph walks are iterative, so graphs of any depth schedule.
+"""
+from tinygrad.helpers import DEBUG
+from tinygrad.ops import (BinaryOps, BufferOps, ConstBuffer, LazyOp, LoadOps, MemBuffer, ReduceOps, TernaryOps,
+                          UNSAFE_PAD_OPS, UnaryOps)
+from tinygrad.shape.shapetracker import ShapeTracker
+
+_ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+
+
+cdef class ScheduleItem:
+    """One kernel (or copy) to run: its AST and its buffers, outputs first."""
+
+    def __init__(self, tuple ast, tuple bufs, int n_outputs=1, tuple lbs=()):
+        self.ast = ast
+        self.bufs = bufs
+        self.n_outputs = n_outputs
+        self.lbs = lbs
+
+    @property
+    def outputs(self):
+        return self.bufs[:self.n_outputs]
+
+    @property
+    def inputs(self):
+        return self.bufs[self.n_outputs:]
+
+    def __repr__(self):
+        return f"ScheduleItem(ast={self.ast[0].op}, bufs={len(self.bufs)})"
+
+
+cdef inline bint _is_elementwise(object op):
+    return isinstance(op, _ELEMENTWISE)
+
+
+cdef inline bint _needs_compute(object lb):
+    """A base that is neither realized nor a constant (constants are inlined into kernels)."""
+    return lb.realized is None and lb.op is not LoadOps.CONST
+
+
+cdef bint _masked(object st):
+    for v in st.views:
+        if v.mask is not None:
+            return True
+    return False
+
+
+cdef bint _pad_unsafe(object base, set realizes, dict memo):
+    """Whether fusing `base` through a padded view could turn padding into a non-zero value."""
+    cdef list stack = [base]
+    cdef set seen = set()
+    while stack:
+        b = stack.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        if id(b) in memo:
+            if memo[id(b)]:
+                return True
+            continue
+        if b.op in UNSAFE_PAD_OPS:
+            return True
+        for s in b.srcs:
+            sb = s.base
+            if _needs_compute(sb) and id(sb) not in realizes:
+                stack.append(sb)
+    return False
+
+
+def create_schedule_with_vars(outs, seen=None):
+    """Schedule the LazyBuffers `outs`: returns (list of ScheduleItems in run order, {Variable: value})."""
+    if seen is None:
+        seen = set()
+    # ---- 1. walk the unrealized graph: post-order (sources first) and each base's consumers ----
+    cdef list order = []
+    cdef dict children = {}          # id(base) -> list of (consumer base, the view it reads through)
+    cdef dict by_id = {}
+    cdef list stack = []
+    cdef set visited = set()
+    out_bases = []
+    for o in outs:
+        b = o.base
+        if _needs_compute(b) and id(b) not in seen and b not in out_bases:
+            out_bases.append(b)
+            stack.append((b, False))
+    while stack:
+        b, done = stack.pop()
+        if done:
+            order.append(b)
+            continue
+        if id(b) in visited:
+            continue
+        visited.add(id(b))
+        by_id[id(b)] = b
+        stack.append((b, True))
+        for s in b.srcs:
+            sb = s.base
+            children.setdefault(id(sb), []).append((b, s))
+            if _needs_compute(sb) and id(sb) not in visited and id(sb) not in seen:
+                stack.append((sb, False))
+
+    # ---- 2. which bases get a buffer of their own ----
+    cdef set realizes = set()
+    for b in out_bases:
+        realizes.add(id(b))
+    for b in order:
+        if isinstance(b.op, LoadOps) or isinstance(b.op, ReduceOps) or b.forced_realize:
+            realizes.add(id(b))
+    cdef dict memo = {}
+    for b in order:
+        for s in b.srcs:
+            sb = s.base
+            if s is not sb and _needs_compute(sb) and id(sb) not in realizes and _masked(s.st):
+                if _pad_unsafe(sb, realizes, memo):
+                    realizes.add(id(sb))
+                memo[id(sb)] = id(sb) in realizes
+
+    # ---- 3. fuse a reduce into the one elementwise chain that consumes it through reshapes ----
+    cdef dict fused_reduce = {}      # id(kernel base) -> reduce base fused into it
+    for r in order:
+        if not isinstance(r.op, ReduceOps) or r in out_bases or r.forced_realize:
+            continue
+        cur, target = r, None
+        while True:
+            ch = children.get(id(cur), [])
+            if len(ch) != 1:
+                break
+            c, view = ch[0]
+            if not _is_elementwise(c.op) or not view.st.contiguous or view.size != cur.size:
+                break
+            if sum(1 for s in c.srcs if s.base is cur) != 1:
+                break
+            if id(c) in realizes:
+                target = c
+                break
+            cur = c
+        if target is not None and id(target) not in fused_reduce and not _has_reduce_input(target, realizes):
+            realizes.discard(id(r))
+            fused_reduce[id(target)] = r
+
+    # ---- 4. one ScheduleItem per realized base, in dependency order ----
+    schedule, var_vals = [], {}
+    for b in order:
+        if id(b) not in realizes:
+            continue
+        schedule.append(_lower(b, realizes, fused_reduce.get(id(b)), var_vals))
+        seen.add(id(b))
+    if DEBUG >= 1 and schedule:
+        print(f"scheduled {len(schedule)} kernels")
+    return schedule, var_vals
+
+
+cdef bint _has_reduce_input(object target, set realizes):
+    """Whether `target`'s fused region already contains an unrealized reduce (one reduce per kernel)."""
+    cdef list stack = [target]
+    cdef set seen = set()
+    while stack:
+        b = stack.pop()
+        for s in b.srcs:
+            sb = s.base
+            if id(sb) in seen or not _needs_compute(sb) or id(sb) in realizes:
+                continue
+            seen.add(id(sb))
+            if isinstance(sb.op, ReduceOps):
+                return True
+            stack.append(sb)
+    return False
+
+
+def create_schedule(outs, seen=None):
+    """Schedule the LazyBuffers `outs`; the kernels must not use symbolic variables (else use the _with_vars form)."""
+    schedule, var_vals = create_schedule_with_vars(outs, seen)
+    if var_vals:
+        raise RuntimeError(f"schedule has bound variables {var_vals}: use create_schedule_with_vars")
+    return schedule
+
+
+cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals):
+    """The ScheduleItem that computes base `out`."""
+    op = out.op
+    if op is LoadOps.COPY:
+        src = out.srcs[0].base
+        return ScheduleItem((LazyOp(LoadOps.COPY, (), out.arg),), (out.buffer, src.buffer), 1, (out,))
+    if op is LoadOps.EMPTY:
+        return ScheduleItem((LazyOp(LoadOps.EMPTY, (), None),), (out.buffer,), 1, (out,))
+    if op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
+        raise NotImplementedError(f"{op} is not supported by this scheduler yet")
+
+    # the kernel's index space: the reduce's shape when a reduce is fused in, else the output's
+    kshape = fused_reduce.shape if fused_reduce is not None else out.shape
+    outer = None if kshape == out.shape else ShapeTracker.from_shape(kshape)
+    inputs = {}           # id(base) -> buffer index
+    bufs = [out.buffer]
+    root = _build(out, outer, out, realizes, fused_reduce, inputs, bufs, var_vals)
+    st_out = ShapeTracker.from_shape(out.shape)
+    if outer is not None:
+        st_out = st_out.reshape(kshape)
+    store = LazyOp(BufferOps.STORE, (root,), MemBuffer(0, out.dtype, st_out))
+    return ScheduleItem((store,), tuple(bufs), 1, (out,))
+
+
+cdef object _leaf(object base, object st, object out, set realizes, object fused_reduce, dict inputs, list bufs,
+                  dict var_vals):
+    """The LOAD/CONST for reading `base` through `st`, or None when `base` is fused into this kernel."""
+    if base.op is LoadOps.CONST and base.realized is None:
+        st, vv = _unbind(st)
+        var_vals.update(vv)
+        return LazyOp(BufferOps.CONST, (), ConstBuffer(base.arg, base.dtype, st))
+    if base is out or base is fused_reduce or (base.realized is None and id(base) not in realizes):
+        return None
+    idx = inputs.get(id(base))
+    if idx is None:
+        idx = inputs[id(base)] = len(bufs)
+        bufs.append(base.buffer)
+    st, vv = _unbind(st)
+    var_vals.update(vv)
+    return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, base.dtype, st))
+
+
+cdef tuple _unbind(object st):
+    if not st.var_vals:
+        return st, {}
+    return st.unbind()
+
+
+cdef object _build(object out, object outer, object kout, set realizes, object fused_reduce, dict inputs,
+                   list bufs, dict var_vals):
+    """The AST computing base `out` at every index of the kernel (`outer` maps kernel indices onto `out`)."""
+    # frames are (base, st): st maps kernel indices to the base's elements (None: the identity)
+    cdef dict built = {}
+    cdef list stack = [(out, outer, False)]
+    while stack:
+        base, st, expanded = stack.pop()
+        key = (id(base), st)
+        if key in built:
+            continue
+        child_keys = []
+        for s in base.srcs:
+            if base is fused_reduce:
+                cst = s.st if not s.st.contiguous or s.shape != s.base.shape else None
+            elif st is None:
+                cst = s.st if not (s.st.contiguous and s.shape == s.base.shape) else None
+            else:
+                cst = s.st + st
+            child_keys.append((s.base, cst))
+        if not expanded:
+            stack.append((base, st, True))
+            for sb, cst in child_keys:
+                if (id(sb), cst) in built:
+                    continue
+                leaf = _leaf(sb, cst if cst is not None else ShapeTracker.from_shape(sb.shape), kout, realizes,
+                             fused_reduce, inputs, bufs, var_vals)
+                if leaf is not None:
+                    built[(id(sb), cst)] = leaf
+                else:
+                    stack.append((sb, cst, False))
+            continue
+        src_ops = tuple(built[(id(sb), cst)] for sb, cst in child_keys)
+        # a CONTIGUOUS op is just its source, stored
+        built[key] = src_ops[0] if base.op is LoadOps.CONTIGUOUS else LazyOp(base.op, src_ops, base.arg)
+    return built[(id(out), outer)]
+

@@ -1,0 +1,47 @@
+"""The linear IR a kernel is lowered to: a list of UOps, each naming its inputs, in an order a renderer can emit."""
+from __future__ import annotations
+
+from enum import Enum, auto
+from typing import Any
+
+from tinygrad.dtype import DType
+
+
+class UOps(Enum):
+    DEFINE_GLOBAL = auto()   # a buffer argument: arg = (index, name, is_output)
+    DEFINE_VAR = auto()      # a symbolic variable argument: arg = the Variable
+    DEFINE_LOCAL = auto()    # shared memory (GPU renderers)
+    DEFINE_ACC = auto()      # an accumulator for a reduce: arg = its start value
+    CONST = auto()           # arg = the value
+    SPECIAL = auto()         # a GPU thread/block index: arg = (dim, name, size)
+    LOOP = auto()            # vin = (start, end): for (i = start; i < end; i++)
+    ENDLOOP = auto()         # vin = (the LOOP,)
+    LOAD = auto()            # vin = (buffer, index) or (buffer, index, valid, alternative)
+    STORE = auto()           # vin = (buffer, index, value) or (buffer, index, value, valid)
+    ALU = auto()             # arg = the Unary/Binary/TernaryOp
+    CAST = auto()            # vin = (value,), dtype = the target
+    BITCAST = auto()         # vin = (value,), dtype = the target, same size
+    PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
+    BARRIER = auto()         # GPU renderers
+
+
+class UOp:
+    """One instruction. Identity is the object: the linearizer deduplicates equal instructions before making them."""
+    __slots__ = ("uop", "dtype", "vin", "arg")
+
+    def __init__(self, uop: UOps, dtype: DType | None = None, vin: tuple[UOp, ...] = (), arg: Any = None):
+        self.uop, self.dtype, self.vin, self.arg = uop, dtype, vin, arg
+
+    def __repr__(self) -> str:
+        return f"{str(self.uop):20s}: {str(self.dtype) if self.dtype is not None else '':25s} " \
+               f"{[str(x.uop)[4:] for x in self.vin]} {self.arg}"
+
+
+def print_uops(uops: list[UOp]) -> str:
+    """The numbered listing DEBUG=6 prints, inputs given by their line numbers."""
+    pos = {id(u): i for i, u in enumerate(uops)}
+    lines = []
+    for i, u in enumerate(uops):
+        dt = str(u.dtype) if u.dtype is not None else ""
+        lines.append(f"{i:4d} {str(u.uop):20s}: {dt:25s} {str([pos[id(x)] for x in u.vin]):16s} {u.arg}")
+    return "\n".join(lines)

@@ -1,0 +1,243 @@
+"""Devices, the memory they hold, and the contract a compiled device fulfils.
+
+A compiled device is four parts: an Allocator (device memory), a Compiler (source -> binary), a renderer
+(uops -> source, chosen by `LinearizerOptions`) and a program class (binary -> something you can call with buffers).
+Devices are found by name: `Device["CLANG"]` imports `tinygrad.runtime.ops_clang` and builds its `ClangDevice`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.helpers import DEBUG, KNOBS, GlobalCounters, getenv
+
+
+class _Device:
+    """The registry of devices: `Device[name]` gives the (lazily built, cached) device; `Device.DEFAULT` is settable."""
+
+    # the devices this package ships, in the order a default is looked for
+    KNOWN = ("CUDA", "CLANG", "CPU")
+
+    def __init__(self) -> None:
+        self._opened: dict[str, Any] = {}
+        self._default: str | None = None
+
+    @staticmethod
+    def canonicalize(device: str | None) -> str:
+        """'clang' -> 'CLANG', 'cuda:1' -> 'CUDA:1', 'CLANG:0' -> 'CLANG'; None -> the default device."""
+        if device is None:
+            return Device.DEFAULT
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a str, not {type(device).__name__}")
+        name, _, num = device.partition(":")
+        name = name.upper()
+        if num not in ("", "0") and not num.isdigit():
+            raise ValueError(f"bad device {device!r}: expected NAME or NAME:index")
+        return name if num in ("", "0") else f"{name}:{num}"
+
+    def __getitem__(self, device: str):
+        dev = self.canonicalize(device)
+        if dev not in self._opened:
+            self._opened[dev] = self._open(dev)
+        return self._opened[dev]
+
+    def _open(self, dev: str):
+        base = dev.split(":")[0]
+        try:
+            mod = importlib.import_module(f"tinygrad.runtime.ops_{base.lower()}")
+        except ModuleNotFoundError as e:
+            if e.name != f"tinygrad.runtime.ops_{base.lower()}":
+                raise
+            raise RuntimeError(f"unknown device {dev}: known devices are {', '.join(self.KNOWN)}") from None
+        cls = next((v for k, v in vars(mod).items() if k.lower() == f"{base.lower()}device"), None)
+        if cls is None:
+            raise RuntimeError(f"tinygrad.runtime.ops_{base.lower()} defines no {base}Device")
+        return cls(dev)
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802 - tinygrad's public spelling
+        if self._default is None:
+            chosen = [d for d in self.KNOWN if d in KNOBS and getenv(d, 0)]
+            if len(chosen) > 1:
+                raise RuntimeError(f"more than one default device selected in the environment: {chosen}")
+            self._default = chosen[0] if chosen else "CLANG"
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, device: str) -> None:  # noqa: N802
+        self._default = self.canonicalize(device)
+
+
+Device = _Device()
+
+
+class BufferOptions:
+    """How a buffer's memory is placed: host-visible, uncached, ... (devices may ignore options)."""
+    __slots__ = ("host", "uncached", "cpu_access")
+
+    def __init__(self, host: bool = False, uncached: bool = False, cpu_access: bool = False):
+        self.host, self.uncached, self.cpu_access = host, uncached, cpu_access
+
+    def __eq__(self, o) -> bool:
+        return isinstance(o, BufferOptions) and (self.host, self.uncached, self.cpu_access) == \
+            (o.host, o.uncached, o.cpu_access)
+
+    def __hash__(self) -> int:
+        return hash((self.host, self.uncached, self.cpu_access))
+
+
+class Buffer:
+    """`size` elements of `dtype` on `device`. Memory is allocated on first use (or given as `opaque`)."""
+
+    def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferOptions | None = None):
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"buffer size must be a non-negative int, got {size!r}")
+        self.device, self.size, self.dtype, self.options = device, size, dtype, options
+        self._buf: Any = None
+        if opaque is not None:
+            self.allocate(opaque)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def is_allocated(self) -> bool:
+        return self._buf is not None
+
+    def allocate(self, opaque: Any = None) -> Buffer:
+        if self._buf is not None:
+            raise RuntimeError(f"{self} is already allocated")
+        self.allocator = Device[self.device].allocator
+        self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+        GlobalCounters.mem_used += self.nbytes
+        return self
+
+    def ensure_allocated(self) -> Buffer:
+        return self if self._buf is not None else self.allocate()
+
+    def __del__(self):
+        if getattr(self, "_buf", None) is not None:
+            GlobalCounters.mem_used -= self.nbytes
+            self.allocator.free(self._buf, self.nbytes, self.options)
+
+    def __repr__(self) -> str:
+        return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}>"
+
+    def as_buffer(self, allow_zero_copy: bool = False) -> memoryview:
+        """The bytes of this buffer on the host; zero-copy where the device's memory is host memory."""
+        self.ensure_allocated()
+        if hasattr(self.allocator, "as_buffer"):
+            return self.allocator.as_buffer(self._buf, self.nbytes)
+        return self.copyout(memoryview(bytearray(self.nbytes)))
+
+    def copyin(self, mv: memoryview) -> Buffer:
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if mv.nbytes != self.nbytes:
+            raise ValueError(f"copyin of {mv.nbytes} bytes into {self} of {self.nbytes} bytes")
+        self.ensure_allocated()
+        if self.nbytes:
+            self.allocator.copyin(self._buf, mv)
+        return self
+
+    def copyout(self, mv: memoryview) -> memoryview:
+        mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        if mv.nbytes != self.nbytes:
+            raise ValueError(f"copyout of {self} ({self.nbytes} bytes) into {mv.nbytes} bytes")
+        self.ensure_allocated()
+        if self.nbytes:
+            self.allocator.copyout(mv, self._buf)
+        return mv
+
+    def numpy(self):
+        import numpy as np
+        if self.dtype.np is None:
+            raise TypeError(f"{self.dtype} has no numpy equivalent")
+        return np.frombuffer(self.as_buffer(), dtype=self.dtype.np).copy()
+
+
+class Allocator:
+    """Device memory. Subclasses implement `_alloc`/`_free`/`copyin`/`copyout`; `as_buffer` (optional) is zero-copy."""
+
+    def alloc(self, size: int, options: BufferOptions | None = None):
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
+        return self._alloc(size, options)
+
+    def free(self, opaque, size: int, options: BufferOptions | None = None) -> None:
+        self._free(opaque, options)
+
+    def _alloc(self, size: int, options: BufferOptions | None):
+        raise NotImplementedError(f"{type(self).__name__} can't allocate")
+
+    def _free(self, opaque, options: BufferOptions | None) -> None:
+        pass
+
+    def copyin(self, dest, src: memoryview) -> None:
+        raise NotImplementedError
+
+    def copyout(self, dest: memoryview, src) -> None:
+        raise NotImplementedError
+
+
+class _MallocAllocator(Allocator):
+    """Host memory from the C++ CPU runtime (64-byte aligned). Used by the CLANG device."""
+
+    def _alloc(self, size: int, options: BufferOptions | None):
+        from tinygrad.runtime import _cpu
+        return _cpu.HostBuffer(size)
+
+    def _free(self, opaque, options: BufferOptions | None) -> None:
+        opaque.free()
+
+    def as_buffer(self, src, size: int | None = None) -> memoryview:
+        return memoryview(src)
+
+    def copyin(self, dest, src: memoryview) -> None:
+        from tinygrad.runtime import _cpu
+        _cpu.copyin(dest, src)
+
+    def copyout(self, dest: memoryview, src) -> None:
+        from tinygrad.runtime import _cpu
+        _cpu.copyout(dest, src)
+
+
+MallocAllocator = _MallocAllocator()
+
+
+class Compiler:
+    """Source -> binary. `compile_cached` memoizes by source in this process (the disk cache keys on `cachekey`)."""
+    linearizer_opts: Any = None
+
+    def __init__(self, cachekey: str | None = None):
+        self.cachekey = cachekey
+        self._mem: dict[str, bytes] = {}
+
+    def compile(self, src: str) -> bytes:
+        raise NotImplementedError
+
+    def compile_cached(self, src: str) -> bytes:
+        lib = self._mem.get(src)
+        if lib is None:
+            lib = self._mem[src] = self.compile(src)
+        return lib
+
+
+class Compiled:
+    """A device that runs compiled kernels: allocator + compiler + renderer + program class (+ optional graph)."""
+
+    def __init__(self, device: str, allocator: Allocator, compiler: Compiler, runtime: Callable,
+                 renderer: Callable[[str, list], str], graph: Any = None):
+        self.dname, self.allocator, self.compiler, self.runtime = device, allocator, compiler, runtime
+        self.renderer, self.graph = renderer, graph
+        self.linearizer_opts = compiler.linearizer_opts
+        if DEBUG >= 3:
+            print(f"opened device {device} from pid:{os.getpid()}")
+
+    def synchronize(self) -> None:
+        """Wait for all queued work (host devices run synchronously, so this is a no-op for them)."""
+
+
+# Re-exported for old import paths (`from tinygrad.device import dtypes` was common in 0.8 code).
+__all__ = ["Device", "Buffer", "BufferOptions", "Allocator", "MallocAllocator", "Compiler", "Compiled", "dtypes"]

@@ -1,0 +1,142 @@
+"""Running a schedule: each ScheduleItem becomes a runner (a compiled kernel, a copy, an allocation), run in order.
+
+Compiled programs live in a method cache keyed by (device, AST): an identical kernel is linearized, rendered and
+compiled once per process, whichever path (eager or jitted) asks for it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tinygrad.device import Buffer, Device
+from tinygrad.helpers import DEBUG, GlobalCounters, colored
+from tinygrad.ops import BufferOps, LoadOps, print_ast
+
+
+class Runner:
+    """Something a schedule runs on buffers: `runner(bufs, var_vals)`."""
+    display_name = "runner"
+    dname = ""
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
+        raise NotImplementedError
+
+
+class CompiledRunner(Runner):
+    """A kernel compiled for a device. `prg` is its source (as the seed walkthrough prints it); `lib` its binary."""
+
+    def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
+                 lib: bytes | None = None, outcount: int = 1):
+        self.name, self.display_name, self.prg, self.dname = name, name, prg, dname
+        self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
+        dev = Device[dname]
+        if DEBUG >= 4:
+            print(prg)
+        self.lib = lib if lib is not None else dev.compiler.compile_cached(prg)
+        self.clprg = dev.runtime(name, self.lib)
+
+    @property
+    def src(self) -> str:
+        return self.prg
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
+        vals = [var_vals[v] for v in self.vars]
+        st = time.perf_counter()
+        self.clprg(*[b._buf for b in bufs], vals=vals, global_size=self.global_size, local_size=self.local_size)
+        return time.perf_counter() - st
+
+
+class BufferCopy(Runner):
+    """Copy a whole buffer from one device to another (through host memory when they differ)."""
+    display_name = "copy"
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
+        dest, src = bufs[0], bufs[1]
+        if dest.nbytes != src.nbytes:
+            raise RuntimeError(f"copy size mismatch: {src} -> {dest}")
+        st = time.perf_counter()
+        dest.copyin(src.as_buffer())
+        self.dname = dest.device
+        self.display_name = f"copy {dest.nbytes:8d}, {dest.device[:7]:>7s} <- {src.device[:7]:7s}"
+        return time.perf_counter() - st
+
+
+class EmptyOp(Runner):
+    """An allocation only: the buffer's contents are undefined."""
+    display_name = "empty"
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
+        return None
+
+
+class ExecItem:
+    """A runner bound to its buffers: what the JIT and CacheCollector record."""
+    __slots__ = ("prg", "bufs")
+
+    def __init__(self, prg: Runner, bufs: list[Buffer]):
+        self.prg, self.bufs = prg, bufs
+
+    def run(self, var_vals: dict | None = None, wait: bool = False) -> float | None:
+        for b in self.bufs:
+            b.ensure_allocated()
+        et = self.prg(self.bufs, var_vals or {}, wait=wait)
+        GlobalCounters.kernel_count += isinstance(self.prg, CompiledRunner)
+        if et is not None:
+            GlobalCounters.time_sum_s += et
+        if DEBUG >= 2:
+            ms = f"{et * 1e3:9.3f} ms" if et is not None else " " * 12
+            print(f"{colored(f'*** {self.prg.dname:7s} {GlobalCounters.kernel_count:4d}', 'magenta')} "
+                  f"{self.prg.display_name:40s} tm {ms}")
+        return et
+
+
+# (device, ast) -> CompiledRunner: shared by eager execution and the JIT
+method_cache: dict[tuple[str, Any], CompiledRunner] = {}
+_names: dict[str, int] = {}
+
+
+def get_runner(dname: str, ast: tuple) -> CompiledRunner:
+    """The compiled kernel for `ast` on device `dname`, linearizing, rendering and compiling it on first use."""
+    key = (dname, ast)
+    hit = method_cache.get(key)
+    if hit is not None:
+        return hit
+    from tinygrad.codegen.linearizer import Linearizer
+    dev = Device[dname]
+    if DEBUG >= 5:
+        print(print_ast(ast))
+    lin = Linearizer(ast, dev.linearizer_opts).linearize()
+    # distinct kernels with the same shape get distinct names, so profiles and DEBUG output tell them apart
+    n = _names.get(lin.name, 0)
+    _names[lin.name] = n + 1
+    name = lin.name if n == 0 else f"{lin.name}n{n}"
+    src = dev.renderer(name, lin.uops)
+    runner = CompiledRunner(name, src, dname, lin.global_size, lin.local_size, lin.vars)
+    method_cache[key] = runner
+    return runner
+
+
+def lower_schedule_item(si) -> Runner:
+    op = si.ast[0].op
+    if op is LoadOps.COPY:
+        return BufferCopy()
+    if op is LoadOps.EMPTY:
+        return EmptyOp()
+    if op is BufferOps.STORE:
+        return get_runner(si.outputs[0].device, si.ast)
+    raise NotImplementedError(f"can't run a schedule item of {op}")
+
+
+def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
+    """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph."""
+    from tinygrad.features.jit import CacheCollector
+    for si in schedule:
+        for b in si.outputs:
+            b.ensure_allocated()
+        runner = lower_schedule_item(si)
+        ei = ExecItem(runner, list(si.bufs))
+        ei.run(var_vals)
+        CacheCollector.add(ei, var_vals)
+        # a realized base no longer needs the graph that produced it
+        for lb in si.lbs:
+            lb.srcs = ()

@@ -1,0 +1,213 @@
+"""Small shared helpers, and the one registry of every environment knob tinygrad reads.
+
+Every knob is declared in KNOBS below with its default and meaning; `getenv` refuses names that are not declared,
+so a new knob cannot be added without documenting it (docs/env.md is checked against this table by a test).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pathlib
+import platform
+import sys
+import time
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+# name -> (default, one-line meaning). Device selection knobs (CLANG=1, CPU=1, CUDA=1, ...) are here too.
+KNOBS: dict[str, tuple[Any, str]] = {
+    "DEBUG": (0, "1: schedule summary, 2: one line per kernel launch with its time, 3: kernel shapes, "
+                 "4: kernel source when compiled, 5: kernel AST, 6: kernel uops"),
+    "CLANG": (0, "1: make CLANG (C compiled by clang or the system cc, run on the host) the default device"),
+    "CPU": (0, "1: make CPU (numpy-held buffers, C kernels) the default device"),
+    "CUDA": (0, "1: make CUDA the default device (when its runtime is available)"),
+    "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
+    "CACHELEVEL": (2, "0: no on-disk cache, 1: cache compiled binaries, 2: also cache schedules and programs"),
+    "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),
+    "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
+    "BEAM": (0, "width of the kernel optimisation search (0: heuristics only)"),
+    "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
+    "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
+}
+
+
+def getenv(key: str, default: Any = None) -> Any:
+    """The value of knob `key` from the environment, converted to the type of its declared default."""
+    if key not in KNOBS:
+        raise KeyError(f"environment knob {key} is not declared in tinygrad.helpers.KNOBS")
+    dflt = KNOBS[key][0] if default is None else default
+    raw = os.environ.get(key)
+    if raw is None:
+        return dflt
+    return type(dflt)(raw) if not isinstance(dflt, bool) else raw not in ("", "0")
+
+
+class ContextVar:
+    """An integer knob read once from the environment and overridable in code with `Context`."""
+    _cache: dict[str, ContextVar] = {}
+    __slots__ = ("key", "value")
+
+    def __new__(cls, key: str, default: int):
+        if key in ContextVar._cache:
+            return ContextVar._cache[key]
+        inst = super().__new__(cls)
+        inst.key, inst.value = key, getenv(key, default)
+        ContextVar._cache[key] = inst
+        return inst
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, x) -> bool:
+        return self.value >= x
+
+    def __gt__(self, x) -> bool:
+        return self.value > x
+
+    def __lt__(self, x) -> bool:
+        return self.value < x
+
+    def __le__(self, x) -> bool:
+        return self.value <= x
+
+    def __eq__(self, x) -> bool:
+        return self.value == x
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key}={self.value})"
+
+
+class Context(contextlib.ContextDecorator):
+    """`with Context(DEBUG=4): ...` sets knobs for the block and restores them after."""
+
+    def __init__(self, **kwargs: int):
+        unknown = [k for k in kwargs if k not in ContextVar._cache]
+        if unknown:
+            raise KeyError(f"unknown context variable(s) {unknown}; known: {sorted(ContextVar._cache)}")
+        self.kwargs = kwargs
+
+    def __enter__(self):
+        self.old = {k: ContextVar._cache[k].value for k in self.kwargs}
+        for k, v in self.kwargs.items():
+            ContextVar._cache[k].value = v
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            ContextVar._cache[k].value = v
+
+
+DEBUG = ContextVar("DEBUG", 0)
+BEAM = ContextVar("BEAM", 0)
+NOOPT = ContextVar("NOOPT", 0)
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
+JIT = ContextVar("JIT", 1)
+
+
+class GlobalCounters:
+    """Process-wide counters the runtime bumps: kernels launched, FLOPs, bytes moved and time spent."""
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+    kernel_count: int = 0
+    mem_used: int = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
+        GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
+
+
+def prod(x: Iterable[T], start: Any = 1) -> Any:
+    """The product of `x` (works for ints and symbolic Nodes); `start` for the empty product."""
+    return functools.reduce(lambda a, b: a * b, x, start)
+
+
+def dedup(x: Iterable[T]) -> list[T]:
+    """`x` without repeats, first occurrence kept."""
+    return list(dict.fromkeys(x))
+
+
+def argfix(*x):
+    """Accept `f(1, 2)` and `f((1, 2))` alike."""
+    if x and isinstance(x[0], (tuple, list)):
+        if len(x) != 1:
+            raise ValueError(f"bad argument {x}: a sequence must be the only argument")
+        return tuple(x[0])
+    return x
+
+
+def argsort(x: list) -> list[int]:
+    return sorted(range(len(x)), key=x.__getitem__)
+
+
+def all_same(items: list) -> bool:
+    return all(x == items[0] for x in items)
+
+
+def all_int(t) -> bool:
+    return all(isinstance(s, int) for s in t)
+
+
+def flatten(items: Iterable[Iterable[T]]) -> list[T]:
+    return [x for sub in items for x in sub]
+
+
+def round_up(num: int, amt: int) -> int:
+    return (num + amt - 1) // amt * amt
+
+
+def make_pair(x, cnt: int = 2) -> tuple:
+    return (x,) * cnt if isinstance(x, int) else tuple(x)
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+    if color is None:
+        return st
+    colors = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
+    return f"\u001b[{10 * background + 60 * (color.upper() == color) + 30 + colors.index(color.lower())}m{st}\u001b[0m"
+
+
+def to_function_name(s: str) -> str:
+    """A C identifier for a kernel name that may hold symbolic dims like `<length[4-8]>`."""
+    return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in s)
+
+
+@contextlib.contextmanager
+def Timing(prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True) -> Iterator[None]:
+    st = time.perf_counter_ns()
+    try:
+        yield
+    finally:
+        et = time.perf_counter_ns() - st
+        if enabled:
+            print(f"{prefix}{et * 1e-6:6.2f} ms" + (on_exit(et) if on_exit else ""))
+
+
+OSX = platform.system() == "Darwin"
+
+
+def cache_dir() -> pathlib.Path:
+    """The user's cache directory for tinygrad's on-disk caches."""
+    base = getenv("XDG_CACHE_HOME") or (os.path.expanduser("~/Library/Caches") if OSX else
+                                        os.path.expanduser("~/.cache"))
+    return pathlib.Path(base) / "tinygrad"
+
+
+def ansilen(s: str) -> int:
+    import re
+    return len(re.sub(r"\x1b\[(K|.*?m)", "", s))
+
+
+def unwrap(x: T | None) -> T:
+    if x is None:
+        raise ValueError("unexpected None")
+    return x
+
+
+def eprint(*args) -> None:
+    print(*args, file=sys.stderr)

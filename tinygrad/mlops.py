@@ -1,0 +1,350 @@
+"""The differentiable ops: each Function's forward and backward, written on LazyBuffers.
+
+Everything Tensor can do is built from these few Functions, and they in turn from the primitive ops of ops.py.
+`backward` receives the gradient of the output and returns one gradient per input (None where not needed).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tinygrad.dtype import DType, dtypes
+from tinygrad.helpers import argsort
+from tinygrad.lazy import LazyBuffer
+from tinygrad.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.shape.symbolic import sint
+
+
+class Function:
+    """One application of a differentiable op: remembers its parents so `backward` can reach them."""
+
+    def __init__(self, device: str, *tensors, metadata: Any = None):
+        self.device = device
+        self.needs_input_grad = [t.requires_grad for t in tensors]
+        if any(self.needs_input_grad):
+            self.requires_grad: bool | None = True
+        elif None in self.needs_input_grad:
+            self.requires_grad = None
+        else:
+            self.requires_grad = False
+        if self.requires_grad:
+            self.parents = tensors
+        self.metadata = metadata
+
+    def forward(self, *args, **kwargs) -> LazyBuffer:
+        raise NotImplementedError(f"forward not implemented for {type(self)}")
+
+    def backward(self, *args, **kwargs):
+        raise RuntimeError(f"backward not implemented for {type(self)}")
+
+    @classmethod
+    def apply(cls, *x, **kwargs):
+        """Run forward on the inputs' LazyBuffers and wrap the result in a Tensor that remembers this Function."""
+        from tinygrad.tensor import Tensor
+        ctx = cls(x[0].device, *x)
+        ret = Tensor.__new__(Tensor)
+        ret.lazydata = ctx.forward(*[t.lazydata for t in x], **kwargs)
+        ret.requires_grad, ret.grad = ctx.requires_grad, None
+        ret._ctx = ctx if ctx.requires_grad and not Tensor.no_grad else None
+        return ret
+
+
+# ---- unary ----
+
+class Contiguous(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x.contiguous()
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output
+
+
+class ContiguousBackward(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.contiguous()
+
+
+class Cast(Function):
+    def forward(self, x: LazyBuffer, dtype: DType, bitcast: bool = False) -> LazyBuffer:
+        self.input_dtype, self.bitcast = x.dtype, bitcast
+        return x.cast(dtype, bitcast)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        if self.bitcast:
+            raise RuntimeError("bitcast is not differentiable")
+        return grad_output.cast(self.input_dtype)
+
+
+class Neg(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x.e(UnaryOps.NEG)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.e(UnaryOps.NEG)
+
+
+class Reciprocal(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.RECIP)
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.e(UnaryOps.NEG).e(BinaryOps.MUL, self.ret).e(BinaryOps.MUL, self.ret)
+
+
+class Sin(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.SIN)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        # d/dx sin(x) = cos(x) = sin(pi/2 - x)
+        return self.x.const(math.pi / 2).e(BinaryOps.SUB, self.x).e(UnaryOps.SIN).e(BinaryOps.MUL, grad_output)
+
+
+class Relu(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(BinaryOps.MAX, x.const(0))
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        mask = self.ret.const(0).e(BinaryOps.CMPLT, self.ret)
+        return mask.cast(grad_output.dtype).e(BinaryOps.MUL, grad_output)
+
+
+class Log(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.LOG2).e(BinaryOps.MUL, x.const(math.log(2)))
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.e(BinaryOps.DIV, self.x)
+
+
+class Exp(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(BinaryOps.MUL, x.const(1 / math.log(2))).e(UnaryOps.EXP2)
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return self.ret.e(BinaryOps.MUL, grad_output)
+
+
+class Sqrt(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.SQRT)
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.e(BinaryOps.DIV, self.ret.e(BinaryOps.MUL, self.ret.const(2)))
+
+
+class Sigmoid(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        # 1 / (1 + 2^(-x/ln2)) = 1 / (1 + e^-x)
+        e = x.e(BinaryOps.MUL, x.const(-1 / math.log(2))).e(UnaryOps.EXP2)
+        self.ret = x.const(1).e(BinaryOps.DIV, x.const(1).e(BinaryOps.ADD, e))
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return self.ret.e(BinaryOps.MUL, self.ret.const(1).e(BinaryOps.SUB, self.ret)).e(BinaryOps.MUL, grad_output)
+
+
+# ---- binary ----
+
+class Less(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.CMPLT, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return None, None
+
+
+class Eq(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.CMPEQ, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return None, None
+
+
+class Neq(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.CMPNE, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return None, None
+
+
+class Xor(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.XOR, y)
+
+
+class BitwiseAnd(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.AND, y)
+
+
+class BitwiseOr(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.OR, y)
+
+
+class Add(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.ADD, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return (grad_output if self.needs_input_grad[0] else None,
+                grad_output if self.needs_input_grad[1] else None)
+
+
+class Sub(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.SUB, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return (grad_output if self.needs_input_grad[0] else None,
+                grad_output.e(UnaryOps.NEG) if self.needs_input_grad[1] else None)
+
+
+class Mul(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        return x.e(BinaryOps.MUL, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return (self.y.e(BinaryOps.MUL, grad_output) if self.needs_input_grad[0] else None,
+                self.x.e(BinaryOps.MUL, grad_output) if self.needs_input_grad[1] else None)
+
+
+class Div(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        return x.e(BinaryOps.DIV, y)
+
+    def backward(self, grad_output: LazyBuffer):
+        return (grad_output.e(BinaryOps.DIV, self.y) if self.needs_input_grad[0] else None,
+                grad_output.e(UnaryOps.NEG).e(BinaryOps.MUL, self.x)
+                .e(BinaryOps.DIV, self.y.e(BinaryOps.MUL, self.y)) if self.needs_input_grad[1] else None)
+
+
+class Mod(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.MOD, y)
+
+
+class Maximum(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        self.ret = x.e(BinaryOps.MAX, y)
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer):
+        # where both are equal the gradient is shared, as PyTorch does
+        x_is = self.x.e(BinaryOps.CMPEQ, self.ret).cast(grad_output.dtype)
+        y_is = self.y.e(BinaryOps.CMPEQ, self.ret).cast(grad_output.dtype)
+        share = x_is.e(BinaryOps.ADD, y_is)
+        gx = x_is.e(BinaryOps.DIV, share).e(BinaryOps.MUL, grad_output)
+        gy = y_is.e(BinaryOps.DIV, share).e(BinaryOps.MUL, grad_output)
+        return (gx if self.needs_input_grad[0] else None, gy if self.needs_input_grad[1] else None)
+
+
+# ---- ternary ----
+
+class Where(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer, z: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(TernaryOps.WHERE, y, z)
+
+    def backward(self, grad_output: LazyBuffer):
+        zero = grad_output.const(0)
+        return (None,
+                self.x.e(TernaryOps.WHERE, grad_output, zero) if self.needs_input_grad[1] else None,
+                self.x.e(TernaryOps.WHERE, zero, grad_output) if self.needs_input_grad[2] else None)
+
+
+# ---- reduce ----
+
+class Sum(Function):
+    def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+        self.input_shape = x.shape
+        return x.r(ReduceOps.SUM, axis)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.expand(self.input_shape)
+
+
+class Max(Function):
+    def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+        self.x, self.ret, self.axis = x, x.r(ReduceOps.MAX, axis), axis
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        # the gradient is split evenly between every position that holds the max
+        hit = self.x.e(BinaryOps.CMPEQ, self.ret.expand(self.x.shape)).cast(grad_output.dtype)
+        count = hit.r(ReduceOps.SUM, self.axis).expand(self.x.shape)
+        return hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad_output.expand(self.x.shape))
+
+
+# ---- movement ----
+
+class Expand(Function):
+    def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
+        self.expanded_axis = tuple(i for i, (si, so) in enumerate(zip(x.shape, shape)) if si != so)
+        return x.expand(shape)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.r(ReduceOps.SUM, self.expanded_axis)
+
+
+class Reshape(Function):
+    def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
+        self.input_shape = x.shape
+        return x.reshape(shape)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.reshape(self.input_shape)
+
+
+class Permute(Function):
+    def forward(self, x: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
+        self.input_order = order
+        return x.permute(order)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.permute(tuple(argsort(list(self.input_order))))
+
+
+class Pad(Function):
+    def forward(self, x: LazyBuffer, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
+        self.narg = tuple((p[0], s + p[0]) for s, p in zip(x.shape, arg))
+        return x.pad(arg)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.shrink(self.narg)
+
+
+class Shrink(Function):
+    def forward(self, x: LazyBuffer, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer:
+        self.narg = tuple((p[0], s - p[1]) for s, p in zip(x.shape, arg))
+        return x.shrink(arg)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.pad(self.narg)
+
+
+class Flip(Function):
+    def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+        self.arg = tuple(-1 if i in axis else 1 for i in range(len(x.shape)))
+        return x.stride(self.arg)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.stride(self.arg)
+
+
+__all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Function)] + ["dtypes"]

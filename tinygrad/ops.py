@@ -1,0 +1,191 @@
+"""The primitive op families every backend implements, and LazyOp, the AST node of one kernel.
+
+A kernel's AST is a tree of LazyOps whose roots are BufferOps.STORE and whose leaves are BufferOps.LOAD/CONST;
+in between sit UnaryOps/BinaryOps/TernaryOps (elementwise) and at most one ReduceOps node.
+MovementOps never reach a compiled kernel: the ShapeTracker of each LOAD/CONST/STORE absorbs them.
+"""
+from __future__ import annotations
+
+from enum import Enum, auto
+from typing import Any, Union
+
+from tinygrad.dtype import DType
+
+
+class UnaryOps(Enum):
+    EXP2 = auto()
+    LOG2 = auto()
+    CAST = auto()
+    BITCAST = auto()
+    SIN = auto()
+    SQRT = auto()
+    NEG = auto()
+    RECIP = auto()
+
+
+class BinaryOps(Enum):
+    ADD = auto()
+    SUB = auto()
+    MUL = auto()
+    DIV = auto()
+    MAX = auto()
+    MOD = auto()
+    CMPLT = auto()
+    CMPEQ = auto()
+    CMPNE = auto()
+    XOR = auto()
+    AND = auto()
+    OR = auto()
+    SHL = auto()
+    SHR = auto()
+
+
+class ReduceOps(Enum):
+    SUM = auto()
+    MAX = auto()
+
+
+class MovementOps(Enum):
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    STRIDE = auto()
+
+
+class TernaryOps(Enum):
+    MULACC = auto()
+    WHERE = auto()
+
+
+class LoadOps(Enum):
+    EMPTY = auto()
+    CONST = auto()
+    COPY = auto()
+    CONTIGUOUS = auto()
+    CUSTOM = auto()
+    ASSIGN = auto()
+
+
+class BufferOps(Enum):
+    LOAD = auto()
+    CONST = auto()
+    STORE = auto()
+
+
+Op = Union[UnaryOps, BinaryOps, ReduceOps, MovementOps, TernaryOps, LoadOps, BufferOps]
+
+# ops whose value at all-zero inputs is not zero: a padded (masked) view must not be fused through them, since the
+# padding would read as f(0) instead of 0
+UNSAFE_PAD_OPS = {UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.RECIP, BinaryOps.DIV, BinaryOps.CMPEQ}
+
+
+class MemBuffer:
+    """A LOAD/STORE's argument: buffer number `idx` in the kernel's argument list, read through `st`."""
+    __slots__ = ("idx", "dtype", "st", "_hash")
+
+    def __init__(self, idx: int, dtype: DType, st):
+        self.idx, self.dtype, self.st = idx, dtype, st
+        self._hash = hash((idx, dtype, st))
+
+    def __eq__(self, o) -> bool:
+        return isinstance(o, MemBuffer) and (self.idx, self.dtype, self.st) == (o.idx, o.dtype, o.st)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"MemBuffer(idx={self.idx}, dtype={self.dtype}, st={self.st})"
+
+
+class ConstBuffer:
+    """A CONST's argument: the value `val` broadcast through `st` (its mask makes padded areas 0)."""
+    __slots__ = ("val", "dtype", "st", "_hash")
+
+    def __init__(self, val: Any, dtype: DType, st):
+        self.val, self.dtype, self.st = val, dtype, st
+        self._hash = hash((type(val), val, dtype, st))
+
+    def __eq__(self, o) -> bool:
+        # the value's type matters: 1 and 1.0 and True render differently
+        return isinstance(o, ConstBuffer) and type(self.val) is type(o.val) and \
+            (self.val, self.dtype, self.st) == (o.val, o.dtype, o.st)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"ConstBuffer(val={self.val}, dtype={self.dtype}, st={self.st})"
+
+
+class LazyOp:
+    """One node of a kernel AST: `op` applied to `src` with a static `arg`. Immutable and hashed by structure."""
+    __slots__ = ("op", "src", "arg", "_hash")
+
+    def __init__(self, op: Op, src: tuple[LazyOp, ...] = (), arg: Any = None):
+        self.op, self.src, self.arg = op, tuple(src), arg
+        # NOTE: children hash first, so hashing a deep AST stays linear and never recurses
+        self._hash = hash((op, tuple(s._hash for s in self.src), arg))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, LazyOp) or self._hash != other._hash:
+            return False
+        # iterative structural comparison: ASTs can be deep and shared
+        todo, seen = [(self, other)], set()
+        while todo:
+            a, b = todo.pop()
+            if a is b or (id(a), id(b)) in seen:
+                continue
+            seen.add((id(a), id(b)))
+            if a.op != b.op or a.arg != b.arg or len(a.src) != len(b.src) or a._hash != b._hash:
+                return False
+            todo.extend(zip(a.src, b.src))
+        return True
+
+    def __repr__(self) -> str:
+        return f"LazyOp(op={self.op}, src=<{len(self.src)}>, arg={self.arg})"
+
+    def toposort(self) -> list[LazyOp]:
+        """Every node of this AST once, sources before users."""
+        order: list[LazyOp] = []
+        seen: set[int] = set()
+        stack: list[tuple[LazyOp, bool]] = [(self, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if id(s) not in seen)
+        return order
+
+    @property
+    def lazyops(self) -> list[LazyOp]:
+        return self.toposort()
+
+
+def print_ast(ast: LazyOp | tuple[LazyOp, ...]) -> str:
+    """An indented text dump of an AST (DEBUG=5), shared subtrees printed once and then referred to by number."""
+    roots = ast if isinstance(ast, tuple) else (ast,)
+    lines: list[str] = []
+    names: dict[int, int] = {}
+    for root in roots:
+        stack = [(root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if id(node) in names:
+                lines.append("  " * depth + f"@{names[id(node)]}")
+                continue
+            names[id(node)] = len(names)
+            lines.append("  " * depth + f"#{names[id(node)]} {node.op} {node.arg if node.arg is not None else ''}")
+            stack.extend((s, depth + 1) for s in reversed(node.src))
+    return "\n".join(lines)

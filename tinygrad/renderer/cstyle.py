@@ -1,0 +1,191 @@
+"""Renders a linearized kernel (a list of UOps) as C-family source.
+
+A language is a table: how each op, type and constant is spelled, and how the kernel's signature looks. The one
+loop in `uops_to_cstyle` walks the uops in order; single-use arithmetic is inlined into its user, everything
+else gets a named variable.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.dtype import DType, PtrDType, dtypes
+from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
+
+# inlined expressions longer than this get a variable of their own, so huge fused kernels stay compilable
+MAX_INLINE = 400
+
+
+def _c_math(name: str) -> Callable[[str, DType], str]:
+    """A libm builtin for float/double; half computes in float."""
+    def render(x: str, dt: DType) -> str:
+        if dt == dtypes.float64:
+            return f"__builtin_{name}({x})"
+        if dt == dtypes.float16:
+            return f"(_Float16)__builtin_{name}f((float)({x}))"
+        return f"__builtin_{name}f({x})"
+    return render
+
+
+class CStyleLanguage:
+    """The spelling of C for the CLANG/CPU devices. GPU languages subclass it and change the table."""
+    kernel_prefix = "void "
+    buffer_prefix = ""
+    arg_int_prefix = "const int"
+    restrict = " restrict"
+    type_map: dict[DType, str] = {
+        dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+        dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
+        dtypes.float32: "float", dtypes.float64: "double",
+    }
+    # the op table: each entry renders the operands (already strings) with the result dtype
+    code_for_op: dict = {
+        UnaryOps.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
+        UnaryOps.EXP2: _c_math("exp2"),
+        UnaryOps.LOG2: _c_math("log2"),
+        UnaryOps.SIN: _c_math("sin"),
+        UnaryOps.SQRT: _c_math("sqrt"),
+        UnaryOps.RECIP: lambda x, dt: f"(1/{x})",
+        BinaryOps.ADD: lambda a, b, dt: f"({a}+{b})",
+        BinaryOps.SUB: lambda a, b, dt: f"({a}-{b})",
+        BinaryOps.MUL: lambda a, b, dt: f"({a}*{b})",
+        BinaryOps.DIV: lambda a, b, dt: f"({a}/{b})",
+        # NaN in either operand propagates, as PyTorch's maximum does
+        BinaryOps.MAX: lambda a, b, dt: f"(({a}!={a}||{a}>{b})?{a}:{b})" if dtypes.is_float(dt) else
+        f"(({a}>{b})?{a}:{b})",
+        BinaryOps.MOD: lambda a, b, dt: f"__builtin_fmod{'' if dt == dtypes.float64 else 'f'}({a},{b})"
+        if dtypes.is_float(dt) else f"({a}%{b})",
+        BinaryOps.CMPLT: lambda a, b, dt: f"({a}<{b})",
+        BinaryOps.CMPEQ: lambda a, b, dt: f"({a}=={b})",
+        BinaryOps.CMPNE: lambda a, b, dt: f"({a}!={b})",
+        BinaryOps.XOR: lambda a, b, dt: f"({a}^{b})",
+        BinaryOps.AND: lambda a, b, dt: f"({a}&{b})",
+        BinaryOps.OR: lambda a, b, dt: f"({a}|{b})",
+        BinaryOps.SHL: lambda a, b, dt: f"({a}<<{b})",
+        BinaryOps.SHR: lambda a, b, dt: f"({a}>>{b})",
+        TernaryOps.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})",
+        TernaryOps.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
+    }
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt not in self.type_map:
+            raise NotImplementedError(f"{dt} is not supported by the {type(self).__name__} renderer yet")
+        return self.type_map[dt]
+
+    def render_const(self, val, dt: DType) -> str:
+        if dt == dtypes.bool:
+            return "1" if val else "0"
+        if dtypes.is_float(dt):
+            if math.isnan(val):
+                body = "__builtin_nanf(\"\")"
+            elif math.isinf(val):
+                body = ("-" if val < 0 else "") + "__builtin_inff()"
+            else:
+                body = repr(float(val)) + ("" if dt == dtypes.float64 else "f")
+            return body if dt in (dtypes.float32, dtypes.float64) else f"(({self.render_dtype(dt)}){body})"
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
+        if dt == dtypes.int64 and val == dtypes.min(dtypes.int64):
+            return "(-9223372036854775807ll-1)"
+        if dt == dtypes.int32 and val == dtypes.min(dtypes.int32):
+            return "(-2147483647-1)"
+        return f"{int(val)}{suffix}" if suffix or dt == dtypes.int32 else f"(({self.render_dtype(dt)}){int(val)})"
+
+    def render_cast(self, x: str, dt: DType) -> str:
+        return f"(({self.render_dtype(dt)})({x}))"
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        # a union compound literal reinterprets the bits without undefined behaviour
+        return f"((union {{ {self.render_dtype(src)} i; {self.render_dtype(dt)} o; }}){{.i = {x}}}).o"
+
+    def render_kernel(self, name: str, body: list[str], params: list[tuple[str, DType | str, bool]]) -> str:
+        args = []
+        for pname, dt, is_out in params:
+            if isinstance(dt, PtrDType):
+                const = "" if is_out else "const "
+                args.append(f"{const}{self.render_dtype(dt.base)}*{self.restrict} {pname}")
+            else:
+                args.append(f"{self.arg_int_prefix} {pname}")
+        return f"{self.kernel_prefix}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+
+
+def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
+    """The source of kernel `name` from its uops."""
+    uses: dict[int, int] = {}
+    for u in uops:
+        for v in u.vin:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    r: dict[int, str] = {}
+    params: list[tuple[str, DType, bool]] = []
+    body: list[str] = []
+    depth = 1
+    counters: dict[str, int] = {}
+
+    def fresh(prefix: str) -> str:
+        n = counters.get(prefix, 0)
+        counters[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def emit(line: str) -> None:
+        body.append("  " * depth + line)
+
+    def bind(u: UOp, expr: str, prefix: str, inline: bool) -> None:
+        if inline and uses.get(id(u), 0) <= 1 and len(expr) <= MAX_INLINE:
+            r[id(u)] = expr
+        else:
+            var = fresh(prefix)
+            emit(f"{lang.render_dtype(u.dtype)} {var} = {expr};")
+            r[id(u)] = var
+
+    for u in uops:
+        op, dt, vin = u.uop, u.dtype, u.vin
+        if op is UOps.DEFINE_GLOBAL:
+            r[id(u)] = u.arg[1]
+            params.append((u.arg[1], dt, u.arg[2]))
+        elif op is UOps.DEFINE_VAR:
+            var_name = "".join(c if c.isalnum() or c == "_" else "_" for c in u.arg.expr)
+            r[id(u)] = var_name
+            params.append((var_name, dtypes.int32, False))
+        elif op is UOps.CONST:
+            r[id(u)] = lang.render_const(u.arg, dt)
+        elif op is UOps.LOOP:
+            var = fresh("ridx")
+            emit(f"for (int {var} = {r[id(vin[0])]}; {var} < {r[id(vin[1])]}; {var}++) {{")
+            r[id(u)] = var
+            depth += 1
+        elif op is UOps.ENDLOOP:
+            depth -= 1
+            emit("}")
+        elif op is UOps.DEFINE_ACC:
+            var = fresh("acc")
+            emit(f"{lang.render_dtype(dt)} {var} = {lang.render_const(u.arg, dt)};")
+            r[id(u)] = var
+        elif op is UOps.LOAD:
+            access = f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
+            if len(vin) > 2:
+                access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
+            bind(u, access, "val", inline=False)
+        elif op is UOps.ALU:
+            bind(u, lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), "alu", inline=True)
+        elif op is UOps.CAST:
+            bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
+        elif op is UOps.BITCAST:
+            bind(u, lang.render_bitcast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=False)
+        elif op is UOps.PHI:
+            emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
+            r[id(u)] = r[id(vin[0])]
+        elif op is UOps.STORE:
+            line = f"{r[id(vin[0])]}[{r[id(vin[1])]}] = {r[id(vin[2])]};"
+            emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
+        else:
+            raise NotImplementedError(f"the C renderer has no rule for {op}")
+    return lang.render_kernel(name, body, params)
+
+
+class ClangLanguage(CStyleLanguage):
+    """C for the host compiler (clang or gcc)."""
+
+
+def ClangRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
+    return uops_to_cstyle(ClangLanguage(), name, uops)

@@ -1,0 +1,70 @@
+"""The CLANG device: kernels rendered as C, compiled by the host C compiler, loaded and called from C++.
+
+The compiler is clang when it is on PATH, else the system `cc` (gcc), with the same flags; `CC=...` overrides.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.device import Compiled, Compiler, MallocAllocator
+from tinygrad.helpers import getenv
+from tinygrad.renderer.cstyle import ClangRenderer
+from tinygrad.runtime import _cpu
+
+# -ffp-contract=off: no fused multiply-add, so results match the CPU reference bit for bit where C allows
+CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing",
+          "-x", "c")
+
+
+@functools.lru_cache(None)
+def find_cc() -> str:
+    """The C compiler to use: $CC, else clang, else cc."""
+    cc = getenv("CC") or shutil.which("clang") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("no C compiler found for the CLANG device: install clang or gcc, or set CC")
+    return cc
+
+
+class ClangCompiler(Compiler):
+    """C source -> shared object bytes."""
+    linearizer_opts = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False)
+
+    def __init__(self, cachekey: str | None = "compile_clang"):
+        super().__init__(cachekey)
+
+    def compile(self, src: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="tinygrad-cc-") as tmp:
+            out = os.path.join(tmp, "kernel.so")
+            proc = subprocess.run([find_cc(), *CFLAGS, "-", "-o", out, "-lm"], input=src.encode(),
+                                  capture_output=True)
+            if proc.returncode != 0:
+                raise CompileError(f"{find_cc()} failed to compile a kernel:\n{proc.stderr.decode(errors='replace')}"
+                                   f"\n--- source ---\n{src}")
+            with open(out, "rb") as f:
+                return f.read()
+
+
+class CompileError(RuntimeError):
+    """The device compiler rejected a kernel; the message carries its log and the source."""
+
+
+class ClangProgram:
+    """A compiled function `name` in the shared object `lib`, called as `prg(*bufs, *vals)` from C++."""
+
+    def __init__(self, name: str, lib: bytes):
+        self.name, self.lib = name, lib
+        self._library = _cpu.Library(lib)
+        self._prg = _cpu.Program(self._library, name)
+
+    def __call__(self, *args, global_size=None, local_size=None, vals=(), wait: bool = False):
+        self._prg(*args, *vals)
+
+
+class ClangDevice(Compiled):
+    def __init__(self, device: str):
+        super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, ClangRenderer)
