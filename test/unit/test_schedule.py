@@ -1,0 +1,99 @@
+"""The scheduler: how many kernels known graphs become (the fusion rules of tinygrad/engine/schedule.pyx)."""
+import numpy as np
+import pytest
+
+from tinygrad import Tensor
+from tinygrad.engine.schedule import create_schedule
+from tinygrad.ops import BufferOps, LoadOps, ReduceOps
+
+
+def kernels(*tensors):
+    sched = create_schedule([t.lazydata for t in tensors])
+    return [si for si in sched if si.ast[0].op is BufferOps.STORE]
+
+
+def realized(*shape):
+    return Tensor(np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)).realize()
+
+
+def test_elementwise_chain_is_one_kernel():
+    a, b, c = realized(4, 4), realized(4, 4), realized(4, 4)
+    assert len(kernels(((a + b) * c).exp() - 1)) == 1
+
+
+def test_broadcast_and_movement_fuse():
+    a, b = realized(4, 1), realized(1, 4)
+    assert len(kernels((a + b).permute(1, 0).reshape(16) * 2)) == 1
+
+
+def test_reduce_with_elementwise_input_is_one_kernel():
+    a, b = realized(8, 8), realized(8, 8)
+    assert len(kernels((a * b).sum(axis=1))) == 1
+
+
+def test_elementwise_after_reduce_fuses():
+    a = realized(8, 8)
+    assert len(kernels(a.sum() / 64 + 1)) == 1
+    assert len(kernels(a.mean(axis=0))) == 1
+
+
+def test_two_reduces_are_two_kernels():
+    a = realized(8, 8)
+    assert len(kernels(a.sum(axis=0) + a.max(axis=0))) == 2
+
+
+def test_expanded_reduce_is_realized():
+    a = realized(8, 8)
+    # softmax: max, then exp-sum, then the division: the max and the sum are each read through an expand
+    assert len(kernels(a.softmax())) == 3
+
+
+def test_matmul_is_one_kernel():
+    a, b = realized(4, 8), realized(8, 3)
+    ks = kernels(a @ b)
+    assert len(ks) == 1
+    assert any(op.op is ReduceOps.SUM for op in ks[0].ast[0].toposort())
+
+
+def test_constants_are_inlined():
+    ks = kernels(Tensor(2.0) + Tensor(3.0))
+    assert len(ks) == 1 and len(ks[0].bufs) == 1
+
+
+def test_copy_from_cpu_is_scheduled_before_its_consumer():
+    t = Tensor([1.0, 2.0]) + 1
+    sched = create_schedule([t.lazydata])
+    assert [si.ast[0].op for si in sched] == [LoadOps.COPY, BufferOps.STORE]
+
+
+def test_padded_view_of_unsafe_op_is_realized():
+    a = realized(4)
+    # exp(0) = 1, so the padding must not be computed by the fused exp
+    out = a.exp().pad(((2, 2),))
+    assert len(kernels(out)) == 2
+    np.testing.assert_allclose(out.numpy(), np.pad(np.exp(np.arange(4, dtype=np.float32)), 2), rtol=1e-6)
+
+
+def test_padded_view_of_safe_op_fuses():
+    a = realized(4)
+    out = (a * 2 + 1).pad(((1, 1),))
+    assert len(kernels(out)) == 1
+    np.testing.assert_allclose(out.numpy(), np.pad(np.arange(4) * 2 + 1.0, 1))
+
+
+def test_deep_graph_schedules_iteratively():
+    # a 100,000-op graph: no recursion anywhere from Tensor to the AST
+    x = realized(4)
+    y = x
+    for _ in range(100_000):
+        y = y + 1
+    ks = kernels(y)
+    assert len(ks) == 1
+    assert len(ks[0].ast[0].toposort()) > 100_000
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+def test_zero_size_tensors(shape):
+    t = Tensor.ones(*shape) + 1
+    assert t.numpy().shape == shape
+    assert Tensor.ones(*shape).sum().item() == 0
