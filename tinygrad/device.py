@@ -189,7 +189,11 @@ class _MallocAllocator(Allocator):
         return _cpu.HostBuffer(size)
 
     def _free(self, opaque, options: BufferOptions | None) -> None:
-        opaque.free()
+        try:
+            opaque.free()
+        except BufferError:
+            # a zero-copy view (as_buffer) still uses it: the memory goes when the last view does
+            pass
 
     def as_buffer(self, src, size: int | None = None) -> memoryview:
         return memoryview(src)

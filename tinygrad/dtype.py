@@ -156,8 +156,9 @@ _BY_NAME = {d.name: d for d in _ALL}
 _FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 _UINTS = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 _INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64) + _UINTS
-_NP = {d.name: np.dtype(n) for d, n in zip(_ALL, ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                                                  "uint64", "float16", None, "float32", "float64"]) if n is not None}
+_NP_NAMES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", None,
+             "float32", "float64"]
+_NP = {d.name: np.dtype(n) for d, n in zip(_ALL, _NP_NAMES) if n is not None}
 DTYPES_DICT = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
                "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,

@@ -437,9 +437,10 @@ class Tensor:
         if Ellipsis in idx:
             at = idx.index(Ellipsis)
             idx = idx[:at] + (slice(None),) * (self.ndim - n_real) + idx[at + 1:]
-        idx = idx + (slice(None),) * (self.ndim - n_real - 0 if Ellipsis not in idx else 0)
+        else:
+            idx = idx + (slice(None),) * (self.ndim - n_real)
         x, dim, out_shape = self, 0, []
-        shrink, strides, squeeze = [], [], []
+        shrink, strides = [], []
         for i in idx:
             if i is None:
                 out_shape.append(None)
@@ -451,12 +452,11 @@ class Tensor:
                     raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
                 shrink.append((j, j + 1))
                 strides.append(1)
-                squeeze.append(dim)
             elif isinstance(i, slice):
                 start, stop, step = i.indices(size)
                 if step > 0:
                     n = max(0, (stop - start + step - 1) // step)
-                    shrink.append((start, start + n * step) if n else (0, 0))
+                    shrink.append((start, start + (n - 1) * step + 1) if n else (0, 0))
                 else:
                     n = max(0, (start - stop - step - 1) // -step)
                     shrink.append((start - (n - 1) * -step, start + 1) if n else (0, 0))

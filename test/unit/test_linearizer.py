@@ -1,10 +1,10 @@
 """The linearizer: the uops a kernel lowers to, and the kernels they render to, run and checked against numpy."""
 import numpy as np
+from tinygrad.codegen.linearizer import Linearizer
+from tinygrad.engine.schedule import create_schedule
 
 from tinygrad import Tensor
-from tinygrad.codegen.linearizer import Linearizer
 from tinygrad.codegen.uops import UOps
-from tinygrad.engine.schedule import create_schedule
 from tinygrad.ops import BinaryOps
 from tinygrad.runtime.ops_clang import ClangCompiler
 

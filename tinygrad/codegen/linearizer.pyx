@@ -75,7 +75,7 @@ cdef class Linearizer:
         self.uops.append(u)
         if cachable:
             self._cse[key] = u
-            self._scope[-1].append(key)
+            self._scope[len(self._scope) - 1].append(key)
         return u
 
     cdef object _const(self, object val, object dtype):
@@ -229,7 +229,7 @@ cdef class Linearizer:
         val = self._lower_ast(rop.src[0], self._loop_vars, None)
         alu_op = BinaryOps.ADD if rop.op is ReduceOps.SUM else BinaryOps.MAX
         new = self._uop(UOps.ALU, dtype, (val, acc), alu_op, False)
-        phi = self._uop(UOps.PHI, dtype, (acc, new) + ((loops[-1],) if loops else ()), None, False)
+        phi = self._uop(UOps.PHI, dtype, (acc, new) + ((loops[len(loops) - 1],) if loops else ()), None, False)
         for lp in reversed(loops):
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)

@@ -56,14 +56,19 @@ class Adam(Optimizer):
 
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
         super().__init__(params, lr)
-        self.b1, self.b2, self.eps, self.t = b1, b2, eps, 0
+        self.b1, self.b2, self.eps = b1, b2, eps
         self.m = [Tensor.zeros(*p.shape, device=p.device, requires_grad=False) for p in self.params]
         self.v = [Tensor.zeros(*p.shape, device=p.device, requires_grad=False) for p in self.params]
-        self.state = self.m + self.v
+        # b1^t and b2^t live on the device: as Python floats they would change every kernel every step
+        dev = self.params[0].device
+        self.b1_t = Tensor.ones((), device=dev, requires_grad=False).contiguous()
+        self.b2_t = Tensor.ones((), device=dev, requires_grad=False).contiguous()
+        self.state = self.m + self.v + [self.b1_t, self.b2_t]
 
     def _step(self) -> list[Tensor]:
-        self.t += 1
-        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        c1, c2 = 1 - self.b1_t, 1 - self.b2_t
         for i, p in enumerate(self.params):
             if p.grad is None:
                 raise RuntimeError(f"parameter {i} of shape {p.shape} has no gradient: call backward() first")

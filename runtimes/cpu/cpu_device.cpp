@@ -1,0 +1,28 @@
+#include "cpu_device.h"
+
+#include "cpu_allocator.h"
+#include "cpu_graph.h"
+#include "cpu_library.h"
+#include "cpu_program.h"
+
+namespace tg::cpu {
+
+const std::string& CpuDevice::name() const noexcept {
+  static const std::string name = kDeviceName;
+  return name;
+}
+
+std::shared_ptr<Allocator> CpuDevice::allocator() { return cpu_allocator(); }
+
+std::shared_ptr<Program> CpuDevice::load_program(const std::string& name, std::string_view image) {
+  return std::make_shared<CpuProgram>(std::make_shared<Library>(image), name);
+}
+
+std::unique_ptr<Graph> CpuDevice::create_graph() { return std::make_unique<CpuGraph>(); }
+
+CpuDevice& cpu_device() {
+  static CpuDevice device;
+  return device;
+}
+
+}  // namespace tg::cpu
