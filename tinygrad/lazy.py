@@ -30,8 +30,9 @@ class LazyBuffer:
         if base is None:
             self.op, self.arg, self.srcs = op, arg, srcs
             # consts never get memory of their own: kernels inline them
+            # a symbolic size gets room for the largest value its variables allow
             self.buffer: Buffer | None = None if op is LoadOps.CONST else \
-                Buffer(device, self.size if isinstance(self.size, int) else 0, dtype)
+                Buffer(device, self.size if isinstance(self.size, int) else self.size.max, dtype)
             self.forced_realize = False
         else:
             if base._base is not None:

@@ -17,7 +17,7 @@ from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_up
 from tinygrad.helpers import all_int, argfix, make_pair, prod
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
-from tinygrad.shape.symbolic import Node, sint
+from tinygrad.shape.symbolic import Node, sint, sym_infer
 
 TensorLike = Union["Tensor", ConstType]
 
@@ -56,7 +56,11 @@ class Tensor:
             dt = dtype or dtypes.from_py(data)
             lb = LazyBuffer.loadop(LoadOps.CONST, (), dt, device, arg=dtypes.as_const(data, dt))
         elif isinstance(data, Node):
-            raise NotImplementedError("Tensors from symbolic values come with the symbolic shapes issue")
+            # a symbolic value (e.g. a bound Variable): a constant whose value is passed to the kernel at launch
+            if data.vars() and not all(v._val is not None for v in data.vars()):
+                raise ValueError(f"can't make a Tensor of {data!r}: its variables must be bound")
+            dt = dtype or dtypes.int32
+            lb = LazyBuffer.loadop(LoadOps.CONST, (), dt, device, arg=data)
         elif data is None:
             lb = LazyBuffer.loadop(LoadOps.EMPTY, (0,), dtype or dtypes.default_float, device)
         elif isinstance(data, bytes):
@@ -250,14 +254,16 @@ class Tensor:
     @staticmethod
     def rand(*shape, **kwargs) -> Tensor:
         dtype = to_dtype(kwargs.pop("dtype", None) or dtypes.default_float)
-        data = Tensor._rng.random(size=argfix(*shape), dtype=np.float32)
-        return Tensor(data, **kwargs).cast(dtype)
+        shape = argfix(*shape)
+        data = Tensor._rng.random(size=_concrete(shape), dtype=np.float32)
+        return Tensor(data, **kwargs).cast(dtype).reshape(shape)
 
     @staticmethod
     def randn(*shape, **kwargs) -> Tensor:
         dtype = to_dtype(kwargs.pop("dtype", None) or dtypes.default_float)
-        data = Tensor._rng.standard_normal(size=argfix(*shape), dtype=np.float32)
-        return Tensor(data, **kwargs).cast(dtype)
+        shape = argfix(*shape)
+        data = Tensor._rng.standard_normal(size=_concrete(shape), dtype=np.float32)
+        return Tensor(data, **kwargs).cast(dtype).reshape(shape)
 
     @staticmethod
     def uniform(*shape, low: float = 0.0, high: float = 1.0, **kwargs) -> Tensor:
@@ -345,7 +351,7 @@ class Tensor:
             if known == 0 or self.numel() % known != 0:
                 raise ValueError(f"can't reshape {self.shape} to {new_shape}")
             new_shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in new_shape)
-        if prod(new_shape) != self.numel():
+        if not _same_size(prod(new_shape), self.numel()):
             raise ValueError(f"can't reshape {self.shape} ({self.numel()} elements) to {new_shape}")
         return self if new_shape == self.shape else F.Reshape.apply(self, shape=new_shape)
 
@@ -533,12 +539,13 @@ class Tensor:
         out_dtype = least_upper_float(self.dtype)
         n = prod(s for i, s in enumerate(self.shape) if i in self._axes(axis))
         s = self.cast(out_dtype).sum(axis=axis, keepdim=keepdim)
-        return s.div(n) if n != 0 else s * math.nan
+        return s * math.nan if isinstance(n, int) and n == 0 else s.div(n)
 
     def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         sq = (self - self.mean(axis=axis, keepdim=True)).square()
         n = prod(s for i, s in enumerate(self.shape) if i in self._axes(axis))
-        return sq.sum(axis=axis, keepdim=keepdim).div(max(0, n - correction))
+        den = n - correction
+        return sq.sum(axis=axis, keepdim=keepdim).div(max(0, den) if isinstance(den, int) else den)
 
     def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -685,9 +692,11 @@ class Tensor:
         x: Tensor = self
         if not isinstance(y, Tensor):
             if isinstance(y, Node):
-                raise NotImplementedError("arithmetic with symbolic values comes with the symbolic shapes issue")
-            if not isinstance(y, (bool, int, float, np.generic)):
+                y = Tensor(y, device=x.device, dtype=x.dtype if dtypes.is_float(x.dtype) else dtypes.int32,
+                           requires_grad=False)
+            elif not isinstance(y, (bool, int, float, np.generic)):
                 raise TypeError(f"can't combine a Tensor with {type(y).__name__}")
+        if not isinstance(y, Tensor):
             y = y.item() if isinstance(y, np.generic) else y
             # a Python scalar takes the tensor's dtype unless it needs a wider kind (float into an int tensor)
             if dtypes.is_float(x.dtype) or (dtypes.is_int(x.dtype) and isinstance(y, int) and
@@ -895,6 +904,18 @@ class Tensor:
         lr = make_pair(padding, 4) if isinstance(padding, int) else tuple(padding)
         arg = [None] * (self.ndim - len(lr) // 2) + [(lr[i], lr[i + 1]) for i in range(len(lr) - 2, -1, -2)]
         return self.pad(tuple(arg), value)
+
+
+def _concrete(shape: tuple[sint, ...]) -> tuple[int, ...]:
+    """`shape` with every symbolic dim replaced by its bound value."""
+    return tuple(s if isinstance(s, int) else sym_infer(s, {}) for s in shape)
+
+
+def _same_size(a: sint, b: sint) -> bool:
+    """Whether two element counts agree (symbolic ones by their bound values)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sym_infer(a, {}) == sym_infer(b, {})
 
 
 def _np_from(data: Any, dtype: DType) -> np.ndarray:

@@ -162,6 +162,8 @@ cdef class Linearizer:
                     if op.op is not BufferOps.CONST:
                         mems.setdefault(op.arg.idx, op.arg)
                     variables |= op.arg.st.vars()
+                    if op.op is BufferOps.CONST and isinstance(op.arg.val, Node):
+                        variables |= op.arg.val.vars()
         for s in self.full_shape:
             if isinstance(s, Node):
                 variables |= s.vars()
@@ -272,7 +274,12 @@ cdef class Linearizer:
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
         idx, valid = st.expr_idxs(my_idxs)
         if op.op is BufferOps.CONST:
-            c = self._const(op.arg.val, dtype)
+            if isinstance(op.arg.val, Node):
+                c = self._lower_node(op.arg.val)
+                if dtype != dtypes.int32:
+                    c = self._uop(UOps.CAST, dtype, (c,), None)
+            else:
+                c = self._const(op.arg.val, dtype)
             if _is_true(valid):
                 return c
             if _is_false(valid):

@@ -14,6 +14,7 @@ from tinygrad.helpers import DEBUG
 from tinygrad.ops import (BinaryOps, BufferOps, ConstBuffer, LazyOp, LoadOps, MemBuffer, ReduceOps, TernaryOps,
                           UNSAFE_PAD_OPS, UnaryOps)
 from tinygrad.shape.shapetracker import ShapeTracker
+from tinygrad.shape.symbolic import Node, Variable
 
 _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
 
@@ -215,7 +216,15 @@ cdef object _leaf(object base, object st, object out, set realizes, object fused
     if base.op is LoadOps.CONST and base.realized is None:
         st, vv = _unbind(st)
         var_vals.update(vv)
-        return LazyOp(BufferOps.CONST, (), ConstBuffer(base.arg, base.dtype, st))
+        val = base.arg
+        if isinstance(val, Variable):
+            # a symbolic value: the kernel takes its variables as arguments
+            val, x = val.unbind()
+            var_vals[val] = x
+        elif isinstance(val, Node):
+            val, vv = val.unbind()
+            var_vals.update(vv)
+        return LazyOp(BufferOps.CONST, (), ConstBuffer(val, base.dtype, st))
     if base is out or base is fused_reduce or (base.realized is None and id(base) not in realizes):
         return None
     idx = inputs.get(id(base))

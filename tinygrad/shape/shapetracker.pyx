@@ -4,7 +4,7 @@ Movement ops rewrite the last view.  When the last view cannot express a reshape
 top: its indices then address the elements of the view below in row-major order.  Indexing walks the stack from
 the top down, unravelling the flat index of each view into the shape of the one below.
 """
-from tinygrad.shape.symbolic import AndNode, MulNode, Node, NumNode, SumNode, Variable
+from tinygrad.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable
 
 from tinygrad.shape.view cimport View, create_view, strides_for_shape
 

@@ -10,7 +10,7 @@ they really depend on a Variable.
 """
 import operator
 
-from tinygrad.shape.symbolic import Node, NumNode, Variable
+from tinygrad.shape.symbolic import Node, Variable
 
 # Memo caches for the expensive pure functions, keyed by all-int views only: Views holding Variables compare
 # equal regardless of the value a Variable is bound to, so a cached answer could carry the wrong binding.
