@@ -66,6 +66,12 @@ def test_copy_from_cpu_is_scheduled_before_its_consumer():
     assert [si.ast[0].op for si in sched] == [LoadOps.COPY, BufferOps.STORE]
 
 
+def test_source_of_a_copy_is_realized():
+    t = realized(4) * 2
+    sched = create_schedule([t.to("CPU").lazydata])
+    assert [si.ast[0].op for si in sched] == [BufferOps.STORE, LoadOps.COPY]
+
+
 def test_padded_view_of_unsafe_op_is_realized():
     a = realized(4)
     # exp(0) = 1, so the padding must not be computed by the fused exp

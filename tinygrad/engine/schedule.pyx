@@ -117,6 +117,9 @@ def create_schedule_with_vars(outs, seen=None):
     for b in order:
         if isinstance(b.op, LoadOps) or isinstance(b.op, ReduceOps) or b.forced_realize:
             realizes.add(id(b))
+        if b.op is LoadOps.COPY and _needs_compute(b.srcs[0].base):
+            # a copy moves a whole buffer, so its source needs one
+            realizes.add(id(b.srcs[0].base))
     cdef dict memo = {}
     for b in order:
         for s in b.srcs:

@@ -1,0 +1,36 @@
+"""DEBUG levels: 2 prints a line per launch, 4 the source once when compiled, 5 the AST, 6 the uops."""
+import os
+import subprocess
+import sys
+
+SCRIPT = """
+from tinygrad import Tensor
+a = Tensor([1.0, 2.0, 3.0]).realize()
+for _ in range(3):
+    (a * 2 + 1).realize()
+"""
+
+
+def run(level: int) -> str:
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env={**os.environ, "DEBUG": str(level)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_debug2_one_line_per_launch_with_time():
+    lines = [ln for ln in run(2).splitlines() if "***" in ln]
+    kernels = [ln for ln in lines if "E_3" in ln]
+    assert len(kernels) == 3, lines
+    assert all(" ms" in ln for ln in kernels)
+
+
+def test_debug4_prints_each_source_once():
+    out = run(4)
+    assert out.count("void E_3(") == 1, out
+
+
+def test_debug5_ast_and_debug6_uops():
+    out5, out6 = run(5), run(6)
+    assert "BufferOps.STORE" in out5 and "BinaryOps.MUL" in out5
+    assert "UOps.DEFINE_GLOBAL" in out6 and "UOps.LOOP" in out6 and "UOps.STORE" in out6
