@@ -96,10 +96,10 @@ class LazyBuffer:
     def copy_to_device(self, device: str) -> LazyBuffer:
         if device == self.device:
             return self
-        if self.is_unrealized_const() and self.st.views[-1].mask is None:
+        if self.is_unrealized_const() and all(v.mask is None for v in self.st.views):
+            # an unmasked constant is the same constant on any device: nothing to copy
             return LazyBuffer.loadop(LoadOps.CONST, (), self.dtype, device, arg=self.base.arg) \
-                .reshape((1,) * len(self.shape)).expand(self.shape) if self.shape else \
-                LazyBuffer.loadop(LoadOps.CONST, (), self.dtype, device, arg=self.base.arg)
+                .reshape((1,) * len(self.shape)).expand(self.shape)
         src = self.contiguous()
         return LazyBuffer.loadop(LoadOps.COPY, src.shape, src.dtype, device, arg=src.size * src.dtype.itemsize,
                                  srcs=(src,))

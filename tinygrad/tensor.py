@@ -243,9 +243,10 @@ class Tensor:
 
     @staticmethod
     def eye(dim: int, **kwargs) -> Tensor:
-        return (Tensor.arange(dim, **{k: v for k, v in kwargs.items() if k == "device"}).unsqueeze(1) ==
-                Tensor.arange(dim, **{k: v for k, v in kwargs.items() if k == "device"})).cast(
-                    to_dtype(kwargs.get("dtype") or dtypes.default_float)).requires_grad_(kwargs.get("requires_grad"))
+        dtype = to_dtype(kwargs.pop("dtype", None) or dtypes.default_float)
+        requires_grad = kwargs.pop("requires_grad", None)
+        idx = Tensor.arange(dim, **kwargs)
+        return (idx.unsqueeze(1) == idx).cast(dtype).requires_grad_(requires_grad)
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:

@@ -16,6 +16,12 @@ from tinygrad.helpers import getenv
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime import _cpu
 
+# the csrc/runtime.h version this Python layer was written against
+RUNTIME_ABI_VERSION = 1
+if _cpu.abi_version() != RUNTIME_ABI_VERSION:
+    raise ImportError(f"tinygrad.runtime._cpu was built for runtime ABI {_cpu.abi_version()}, this package expects "
+                      f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
+
 # -ffp-contract=off: no fused multiply-add, so results match the CPU reference bit for bit where C allows
 CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing",
           "-x", "c")
