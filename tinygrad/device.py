@@ -50,6 +50,8 @@ class _Device:
         except ModuleNotFoundError as e:
             if e.name != f"tinygrad.runtime.ops_{base.lower()}":
                 raise
+            if base in self.KNOWN:
+                raise RuntimeError(f"device {dev} is not available in this build of tinygrad") from None
             raise RuntimeError(f"unknown device {dev}: known devices are {', '.join(self.KNOWN)}") from None
         cls = next((v for k, v in vars(mod).items() if k.lower() == f"{base.lower()}device"), None)
         if cls is None:

@@ -157,6 +157,25 @@ def flatten(items: Iterable[Iterable[T]]) -> list[T]:
     return [x for sub in items for x in sub]
 
 
+def toposort(root: T, parents: Callable[[T], Iterable[T]]) -> list[T]:
+    """Every node reachable from `root` through `parents`, each once, parents before children. Iterative, so graphs
+    of any depth work; nodes are told apart by identity."""
+    order: list[T] = []
+    seen: set[int] = set()
+    stack: list[tuple[T, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((p, False) for p in reversed(list(parents(node))) if id(p) not in seen)
+    return order
+
+
 def round_up(num: int, amt: int) -> int:
     return (num + amt - 1) // amt * amt
 

@@ -10,6 +10,7 @@ from enum import Enum, auto
 from typing import Any, Union
 
 from tinygrad.dtype import DType
+from tinygrad.helpers import toposort
 
 
 class UnaryOps(Enum):
@@ -153,20 +154,7 @@ class LazyOp:
 
     def toposort(self) -> list[LazyOp]:
         """Every node of this AST once, sources before users."""
-        order: list[LazyOp] = []
-        seen: set[int] = set()
-        stack: list[tuple[LazyOp, bool]] = [(self, False)]
-        while stack:
-            node, done = stack.pop()
-            if done:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((s, False) for s in reversed(node.src) if id(s) not in seen)
-        return order
+        return toposort(self, lambda op: op.src)
 
     @property
     def lazyops(self) -> list[LazyOp]:

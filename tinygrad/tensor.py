@@ -14,7 +14,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
-from tinygrad.helpers import all_int, argfix, make_pair, prod
+from tinygrad.helpers import all_int, argfix, make_pair, prod, toposort
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
@@ -298,22 +298,8 @@ class Tensor:
 
     # ---- autograd ----
     def _toposort(self) -> list[Tensor]:
-        """Every tensor this one depends on through Functions, inputs before outputs (iterative DFS)."""
-        order: list[Tensor] = []
-        visited: set[int] = set()
-        stack: list[tuple[Tensor, bool]] = [(self, False)]
-        while stack:
-            node, done = stack.pop()
-            if done:
-                order.append(node)
-                continue
-            if id(node) in visited:
-                continue
-            visited.add(id(node))
-            stack.append((node, True))
-            if node._ctx is not None:
-                stack.extend((p, False) for p in node._ctx.parents if id(p) not in visited)
-        return order
+        """Every tensor this one depends on through Functions, inputs before outputs."""
+        return toposort(self, lambda t: t._ctx.parents if t._ctx is not None else ())
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/d(leaf) into every leaf's `.grad` that requires grad."""
