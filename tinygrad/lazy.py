@@ -130,7 +130,7 @@ class LazyBuffer:
         axis = tuple(sorted(set(axis)))
         new_shape = tuple(1 if i in axis else s for i, s in enumerate(self.shape))
         if any(self.shape[a] == 0 for a in axis if isinstance(self.shape[a], int)):
-            identity = 0 if op is ReduceOps.SUM else dtypes.min(self.dtype)
+            identity = {ReduceOps.SUM: 0, ReduceOps.PROD: 1}.get(op, dtypes.min(self.dtype))
             return self.const(identity, new_shape)
         if all(self.shape[a] == 1 for a in axis if isinstance(self.shape[a], int)) and \
                 all(isinstance(self.shape[a], int) for a in axis):

@@ -44,6 +44,7 @@ class BinaryOps(Enum):
 class ReduceOps(Enum):
     SUM = auto()
     MAX = auto()
+    PROD = auto()
 
 
 class MovementOps(Enum):

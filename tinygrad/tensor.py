@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar, Sequence, Union
 
 import numpy as np
@@ -32,6 +33,30 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
     training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
     _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)
+
+    class train(contextlib.ContextDecorator):  # noqa: N801 - tinygrad's public spelling
+        """`with Tensor.train():` sets Tensor.training (dropout, batchnorm statistics) for the block."""
+
+        def __init__(self, mode: bool = True):
+            self.mode = mode
+
+        def __enter__(self):
+            self.prev, Tensor.training = Tensor.training, self.mode
+
+        def __exit__(self, *exc):
+            Tensor.training = self.prev
+
+    class inference_mode(contextlib.ContextDecorator):  # noqa: N801
+        """`with Tensor.inference_mode():` sets Tensor.no_grad: results record no autograd graph."""
+
+        def __init__(self, mode: bool = True):
+            self.mode = mode
+
+        def __enter__(self):
+            self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
+
+        def __exit__(self, *exc):
+            Tensor.no_grad = self.prev
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):

@@ -220,16 +220,19 @@ cdef class Linearizer:
     cdef object _lower_reduce(self, list reduce_axes):
         rop = self.reduceop
         dtype = self._dtypes_of(rop)[id(rop)]
-        start = 0.0 if rop.op is ReduceOps.SUM else -float("inf")
-        if dtypes.is_int(dtype) or dtype == dtypes.bool:
-            start = 0 if rop.op is ReduceOps.SUM else dtypes.min(dtype)
+        # the identity of the reduction: x+0, x*1, max(x, smallest)
+        if rop.op is ReduceOps.MAX:
+            start = dtypes.min(dtype)
+        else:
+            start = 0 if rop.op is ReduceOps.SUM else 1
+        start = dtypes.as_const(start, dtype)
         acc = self._uop(UOps.DEFINE_ACC, dtype, (), start, False)
         loops = []
         for i in reduce_axes:
             if not _is_one(self.full_shape[i]):
                 loops.append(self._loop(i))
         val = self._lower_ast(rop.src[0], self._loop_vars, None)
-        alu_op = BinaryOps.ADD if rop.op is ReduceOps.SUM else BinaryOps.MAX
+        alu_op = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}[rop.op]
         new = self._uop(UOps.ALU, dtype, (val, acc), alu_op, False)
         phi = self._uop(UOps.PHI, dtype, (acc, new) + ((loops[len(loops) - 1],) if loops else ()), None, False)
         for lp in reversed(loops):
