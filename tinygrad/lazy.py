@@ -16,6 +16,7 @@ from tinygrad.shape.shapetracker import ShapeTracker
 from tinygrad.shape.symbolic import sint
 
 _CMP_OPS = (BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE)
+_INLINED = (LoadOps.CONST, LoadOps.IOTA)
 
 
 class LazyBuffer:
@@ -58,6 +59,10 @@ class LazyBuffer:
     def is_unrealized_const(self) -> bool:
         return self.base.realized is None and self.base.op is LoadOps.CONST
 
+    def is_inlined(self) -> bool:
+        """Whether this is a constant or an iota: a value kernels compute in place, with no buffer behind it."""
+        return self.base.realized is None and self.base.op in _INLINED
+
     # ---- factories ----
     @staticmethod
     def loadop(op: LoadOps, shape: tuple[sint, ...], dtype: DType, device: str, arg: Any = None,
@@ -81,7 +86,7 @@ class LazyBuffer:
     # ---- the graph's ops ----
     def contiguous(self) -> LazyBuffer:
         """This data laid out contiguously in a buffer of its own (a no-op when it already is)."""
-        if not self.is_unrealized_const() and self.st.contiguous and self.size == self.base.size:
+        if not self.is_inlined() and self.st.contiguous and self.size == self.base.size:
             return self
         return LazyBuffer.loadop(LoadOps.CONTIGUOUS, self.shape, self.dtype, self.device, srcs=(self,))
 

@@ -68,12 +68,15 @@ class LoadOps(Enum):
     CONTIGUOUS = auto()
     CUSTOM = auto()
     ASSIGN = auto()
+    # the flat index of each element: arange without data, inlined into kernels like a CONST
+    IOTA = auto()
 
 
 class BufferOps(Enum):
     LOAD = auto()
     CONST = auto()
     STORE = auto()
+    IOTA = auto()
 
 
 Op = Union[UnaryOps, BinaryOps, ReduceOps, MovementOps, TernaryOps, LoadOps, BufferOps]

@@ -64,19 +64,19 @@ class CreationMixin:
 
     @classmethod
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs) -> Tensor:
+        """`start, start+step, ...` up to (not including) `stop`, as torch.arange; one fused index, no data."""
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange step must not be 0")
         n = max(math.ceil((stop - start) / step), 0)
-        dtype = kwargs.pop("dtype", None) or (dtypes.default_float if any(isinstance(x, float)
-                                                                         for x in (start, stop, step))
-                                               else dtypes.default_int)
-        if n == 0:
-            return cls.empty(0, dtype=dtype, **kwargs)
-        # cumulative sum of `step` over a lower-triangular view: one fused kernel, no host data
-        steps = cls.full((n,), step, dtype=dtype, **kwargs)
-        return (steps._cumsum() + (start - step)).cast(dtype)
+        dtype = to_dtype(kwargs.pop("dtype", None) or (dtypes.default_float if any(isinstance(x, float) for x in
+                                                                                    (start, stop, step))
+                                                        else dtypes.default_int))
+        idx = cls._loadop(LoadOps.IOTA, (n,), dtype=dtypes.int32, **kwargs)
+        if dtypes.is_float(dtype):
+            return idx.cast(dtype) * step + start
+        return (idx * step + start).cast(dtype) if (start, step) != (0, 1) else idx.cast(dtype)
 
     @classmethod
     def eye(cls, dim: int, **kwargs) -> Tensor:

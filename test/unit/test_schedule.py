@@ -103,3 +103,12 @@ def test_zero_size_tensors(shape):
     t = Tensor.ones(*shape) + 1
     assert t.numpy().shape == shape
     assert Tensor.ones(*shape).sum().item() == 0
+
+
+def test_iota_is_inlined_and_linear():
+    # arange is an index computed in the kernel: no buffer, no reduce
+    ks = kernels(Tensor.arange(1000) * 2)
+    assert len(ks) == 1 and len(ks[0].bufs) == 1
+    assert not any(op.op in ReduceOps for op in ks[0].ast[0].toposort())
+    np.testing.assert_array_equal(Tensor.arange(3, 15, 4).reshape(3, 1).expand(3, 2).numpy(),
+                                  np.arange(3, 15, 4).reshape(3, 1).repeat(2, 1))

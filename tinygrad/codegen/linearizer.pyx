@@ -16,7 +16,7 @@ from tinygrad.shape.symbolic import (AndNode, DivNode, LtNode, ModNode, MulNode,
 
 cdef object _out_dtype(object op, dict dts):
     """The dtype a LazyOp produces, from its sources' dtypes."""
-    if op.op is BufferOps.LOAD or op.op is BufferOps.CONST:
+    if op.op is BufferOps.LOAD or op.op is BufferOps.CONST or op.op is BufferOps.IOTA:
         return op.arg.dtype
     if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
         return op.arg[0]
@@ -56,7 +56,7 @@ cdef class Linearizer:
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
-            if op.op is BufferOps.LOAD or op.op is BufferOps.CONST:
+            if op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA):
                 return tuple(op.arg.st.shape)
         raise ValueError("a reduce with no input")
 
@@ -158,8 +158,8 @@ cdef class Linearizer:
         variables = set()
         for root in self.ast:
             for op in root.toposort():
-                if op.op in (BufferOps.LOAD, BufferOps.STORE, BufferOps.CONST):
-                    if op.op is not BufferOps.CONST:
+                if op.op in (BufferOps.LOAD, BufferOps.STORE, BufferOps.CONST, BufferOps.IOTA):
+                    if op.op is BufferOps.LOAD or op.op is BufferOps.STORE:
                         mems.setdefault(op.arg.idx, op.arg)
                     variables |= op.arg.st.vars()
                     if op.op is BufferOps.CONST and isinstance(op.arg.val, Node):
@@ -256,7 +256,7 @@ cdef class Linearizer:
                 continue
             if id(op) in done:
                 continue
-            if op.op is BufferOps.LOAD or op.op is BufferOps.CONST:
+            if op.op is BufferOps.LOAD or op.op is BufferOps.CONST or op.op is BufferOps.IOTA:
                 done[id(op)] = self._lower_leaf(op, idxs)
                 continue
             src = tuple([done[id(s)] for s in op.src])
@@ -276,6 +276,15 @@ cdef class Linearizer:
         dtype = op.arg.dtype
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
         idx, valid = st.expr_idxs(my_idxs)
+        if op.op is BufferOps.IOTA:
+            # the element's own index into the (virtual) buffer is its value
+            c = self._lower_node(idx)
+            if dtype != dtypes.int32:
+                c = self._uop(UOps.CAST, dtype, (c,), None)
+            if _is_true(valid):
+                return c
+            return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, self._const(dtypes.as_const(0, dtype),
+                                                                                     dtype)), TernaryOps.WHERE)
         if op.op is BufferOps.CONST:
             if isinstance(op.arg.val, Node):
                 c = self._lower_node(op.arg.val)

@@ -45,8 +45,8 @@ cdef inline bint _is_elementwise(object op):
 
 
 cdef inline bint _needs_compute(object lb):
-    """A base that is neither realized nor a constant (constants are inlined into kernels)."""
-    return lb.realized is None and lb.op is not LoadOps.CONST
+    """A base that is neither realized nor inlined into kernels (a constant or an iota)."""
+    return lb.realized is None and lb.op is not LoadOps.CONST and lb.op is not LoadOps.IOTA
 
 
 cdef bint _masked(object st):
@@ -115,7 +115,7 @@ def create_schedule_with_vars(outs, seen=None):
     for b in out_bases:
         realizes.add(id(b))
     for b in order:
-        if isinstance(b.op, LoadOps) or isinstance(b.op, ReduceOps) or b.forced_realize:
+        if (isinstance(b.op, LoadOps) and b.op is not LoadOps.IOTA) or isinstance(b.op, ReduceOps) or b.forced_realize:
             realizes.add(id(b))
         if b.op is LoadOps.COPY and _needs_compute(b.srcs[0].base):
             # a copy moves a whole buffer, so its source needs one
@@ -228,6 +228,10 @@ cdef object _leaf(object base, object st, object out, set realizes, object fused
             val, vv = val.unbind()
             var_vals.update(vv)
         return LazyOp(BufferOps.CONST, (), ConstBuffer(val, base.dtype, st))
+    if base.op is LoadOps.IOTA and base.realized is None:
+        st, vv = _unbind(st)
+        var_vals.update(vv)
+        return LazyOp(BufferOps.IOTA, (), ConstBuffer(0, base.dtype, st))
     if base is out or base is fused_reduce or (base.realized is None and id(base) not in realizes):
         return None
     idx = inputs.get(id(base))
