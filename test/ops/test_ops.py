@@ -169,3 +169,13 @@ def test_errors_name_the_problem():
         Tensor("hello")
     with pytest.raises(IndexError):
         Tensor.ones(3)[5]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_low_precision_arithmetic_matches_torch(name):
+    vals = [1.0, 2.5, 3.14159, -1e-3, 100.0, 1e4, -7.75]
+    dt, tdt = getattr(dtypes, name), getattr(torch, name)
+    a, ta = Tensor(vals, dtype=dt), torch.tensor(vals, dtype=tdt)
+    assert a.dtype == dt
+    for f in (lambda x: x, lambda x: x * 3 + 1, lambda x: x * x - x / 3, lambda x: x.sum().reshape(1)):
+        np.testing.assert_array_equal(f(a).numpy().astype(np.float32), f(ta).float().numpy())

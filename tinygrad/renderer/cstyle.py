@@ -28,6 +28,20 @@ def _c_math(name: str) -> Callable[[str, DType], str]:
     return render
 
 
+# bfloat16 on the host: buffers hold the 16 bits, registers hold the value as a float, and every bfloat16 result is
+# rounded to bfloat16 precision (nearest even), which is what PyTorch does for each bfloat16 op
+BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
+  union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f;
+}
+static inline unsigned short tg_f32_to_bf16(float f) {
+  union { float f; unsigned int u; } c; c.f = f;
+  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
+  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+
 class CStyleLanguage:
     """The spelling of C for the CLANG/CPU devices. GPU languages subclass it and change the table."""
     kernel_prefix = "void "
@@ -38,8 +52,10 @@ class CStyleLanguage:
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16",
-        dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double",
     }
+    # how a buffer of each dtype is declared, where it differs from a value of that dtype
+    buffer_type_map: dict[DType, str] = {dtypes.bfloat16: "unsigned short"}
     # the op table: each entry renders the operands (already strings) with the result dtype
     code_for_op: dict = {
         UnaryOps.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
@@ -84,6 +100,8 @@ class CStyleLanguage:
                 body = ("-" if val < 0 else "") + "__builtin_inff()"
             else:
                 body = repr(float(val)) + ("" if dt == dtypes.float64 else "f")
+            if dt == dtypes.bfloat16:
+                return f"tg_bf16_round({body})"
             return body if dt in (dtypes.float32, dtypes.float64) else f"(({self.render_dtype(dt)}){body})"
         suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
         if dt == dtypes.int64 and val == dtypes.min(dtypes.int64):
@@ -93,9 +111,29 @@ class CStyleLanguage:
         return f"{int(val)}{suffix}" if suffix or dt == dtypes.int32 else f"(({self.render_dtype(dt)}){int(val)})"
 
     def render_cast(self, x: str, dt: DType) -> str:
+        if dt == dtypes.bfloat16:
+            return f"tg_bf16_round((float)({x}))"
         return f"(({self.render_dtype(dt)})({x}))"
 
+    def render_load(self, access: str, buf: DType) -> str:
+        return f"tg_bf16_to_f32({access})" if buf == dtypes.bfloat16 else access
+
+    def render_store(self, val: str, buf: DType) -> str:
+        return f"tg_f32_to_bf16({val})" if buf == dtypes.bfloat16 else val
+
+    def render_result(self, expr: str, dt: DType) -> str:
+        """An ALU result of dtype `dt`: low-precision results are rounded after each op, as PyTorch does (bfloat16 is
+        computed in float; a half cast rounds because the compiler runs with -fexcess-precision=standard)."""
+        if dt == dtypes.bfloat16:
+            return f"tg_bf16_round({expr})"
+        return f"((_Float16){expr})" if dt == dtypes.float16 else expr
+
+    def prelude(self, dts: set[DType]) -> str:
+        return BF16_PRELUDE if dtypes.bfloat16 in dts else ""
+
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        if dtypes.bfloat16 in (src, dt):
+            raise NotImplementedError("bitcast to or from bfloat16 is not supported by the C renderer")
         # a union compound literal reinterprets the bits without undefined behaviour
         return f"((union {{ {self.render_dtype(src)} i; {self.render_dtype(dt)} o; }}){{.i = {x}}}).o"
 
@@ -104,10 +142,14 @@ class CStyleLanguage:
         for pname, dt, is_out in params:
             if isinstance(dt, PtrDType):
                 const = "" if is_out else "const "
-                args.append(f"{const}{self.render_dtype(dt.base)}*{self.restrict} {pname}")
+                base = self.buffer_type_map.get(dt.base) or self.render_dtype(dt.base)
+                args.append(f"{const}{base}*{self.restrict} {pname}")
             else:
                 args.append(f"{self.arg_int_prefix} {pname}")
         return f"{self.kernel_prefix}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render_source(self, kernel: str, dts: set[DType]) -> str:
+        return self.prelude(dts) + kernel
 
 
 def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
@@ -162,12 +204,12 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
             emit(f"{lang.render_dtype(dt)} {var} = {lang.render_const(u.arg, dt)};")
             r[id(u)] = var
         elif op is UOps.LOAD:
-            access = f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
+            access = lang.render_load(f"{r[id(vin[0])]}[{r[id(vin[1])]}]", vin[0].dtype.base)
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
         elif op is UOps.ALU:
-            bind(u, lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), "alu", inline=True)
+            bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu", inline=True)
         elif op is UOps.CAST:
             bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
         elif op is UOps.BITCAST:
@@ -176,11 +218,11 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
             emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
             r[id(u)] = r[id(vin[0])]
         elif op is UOps.STORE:
-            line = f"{r[id(vin[0])]}[{r[id(vin[1])]}] = {r[id(vin[2])]};"
+            line = f"{r[id(vin[0])]}[{r[id(vin[1])]}] = {lang.render_store(r[id(vin[2])], vin[0].dtype.base)};"
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         else:
             raise NotImplementedError(f"the C renderer has no rule for {op}")
-    return lang.render_kernel(name, body, params)
+    return lang.render_source(lang.render_kernel(name, body, params), {u.dtype.scalar() for u in uops if u.dtype})
 
 
 class ClangLanguage(CStyleLanguage):

@@ -22,8 +22,10 @@ if _cpu.abi_version() != RUNTIME_ABI_VERSION:
     raise ImportError(f"tinygrad.runtime._cpu was built for runtime ABI {_cpu.abi_version()}, this package expects "
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
-# -ffp-contract=off: no fused multiply-add, so results match the CPU reference bit for bit where C allows
-CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing",
+# -ffp-contract=off: no fused multiply-add; -fexcess-precision=standard: every half result is rounded to half, as
+# PyTorch rounds each op: results match the reference bit for bit where C allows
+CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fexcess-precision=standard",
+          "-fno-math-errno", "-fno-strict-aliasing",
           "-x", "c")
 
 
