@@ -11,6 +11,7 @@ import numpy as np
 
 from tinygrad.device import Buffer
 from tinygrad.dtype import ConstType, DType, dtypes
+from tinygrad.helpers import toposort
 from tinygrad.ops import BinaryOps, LoadOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.shapetracker import ShapeTracker
 from tinygrad.shape.symbolic import sint
@@ -35,6 +36,8 @@ class LazyBuffer:
             self.buffer: Buffer | None = None if op is LoadOps.CONST else \
                 Buffer(device, self.size if isinstance(self.size, int) else self.size.max, dtype)
             self.forced_realize = False
+            # set while an ASSIGN's kernel has not run: its (shared) buffer is allocated but not yet written
+            self.pending = False
         else:
             if base._base is not None:
                 raise RuntimeError("a view's base must be a base")
@@ -48,7 +51,7 @@ class LazyBuffer:
     @property
     def realized(self) -> Buffer | None:
         """The Buffer holding this base's data once it has been computed; None for views and unrealized bases."""
-        if self._base is not None or self.buffer is None or not self.buffer.is_allocated():
+        if self._base is not None or self.buffer is None or self.pending or not self.buffer.is_allocated():
             return None
         return self.buffer
 
@@ -89,6 +92,21 @@ class LazyBuffer:
         if not self.is_inlined() and self.st.contiguous and self.size == self.base.size:
             return self
         return LazyBuffer.loadop(LoadOps.CONTIGUOUS, self.shape, self.dtype, self.device, srcs=(self,))
+
+    def assign(self, x: LazyBuffer) -> LazyBuffer:
+        """`x`, computed straight into this buffer's memory when this is a realized, contiguous buffer (so kernels
+        captured by the JIT keep seeing it); otherwise simply `x`."""
+        target = self.base
+        if x.base is target or target.realized is None or target.op is LoadOps.CONST or \
+                not (self.st.contiguous and self.size == target.size):
+            return x
+        if _reads_shifted(x, target):
+            # writing in place while reading other elements of the same memory: compute into a temporary first
+            x = LazyBuffer.loadop(LoadOps.CONTIGUOUS, x.shape, x.dtype, x.device, srcs=(x,))
+        ret = LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, LoadOps.ASSIGN, None,
+                         (x, target))
+        ret.buffer, ret.pending = target.buffer, True
+        return ret
 
     def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
         if self.dtype == dtype:
@@ -171,3 +189,22 @@ class LazyBuffer:
         from tinygrad.engine.schedule import create_schedule
         return create_schedule([self], seen)
 
+
+def _reads_shifted(x: LazyBuffer, target: LazyBuffer) -> bool:
+    """Whether computing `x` elementwise reads `target` at other positions than the one being written (through a
+    permute, pad, expand, ... or a reduce), which an in-place write would corrupt."""
+    def fused_srcs(b: LazyBuffer) -> list[LazyBuffer]:
+        # the bases computed in the same kernel as b (realized, inlined and separately stored ones are not)
+        return [s.base for s in b.srcs if s.base.realized is None and s.base.op not in _INLINED and
+                s.base.op not in (LoadOps.CONTIGUOUS, LoadOps.COPY)]
+    reaches: dict[int, bool] = {}
+    for b in toposort(x.base, fused_srcs):
+        hit = False
+        for s in b.srcs:
+            if not (s.base is target or reaches.get(id(s.base), False)):
+                continue
+            if not (s.st.contiguous and s.size == s.base.size) or isinstance(b.op, ReduceOps):
+                return True
+            hit = True
+        reaches[id(b)] = hit
+    return False

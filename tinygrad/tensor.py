@@ -204,7 +204,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             raise TypeError(f"assign dtype mismatch: {x.dtype} into {self.dtype}")
         if x.device != self.device:
             raise RuntimeError(f"assign device mismatch: {x.device} into {self.device}")
-        self.lazydata = x.lazydata
+        self.lazydata = self.lazydata.assign(x.lazydata)
         return self
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:

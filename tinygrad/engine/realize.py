@@ -139,4 +139,4 @@ def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
         CacheCollector.add(ei, var_vals)
         # a realized base no longer needs the graph that produced it
         for lb in si.lbs:
-            lb.srcs = ()
+            lb.srcs, lb.pending = (), False

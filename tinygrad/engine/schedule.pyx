@@ -153,12 +153,16 @@ def create_schedule_with_vars(outs, seen=None):
             fused_reduce[id(target)] = r
 
     # ---- 4. one ScheduleItem per realized base, in dependency order ----
-    schedule, var_vals = [], {}
+    schedule, var_vals, reads_of = [], {}, []
     for b in order:
         if id(b) not in realizes:
             continue
-        schedule.append(_lower(b, realizes, fused_reduce.get(id(b)), var_vals))
+        reads = []
+        schedule.append(_lower(b, realizes, fused_reduce.get(id(b)), var_vals, reads))
+        reads_of.append(reads)
         seen.add(id(b))
+    if any(si.lbs[0].op is LoadOps.ASSIGN for si in schedule):
+        schedule = _order_assigns(schedule, reads_of)
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals
@@ -181,6 +185,47 @@ cdef bint _has_reduce_input(object target, set realizes):
     return False
 
 
+cdef list _order_assigns(list items, list reads_of):
+    """Reorder so every kernel that reads a buffer's old value runs before the ASSIGN that overwrites it."""
+    import heapq
+    producer = {}
+    for i, it in enumerate(items):
+        for lb in it.lbs:
+            producer[id(lb)] = i
+    deps = [set() for _ in items]
+    for i, reads in enumerate(reads_of):
+        for b in reads:
+            j = producer.get(id(b))
+            if j is not None and j != i:
+                deps[i].add(j)
+    for i, it in enumerate(items):
+        lb = it.lbs[0]
+        if lb.op is LoadOps.ASSIGN:
+            target = lb.srcs[1]
+            for k, reads in enumerate(reads_of):
+                if k != i and any(b is target for b in reads):
+                    deps[i].add(k)
+    users = [[] for _ in items]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    waiting = [len(d) for d in deps]
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(items[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(out) != len(items):
+        raise RuntimeError("this graph reads a buffer both before and after assigning to it: realize the reads of "
+                           "the old value before the assign")
+    return out
+
+
 def create_schedule(outs, seen=None):
     """Schedule the LazyBuffers `outs`; the kernels must not use symbolic variables (else use the _with_vars form)."""
     schedule, var_vals = create_schedule_with_vars(outs, seen)
@@ -189,15 +234,16 @@ def create_schedule(outs, seen=None):
     return schedule
 
 
-cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals):
-    """The ScheduleItem that computes base `out`."""
+cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals, list reads):
+    """The ScheduleItem that computes base `out`; the bases it reads are appended to `reads`."""
     op = out.op
     if op is LoadOps.COPY:
         src = out.srcs[0].base
+        reads.append(src)
         return ScheduleItem((LazyOp(LoadOps.COPY, (), out.arg),), (out.buffer, src.buffer), 1, (out,))
     if op is LoadOps.EMPTY:
         return ScheduleItem((LazyOp(LoadOps.EMPTY, (), None),), (out.buffer,), 1, (out,))
-    if op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
+    if op is LoadOps.CUSTOM:
         raise NotImplementedError(f"{op} is not supported by this scheduler yet")
 
     # the kernel's index space: the reduce's shape when a reduce is fused in, else the output's
@@ -205,7 +251,7 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals)
     outer = None if kshape == out.shape else ShapeTracker.from_shape(kshape)
     inputs = {}           # id(base) -> buffer index
     bufs = [out.buffer]
-    root = _build(out, outer, out, realizes, fused_reduce, inputs, bufs, var_vals)
+    root = _build(out, outer, out, realizes, fused_reduce, inputs, bufs, var_vals, reads)
     st_out = ShapeTracker.from_shape(out.shape)
     if outer is not None:
         st_out = st_out.reshape(kshape)
@@ -214,7 +260,7 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals)
 
 
 cdef object _leaf(object base, object st, object out, set realizes, object fused_reduce, dict inputs, list bufs,
-                  dict var_vals):
+                  dict var_vals, list reads):
     """The LOAD/CONST for reading `base` through `st`, or None when `base` is fused into this kernel."""
     if base.op is LoadOps.CONST and base.realized is None:
         st, vv = _unbind(st)
@@ -236,8 +282,14 @@ cdef object _leaf(object base, object st, object out, set realizes, object fused
         return None
     idx = inputs.get(id(base))
     if idx is None:
-        idx = inputs[id(base)] = len(bufs)
-        bufs.append(base.buffer)
+        reads.append(base)
+        if base.buffer is bufs[0]:
+            # an in-place update reads the memory it writes: one argument, or the C kernel would alias restrict
+            # pointers
+            idx = inputs[id(base)] = 0
+        else:
+            idx = inputs[id(base)] = len(bufs)
+            bufs.append(base.buffer)
     st, vv = _unbind(st)
     var_vals.update(vv)
     return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, base.dtype, st))
@@ -250,7 +302,7 @@ cdef tuple _unbind(object st):
 
 
 cdef object _build(object out, object outer, object kout, set realizes, object fused_reduce, dict inputs,
-                   list bufs, dict var_vals):
+                   list bufs, dict var_vals, list reads):
     """The AST computing base `out` at every index of the kernel (`outer` maps kernel indices onto `out`)."""
     # frames are (base, st): st maps kernel indices to the base's elements (None: the identity)
     cdef dict built = {}
@@ -261,7 +313,8 @@ cdef object _build(object out, object outer, object kout, set realizes, object f
         if key in built:
             continue
         child_keys = []
-        for s in base.srcs:
+        # an ASSIGN computes its first source; the second (the target) only orders it after the target's readers
+        for s in (base.srcs[:1] if base.op is LoadOps.ASSIGN else base.srcs):
             if base is fused_reduce:
                 cst = s.st if not s.st.contiguous or s.shape != s.base.shape else None
             elif st is None:
@@ -275,14 +328,15 @@ cdef object _build(object out, object outer, object kout, set realizes, object f
                 if (id(sb), cst) in built:
                     continue
                 leaf = _leaf(sb, cst if cst is not None else ShapeTracker.from_shape(sb.shape), kout, realizes,
-                             fused_reduce, inputs, bufs, var_vals)
+                             fused_reduce, inputs, bufs, var_vals, reads)
                 if leaf is not None:
                     built[(id(sb), cst)] = leaf
                 else:
                     stack.append((sb, cst, False))
             continue
         src_ops = tuple(built[(id(sb), cst)] for sb, cst in child_keys)
-        # a CONTIGUOUS op is just its source, stored
-        built[key] = src_ops[0] if base.op is LoadOps.CONTIGUOUS else LazyOp(base.op, src_ops, base.arg)
+        # CONTIGUOUS and ASSIGN are just their source, stored
+        built[key] = src_ops[0] if base.op is LoadOps.CONTIGUOUS or base.op is LoadOps.ASSIGN else \
+            LazyOp(base.op, src_ops, base.arg)
     return built[(id(out), outer)]
 
