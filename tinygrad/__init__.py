@@ -1,7 +1,7 @@
 """tinygrad: lazy tensors with autograd, fused into kernels, compiled and run on CPUs and GPUs."""
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
-from tinygrad.features.jit import TinyJit
+from tinygrad.engine.jit import TinyJit
 from tinygrad.helpers import Context, GlobalCounters
 from tinygrad.shape.symbolic import Variable
 from tinygrad.tensor import Tensor

@@ -36,13 +36,6 @@ def test_linearizer_options_on_the_compiler_class():
     assert ClangCompiler.linearizer_opts.device == "CLANG"
 
 
-def test_tinyjit_stub_says_so():
-    from tinygrad import TinyJit
-    jitted = TinyJit(lambda x: x * 2)
-    with pytest.raises(NotImplementedError, match="TinyJit"):
-        jitted(1)
-
-
 def test_unavailable_device_is_named():
     from tinygrad import Device
     with pytest.raises(RuntimeError, match="CUDA"):

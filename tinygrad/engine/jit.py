@@ -1,4 +1,223 @@
-"""The JIT's home in the 0.9 layout; re-exports the implementation."""
-from tinygrad.features.jit import CacheCollector, TinyJit
+"""TinyJit: capture the kernels a function launches and replay them without scheduling or compiling again.
 
-__all__ = ["CacheCollector", "TinyJit"]
+The first call runs the function normally (compiling what it needs), the second captures every kernel it launches,
+and later calls replay the captured kernels with the new input buffers and symbolic-variable values. On the host
+devices the whole replay is one call into C++ (a `_cpu.Graph`); other devices get a graph slot of their own.
+
+A replay is only right if the call looks like the captured one, so each call is checked: Tensor arguments must keep
+their shape, dtype, device and layout (symbolic dims may take any value in their bounds), other arguments must
+compare equal (or be the same object), and the function must have launched kernels at all. A mismatch raises
+JitError naming the argument; `jit.reset()` forgets the capture.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from tinygrad.helpers import DEBUG, JIT, GlobalCounters
+from tinygrad.shape.symbolic import Variable
+
+
+class JitError(RuntimeError):
+    """A jitted function was called in a way its captured kernels can't serve."""
+
+
+class _CacheCollector:
+    """Records every ExecItem run between `start()` and `finish()`, e.g. to look at the generated kernels."""
+
+    def __init__(self) -> None:
+        self.cache: list | None = None
+        self.var_vals: dict = {}
+
+    def start(self, var_vals: dict | None = None) -> None:
+        self.cache, self.var_vals = [], dict(var_vals or {})
+
+    def add(self, ei, var_vals: dict | None = None) -> None:
+        if self.cache is not None:
+            self.cache.append(ei)
+            if var_vals:
+                self.var_vals.update(var_vals)
+
+    def finish(self) -> list:
+        if self.cache is None:
+            raise RuntimeError("CacheCollector.finish() without start()")
+        ret, self.cache = self.cache, None
+        return ret
+
+
+CacheCollector = _CacheCollector()
+
+_PLAIN = (int, float, str, bool, bytes, type(None))
+
+
+def _flatten_args(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """(name, value) for every argument, looking into lists, tuples and dicts; names say where the value was."""
+    out: list[tuple[str, Any]] = []
+    todo = [(f"args[{i}]", a) for i, a in enumerate(args)] + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    todo.reverse()
+    while todo:
+        name, v = todo.pop()
+        if isinstance(v, (list, tuple)):
+            todo.extend(reversed([(f"{name}[{i}]", x) for i, x in enumerate(v)]))
+        elif isinstance(v, dict):
+            todo.extend(reversed([(f"{name}[{k!r}]", x) for k, x in v.items()]))
+        else:
+            out.append((name, v))
+    return out
+
+
+def _tensors_in(ret: Any) -> list:
+    from tinygrad.tensor import Tensor
+    return [v for _, v in _flatten_args((ret,), {}) if isinstance(v, Tensor)]
+
+
+class TinyJit:
+    """`@TinyJit` on a function of Tensors (and bound Variables). See the module docstring."""
+
+    def __init__(self, fxn: Callable):
+        self.fxn = fxn
+        functools.update_wrapper(self, fxn)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the capture: the next call runs normally and the one after captures again."""
+        self.cnt = 0
+        self.jit_cache: list = []
+        self.input_replace: dict[tuple[int, int], int] = {}
+        self.ret: Any = None
+        self.expected: list[tuple[str, Any]] | None = None
+        self.graph: Any = None
+
+    def __get__(self, obj, objtype=None):
+        # jitted methods: bind the instance like a plain function would
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def _inputs(self, args: tuple, kwargs: dict) -> tuple[list, dict, list[tuple[str, Any]]]:
+        """The input Tensors (realized), the variable values of this call, and the call's signature."""
+        from tinygrad.tensor import Tensor
+        tensors, var_vals, signature = [], {}, []
+        flat = _flatten_args(args, kwargs)
+        for name, v in flat:
+            if isinstance(v, Tensor):
+                tensors.append((name, v))
+            elif isinstance(v, Variable):
+                if v._val is None:
+                    raise JitError(f"TinyJit: {name} is an unbound Variable {v!r}: bind it to a value")
+                unbound, val = v.unbind()
+                var_vals[unbound] = val
+                signature.append((name, ("var", unbound)))
+            else:
+                signature.append((name, ("value", v) if isinstance(v, _PLAIN) else ("object", id(v))))
+        # inputs become realized buffers; a view is kept as a view (its layout is part of the signature)
+        Tensor.corealize([t for _, t in tensors])
+        for name, t in tensors:
+            st, vv = t.lazydata.st.unbind() if t.lazydata.st.var_vals else (t.lazydata.st, {})
+            var_vals.update(vv)
+            signature.append((name, ("tensor", t.device, t.dtype, st)))
+        return [t for _, t in tensors], var_vals, signature
+
+    def _check(self, signature: list[tuple[str, Any]]) -> None:
+        exp = dict(self.expected or [])
+        got = dict(signature)
+        for name in list(exp) + [n for n in got if n not in exp]:
+            if exp.get(name) != got.get(name):
+                raise JitError(f"TinyJit: {name} differs from the captured call: captured {_describe(exp.get(name))}, "
+                               f"got {_describe(got.get(name))}; call .reset() to capture again")
+
+    def __call__(self, *args, **kwargs):
+        if not JIT:
+            return self.fxn(*args, **kwargs)
+        tensors, var_vals, signature = self._inputs(args, kwargs)
+        if self.cnt == 0:
+            self.cnt = 1
+            self.ret = self.fxn(*args, **kwargs)
+            _realize(self.ret)
+            return self.ret
+        if self.cnt == 1:
+            CacheCollector.start(var_vals)
+            try:
+                self.ret = self.fxn(*args, **kwargs)
+                _realize(self.ret)
+            finally:
+                self.jit_cache = CacheCollector.finish()
+            if not any(_is_kernel(ei) for ei in self.jit_cache):
+                self.reset()
+                raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
+                               "captured: it must compute (and return) Tensors")
+            positions = {id(t.lazydata.base.realized): k for k, t in enumerate(tensors)}
+            self.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(self.jit_cache)
+                                  for i, b in enumerate(ei.bufs) if id(b) in positions}
+            self.expected = signature
+            self.graph = _host_graph(self.jit_cache, self.input_replace)
+            self.cnt = 2
+            if DEBUG >= 1:
+                print(f"TinyJit captured {len(self.jit_cache)} items ({'C++ graph' if self.graph else 'python'})")
+            return self.ret
+        self._check(signature)
+        bufs = [t.lazydata.base.realized for t in tensors]
+        if self.graph is not None:
+            self.graph(bufs, var_vals)
+        else:
+            for (j, i), k in self.input_replace.items():
+                self.jit_cache[j].bufs[i] = bufs[k]
+            for ei in self.jit_cache:
+                ei.run(var_vals)
+        if DEBUG >= 2:
+            print(f"TinyJit replayed {len(self.jit_cache)} items")
+        return self.ret
+
+
+def _describe(sig: Any) -> str:
+    if sig is None:
+        return "nothing"
+    kind, *rest = sig
+    if kind == "tensor":
+        device, dtype, st = rest
+        return f"a {dtype} Tensor of shape {st.shape} on {device}" + ("" if st.contiguous else f" with layout {st}")
+    if kind == "var":
+        return f"Variable {rest[0]!r}"
+    if kind == "value":
+        return repr(rest[0])
+    return f"object id {rest[0]}"
+
+
+def _realize(ret: Any) -> None:
+    from tinygrad.tensor import Tensor
+    Tensor.corealize(_tensors_in(ret))
+
+
+def _is_kernel(ei) -> bool:
+    from tinygrad.engine.realize import CompiledRunner
+    return isinstance(ei.prg, CompiledRunner)
+
+
+class HostGraph:
+    """The captured kernels of a host device (CLANG/CPU) as one `_cpu.Graph`: a replay is one call into C++."""
+
+    def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
+        from tinygrad.runtime import _cpu
+        self.graph = _cpu.Graph()
+        self.input_slots = [(j, i, k) for (j, i), k in input_replace.items()]
+        self.var_slots: list[tuple[int, int, Variable]] = []
+        for j, ei in enumerate(jit_cache):
+            runner = ei.prg
+            args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
+            self.var_slots += [(j, len(ei.bufs) + n, v) for n, v in enumerate(runner.vars)]
+            self.graph.add(runner.clprg._prg, args)
+
+    def __call__(self, bufs: list, var_vals: dict) -> None:
+        for j, i, k in self.input_slots:
+            self.graph.set_arg(j, i, bufs[k]._buf)
+        for j, i, v in self.var_slots:
+            self.graph.set_arg(j, i, var_vals[v])
+        self.graph()
+        GlobalCounters.kernel_count += len(self.graph)
+
+
+def _host_graph(jit_cache: list, input_replace: dict[tuple[int, int], int]) -> HostGraph | None:
+    """A HostGraph when every captured item is a kernel on a host device; None otherwise (replayed item by item).
+    Device runtimes with graphs of their own (CUDA graphs) plug in here."""
+    from tinygrad.runtime.ops_clang import ClangProgram
+    if all(_is_kernel(ei) and isinstance(ei.prg.clprg, ClangProgram) for ei in jit_cache):
+        return HostGraph(jit_cache, input_replace)
+    return None

@@ -129,7 +129,7 @@ def lower_schedule_item(si) -> Runner:
 
 def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
     """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph."""
-    from tinygrad.features.jit import CacheCollector
+    from tinygrad.engine.jit import CacheCollector
     for si in schedule:
         for b in si.outputs:
             b.ensure_allocated()

@@ -1,0 +1,127 @@
+"""TinyJit: capture on the second call, replay after, and refuse calls the capture can't serve."""
+import numpy as np
+import pytest
+
+from tinygrad import GlobalCounters, Tensor, TinyJit, Variable, dtypes
+from tinygrad.engine.jit import JitError
+from tinygrad.nn import Linear
+from tinygrad.nn.optim import Adam
+
+
+def data(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_replay_matches_eager_and_skips_the_function():
+    calls = []
+
+    def f(a, b):
+        calls.append(1)
+        return (a @ b).relu() + a.sum()
+
+    jf = TinyJit(f)
+    for i in range(5):
+        a, b = data(3, 4, seed=i), data(4, 2, seed=10 + i)
+        np.testing.assert_allclose(jf(Tensor(a), Tensor(b)).numpy(), f(Tensor(a), Tensor(b)).numpy(), rtol=1e-6)
+    assert len(calls) == 2 + 5, "the function body runs on the first two calls only (plus the eager references)"
+    assert jf.jit_cache and jf.graph is not None
+
+
+def test_replay_does_not_schedule_or_compile(monkeypatch):
+    jf = TinyJit(lambda a: (a * 2).exp().sum())
+    for _ in range(2):
+        jf(Tensor(data(8)))
+    import tinygrad.engine.realize as realize
+    monkeypatch.setattr(realize, "get_runner", lambda *a: pytest.fail("replay compiled a kernel"))
+    before = GlobalCounters.kernel_count
+    out = jf(Tensor(data(8, seed=3))).numpy()
+    np.testing.assert_allclose(out, np.exp(data(8, seed=3) * 2).sum(), rtol=1e-5)
+    assert GlobalCounters.kernel_count > before
+
+
+def test_returns_lists_and_dicts():
+    jf = TinyJit(lambda a: {"double": a * 2, "pair": [a + 1, a - 1]})
+    for i in range(3):
+        out = jf(Tensor([float(i)]))
+        assert out["double"].item() == 2 * i and out["pair"][0].item() == i + 1 and out["pair"][1].item() == i - 1
+
+
+def test_bound_variables_vary_freely():
+    jf = TinyJit(lambda a, n: a.sum() * n)
+    for val in (3, 5, 2, 7):
+        v = Variable("n", 1, 10).bind(val)
+        assert jf(Tensor([1.0, 2.0]), v).item() == 3.0 * val
+
+
+def test_symbolic_shapes_vary_freely():
+    jf = TinyJit(lambda a: (a * 2).sum())
+    for n in (3, 5, 4, 8):
+        v = Variable("len", 1, 10).bind(n)
+        x = Tensor(np.arange(n, dtype=np.float32)).reshape(v)
+        assert jf(x).item() == float(n * (n - 1))
+
+
+@pytest.mark.parametrize("second,match", [
+    (lambda: (Tensor(data(3, 5)), 2.0), "shape"),
+    (lambda: (Tensor(data(3, 4)).cast(dtypes.half), 2.0), "half"),
+    (lambda: (Tensor(data(3, 4), device="CPU"), 2.0), "CPU"),
+    (lambda: (Tensor(data(3, 4)), 3.0), "args\\[1\\]"),
+])
+def test_mismatched_calls_raise_naming_the_argument(second, match):
+    jf = TinyJit(lambda a, scale: (a * scale).sum())
+    for _ in range(3):
+        jf(Tensor(data(3, 4)), 2.0)
+    with pytest.raises(JitError, match=match):
+        jf(*second())
+
+
+def test_a_function_without_kernels_raises():
+    jf = TinyJit(lambda a: a)
+    jf(Tensor([1.0]))
+    with pytest.raises(JitError, match="no kernels"):
+        jf(Tensor([1.0]))
+
+
+def test_unbound_variable_raises():
+    jf = TinyJit(lambda a, n: a * n)
+    with pytest.raises(JitError, match="unbound"):
+        jf(Tensor([1.0]), Variable("n", 1, 4))
+
+
+def test_reset_recaptures():
+    jf = TinyJit(lambda a: a * 2)
+    for _ in range(3):
+        jf(Tensor(data(2)))
+    jf.reset()
+    assert jf.jit_cache == []
+    for i in range(3):
+        np.testing.assert_allclose(jf(Tensor(data(3, seed=i))).numpy(), data(3, seed=i) * 2)
+
+
+def _mlp_and_opt():
+    Tensor.manual_seed(0)
+    l1, l2 = Linear(8, 16), Linear(16, 3)
+    l1.weight, l2.weight = Tensor(data(16, 8, seed=1) * 0.3), Tensor(data(3, 16, seed=2) * 0.3)
+    params = [l1.weight, l1.bias, l2.weight, l2.bias]
+    return (lambda x: l2(l1(x).relu())), params, Adam(params, lr=0.01)
+
+
+def test_jitted_mlp_training_step_matches_eager():
+    xs = [data(4, 8, seed=100 + i) for i in range(6)]
+    ys = [np.array([0, 1, 2, 1], np.int32) for _ in range(6)]
+    losses = {}
+    for jit in (False, True):
+        model, params, opt = _mlp_and_opt()
+
+        def step(x, y, model=model, opt=opt):
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y)
+            loss.backward()
+            opt.step()
+            return loss
+        run = TinyJit(step) if jit else step
+        with Tensor.train():
+            losses[jit] = [run(Tensor(x), Tensor(y)).item() for x, y in zip(xs, ys)]
+        losses[(jit, "w")] = params[0].numpy()
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
+    np.testing.assert_allclose(losses[(True, "w")], losses[(False, "w")], rtol=1e-5, atol=1e-6)
