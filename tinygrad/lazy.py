@@ -90,6 +90,9 @@ class LazyBuffer:
     def contiguous(self) -> LazyBuffer:
         """This data laid out contiguously in a buffer of its own (a no-op when it already is)."""
         if not self.is_inlined() and self.st.contiguous and self.size == self.base.size:
+            # already laid out contiguously: make sure it gets a buffer of its own instead of being fused away
+            if self.base.realized is None:
+                self.base.forced_realize = True
             return self
         return LazyBuffer.loadop(LoadOps.CONTIGUOUS, self.shape, self.dtype, self.device, srcs=(self,))
 
