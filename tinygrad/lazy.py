@@ -75,7 +75,10 @@ class LazyBuffer:
     @staticmethod
     def fromcpu(x: np.ndarray) -> LazyBuffer:
         """A realized LazyBuffer on the CPU device holding (a contiguous copy of) numpy array `x`."""
-        x = np.ascontiguousarray(x)
+        # NOTE: not np.ascontiguousarray, which makes 0-d arrays 1-d
+        x = np.asarray(x)
+        if not x.flags.c_contiguous:
+            x = x.copy(order="C")
         ret = LazyBuffer("CPU", ShapeTracker.from_shape(x.shape), dtypes.from_np(x.dtype), LoadOps.EMPTY)
         ret.buffer = Buffer("CPU", x.size, ret.dtype, opaque=x.reshape(-1))
         return ret

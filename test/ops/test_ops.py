@@ -179,3 +179,9 @@ def test_low_precision_arithmetic_matches_torch(name):
     assert a.dtype == dt
     for f in (lambda x: x, lambda x: x * 3 + 1, lambda x: x * x - x / 3, lambda x: x.sum().reshape(1)):
         np.testing.assert_array_equal(f(a).numpy().astype(np.float32), f(ta).float().numpy())
+
+
+def test_negating_negative_constants_and_0d_numpy():
+    np.testing.assert_array_equal((-Tensor.full((3,), -2.0)).numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal((-Tensor.full((2,), -np.inf)).numpy(), [np.inf, np.inf])
+    assert Tensor(np.float32(3.0)).shape == () and Tensor(np.array(3.0)).item() == 3.0

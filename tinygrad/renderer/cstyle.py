@@ -91,6 +91,11 @@ class CStyleLanguage:
         return self.type_map[dt]
 
     def render_const(self, val, dt: DType) -> str:
+        text = self._render_const(val, dt)
+        # negative literals are parenthesised so that negating one never reads as the decrement operator (--2.0f)
+        return f"({text})" if text.startswith("-") else text
+
+    def _render_const(self, val, dt: DType) -> str:
         if dt == dtypes.bool:
             return "1" if val else "0"
         if dtypes.is_float(dt):
