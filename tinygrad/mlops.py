@@ -291,6 +291,27 @@ class Max(Function):
         return hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad_output.expand(self.x.shape))
 
 
+class Prod(Function):
+    def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+        self.x, self.axis = x, axis
+        return x.r(ReduceOps.PROD, axis)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        # d(prod)/dx_i is the product of the other entries, computed without dividing by zero: with no zero in the
+        # group it is prod / x_i, the single zero of a group gets the product of the nonzero entries, and with two
+        # or more zeros every entry gets 0 (PyTorch's semantics)
+        x, shape = self.x, self.x.shape
+        zero = x.const(0)
+        is_zero = x.e(BinaryOps.CMPEQ, zero)
+        nonzero = is_zero.e(TernaryOps.WHERE, x.const(1), x)
+        prod_nz = nonzero.r(ReduceOps.PROD, self.axis).expand(shape)
+        n_zeros = is_zero.cast(x.dtype).r(ReduceOps.SUM, self.axis).expand(shape)
+        when_zero = n_zeros.e(BinaryOps.CMPEQ, x.const(1)).e(TernaryOps.WHERE, prod_nz, zero)
+        when_nonzero = n_zeros.e(BinaryOps.CMPEQ, zero).e(TernaryOps.WHERE, prod_nz.e(BinaryOps.DIV, nonzero), zero)
+        others = is_zero.e(TernaryOps.WHERE, when_zero, when_nonzero)
+        return others.e(BinaryOps.MUL, grad_output.expand(shape))
+
+
 # ---- movement ----
 
 class Expand(Function):
@@ -345,6 +366,78 @@ class Flip(Function):
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
         return grad_output.stride(self.arg)
+
+
+# ---- bit shifts (integer only, no gradient): the mixing steps of the on-device random number generator ----
+
+class ShiftLeft(Function):
+    """x << y in C: for unsigned types the bits shifted out are dropped (y must be in [0, bits))."""
+
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.SHL, y)
+
+
+class ShiftRight(Function):
+    """x >> y in C: logical for unsigned types (signed ones are implementation-defined: gcc and clang fill the sign)."""
+
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.SHR, y)
+
+
+class Threefry(Function):
+    """Threefry-2x32 with 20 rounds (Salmon et al., SC 2011): a keyed bijection of the 64-bit counter (c0, c1) under
+    the key (k0, k1), whose outputs pass the usual statistical batteries. All four inputs are uint32 of one shape;
+    the two output words are returned packed in a uint64, word 1 in the high half.
+
+    The 20 rounds add, rotate and xor; after every fourth, the next two words of the key schedule (k0, k1,
+    k0 ^ k1 ^ 0x1BD11BDA, cyclically) and the injection number are added."""
+    ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+
+    def forward(self, c0: LazyBuffer, c1: LazyBuffer, k0: LazyBuffer, k1: LazyBuffer) -> LazyBuffer:
+        ks = (k0, k1, k0.e(BinaryOps.XOR, k1).e(BinaryOps.XOR, k0.const(0x1BD11BDA)))
+        x0, x1 = c0.e(BinaryOps.ADD, ks[0]), c1.e(BinaryOps.ADD, ks[1])
+        for r in range(20):
+            rot = self.ROTATIONS[r % 8]
+            x0 = x0.e(BinaryOps.ADD, x1)
+            x1 = x1.e(BinaryOps.SHL, x1.const(rot)).e(BinaryOps.OR, x1.e(BinaryOps.SHR, x1.const(32 - rot)))
+            x1 = x1.e(BinaryOps.XOR, x0)
+            if r % 4 == 3:
+                inj = r // 4 + 1
+                x0 = x0.e(BinaryOps.ADD, ks[inj % 3])
+                x1 = x1.e(BinaryOps.ADD, ks[(inj + 1) % 3]).e(BinaryOps.ADD, x1.const(inj))
+        lo, hi = x0.cast(dtypes.uint64), x1.cast(dtypes.uint64)
+        return hi.e(BinaryOps.SHL, hi.const(32)).e(BinaryOps.OR, lo)
+
+
+# ---- elementwise ops with a primitive of their own, and gradients given by formula ----
+
+class Exp2(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.EXP2)
+        return self.ret
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return self.ret.e(BinaryOps.MUL, self.ret.const(math.log(2))).e(BinaryOps.MUL, grad_output)
+
+
+class Log2(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.LOG2)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.e(BinaryOps.DIV, self.x.e(BinaryOps.MUL, self.x.const(math.log(2))))
+
+
+class Surrogate(Function):
+    """`value` forward; backward, the gradient goes to `surrogate` (never computed itself), which the Tensor op builds
+    so that its derivative is the op's true one (PyTorch's formula) where `value`'s own computation has another."""
+
+    def forward(self, surrogate: LazyBuffer, value: LazyBuffer) -> LazyBuffer:
+        return value
+
+    def backward(self, grad_output: LazyBuffer):
+        return grad_output if self.needs_input_grad[0] else None, None
 
 
 __all__ = [n for n, v in list(globals().items()) if isinstance(v, type) and issubclass(v, Function)] + ["dtypes"]
