@@ -125,3 +125,34 @@ def test_jitted_mlp_training_step_matches_eager():
         losses[(jit, "w")] = params[0].numpy()
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
     np.testing.assert_allclose(losses[(True, "w")], losses[(False, "w")], rtol=1e-5, atol=1e-6)
+
+
+def test_jitted_attention_with_a_symbolic_kv_cache():
+    d, maxlen = 8, 64
+    rng = np.random.default_rng(0)
+
+    def step(cache_k, cache_v, q, k, v, pos):
+        # write this position's key and value into the caches in place, then attend over positions 0..pos
+        hit = Tensor.arange(maxlen).reshape(maxlen, 1) == pos
+        cache_k.assign(hit.where(k, cache_k))
+        cache_v.assign(hit.where(v, cache_v))
+        keys, vals = cache_k.shrink(((0, pos + 1), None)), cache_v.shrink(((0, pos + 1), None))
+        return (q @ keys.T / d ** 0.5).softmax(-1) @ vals
+
+    def caches():
+        return Tensor.zeros(maxlen, d).contiguous().realize(), Tensor.zeros(maxlen, d).contiguous().realize()
+    eager_k, eager_v = caches()
+    jit_k, jit_v = caches()
+    ref_k, ref_v = np.zeros((maxlen, d), np.float32), np.zeros((maxlen, d), np.float32)
+    jstep = TinyJit(step)
+    for p in range(maxlen):
+        q, k, v = (rng.standard_normal((1, d)).astype(np.float32) for _ in range(3))
+        pos = Variable("pos", 0, maxlen - 1).bind(p)
+        want = step(eager_k, eager_v, Tensor(q), Tensor(k), Tensor(v), pos).numpy()
+        got = jstep(jit_k, jit_v, Tensor(q), Tensor(k), Tensor(v), pos).numpy()
+        ref_k[p], ref_v[p] = k[0], v[0]
+        scores = q @ ref_k[:p + 1].T / d ** 0.5
+        probs = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, probs @ ref_v[:p + 1], rtol=1e-4, atol=1e-5)
+    assert jstep.graph is not None
