@@ -156,3 +156,19 @@ def test_jitted_attention_with_a_symbolic_kv_cache():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, probs @ ref_v[:p + 1], rtol=1e-4, atol=1e-5)
     assert jstep.graph is not None
+
+
+def test_returned_symbolic_shapes_follow_the_call():
+    # the idiom of tinygrad's own symbolic JIT tests: the result's dims carry this call's value
+    jf = TinyJit(lambda a, b: (a @ b + 1).realize())
+    for i in range(1, 6):
+        vi = Variable("i", 1, 10).bind(i)
+        a, b = Tensor(data(3, i, seed=i)), Tensor(data(i, 4, seed=i + 50))
+        out = jf(a.reshape(3, vi), b.reshape(vi, 4))
+        np.testing.assert_allclose(out.numpy(), data(3, i, seed=i) @ data(i, 4, seed=i + 50) + 1, rtol=1e-5)
+    assert len(jf.jit_cache) == 1
+    jp = TinyJit(lambda a: (a + 1).realize())
+    for i in range(1, 6):
+        vi = Variable("i", 1, 10).bind(i)
+        a = Tensor(data(3, i, seed=i))
+        np.testing.assert_allclose(jp(a.reshape(3, vi)).reshape(3, i).numpy(), data(3, i, seed=i) + 1)

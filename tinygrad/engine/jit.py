@@ -164,6 +164,8 @@ class TinyJit:
                 ei.run(var_vals)
         if DEBUG >= 2:
             print(f"TinyJit replayed {len(self.jit_cache)} items")
+        if var_vals:
+            _rebind(self.ret, var_vals)
         return self.ret
 
 
@@ -179,6 +181,15 @@ def _describe(sig: Any) -> str:
     if kind == "value":
         return repr(rest[0])
     return f"object id {rest[0]}"
+
+
+def _rebind(ret: Any, var_vals: dict) -> None:
+    """Give the returned tensors' symbolic dims this call's values (they were bound to the captured call's)."""
+    from tinygrad.lazy import LazyBuffer
+    for t in _tensors_in(ret):
+        lb = t.lazydata
+        if lb.st.vars():
+            t.lazydata = LazyBuffer(lb.device, lb.st.unbind()[0].bind(var_vals), lb.dtype, base=lb.base)
 
 
 def _realize(ret: Any) -> None:

@@ -203,6 +203,10 @@ cdef class ShapeTracker:
             views.append(uv)
         return (ShapeTracker(tuple(views)) if changed else self), values
 
+    def bind(self, dict var_vals):
+        """This tracker with each Variable in `var_vals` bound to its value there (the inverse of unbind)."""
+        return ShapeTracker(tuple([v.bind(var_vals) for v in self.views]))
+
     # -- movement ops --------------------------------------------------------------------------------------------
 
     cdef ShapeTracker _with_last(self, View v):

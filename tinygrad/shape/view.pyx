@@ -695,6 +695,18 @@ cdef class View:
             return self, values
         return _create(shape, strides, offset, mask), values
 
+    def bind(self, dict var_vals):
+        """This view with each Variable in `var_vals` bound to its value there (the inverse of unbind)."""
+        sub = {v: v.bind(val) for v, val in var_vals.items()}
+
+        def rebind(x):
+            return x if type(x) is int else _norm(x.substitute(sub))
+
+        shape = tuple([rebind(s) for s in self.shape])
+        strides = tuple([rebind(s) for s in self.strides])
+        mask = None if self.mask is None else tuple([(rebind(b), rebind(e)) for b, e in self.mask])
+        return _create(shape, strides, rebind(self.offset), mask)
+
     # -- movement ops ------------------------------------------------------------------------------------------
 
     cpdef View permute(self, object axis):
