@@ -1,11 +1,17 @@
 """Elementwise ops: math, activations, comparisons, casts, and broadcasting binary operators.
 
 A mixin of Tensor (tinygrad/tensor.py); new tensors are made with `type(self)` so subclasses stay subclasses.
+
+Values and gradients follow PyTorch. Values are computed in forms that stay finite wherever PyTorch's do (tanh,
+softplus, sinh... for large |x|) and keep their relative accuracy for tiny |x| (through expm1 and log1p). Gradients
+are PyTorch's, kinks included: relu and abs give 0 at 0, maximum splits ties, clip passes the gradient at its bounds
+and hardtanh does not, rounding gives 0. Where the way a value is computed would differentiate to something else,
+`_with_grad` attaches PyTorch's formula instead (mlops.Surrogate).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
@@ -18,6 +24,18 @@ if TYPE_CHECKING:
 
 
 TensorLike = Union["Tensor", ConstType]
+Derivative = Union["Tensor", float, Callable[[], Union["Tensor", float]]]
+
+_LN2 = math.log(2)
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+# fraction bits of each float type: from 2**bits on, every value of the type is an integer
+_FRACTION_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
+# erf near 0: 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)), n = 0..5 (error < 2e-8 for |x| < 0.5)
+_ERF_SERIES = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(6)]
+# erf beyond: Abramowitz & Stegun 7.1.26, 1 - t (a1 + a2 t + ... + a5 t^4) exp(-x^2), t = 1 / (1 + p x)
+_ERF_P = 0.3275911
+_ERF_A = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]
 
 
 def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
@@ -32,56 +50,255 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     return tuple(out)
 
 
+def _with_grad(value: Tensor, *pairs: tuple[Tensor, Derivative]) -> Tensor:
+    """`value`, differentiated by formula: the gradient reaching input `x` of each `(x, dx)` pair is upstream * dx.
+
+    `x` must have `value`'s shape (pass inputs already broadcast). `dx` may be a callable, built only when `x` needs
+    a gradient. How `value` itself was computed is invisible to autograd."""
+    need = [(x, d) for x, d in pairs if x.requires_grad]
+    if not need or type(value).no_grad:
+        return value
+    surrogate = None
+    for x, d in need:
+        d = d() if callable(d) else d
+        term = x * (d.detach() if isinstance(d, ElementwiseMixin) else d)
+        surrogate = term if surrogate is None else surrogate + term
+    if surrogate.shape != value.shape:
+        raise RuntimeError(f"internal error: surrogate shape {surrogate.shape} != value shape {value.shape}")
+    return F.Surrogate.apply(surrogate.cast(value.dtype), value.detach())
+
+
 class ElementwiseMixin:
     __slots__ = ()
 
+    # ---- helpers ----
+    def _as_float(self) -> Tensor:
+        """This tensor in the float dtype transcendental ops compute in (ints and bools go to the default float)."""
+        return self.cast(least_upper_float(self.dtype))
+
+    def _opmath(self, fxn: Callable[[Tensor], Tensor]) -> Tensor:
+        """`fxn` of this tensor as a float, computed in float32 at least (as PyTorch does for half types), and
+        returned in this tensor's float dtype."""
+        dt = least_upper_float(self.dtype)
+        x = self.cast(dt)
+        return fxn(x) if dt.itemsize >= 4 else fxn(x.cast(dtypes.float32)).cast(dt)
+
+    def _expm1(self) -> Tensor:
+        """exp(x) - 1, accurate for tiny |x| (Kahan's trick). For values only: its autograd derivative is not exp."""
+        u = self.exp()
+        r = (u - 1) * self / u.log()
+        r = (u == 1).where(self, r)
+        r = (u - 1 == -1).where(-1.0, r)  # also where u is denormal, too coarse for the trick
+        return (u == math.inf).where(math.inf, r)
+
+    def _log1p(self) -> Tensor:
+        """log(1 + x), accurate for tiny |x| (Kahan's trick). For values only."""
+        w = self + 1
+        r = w.log() * self / (w - 1)
+        r = (w == 1).where(self, r)
+        return (w == math.inf).where(math.inf, r)
+
+    def _trunc_value(self) -> Tensor:
+        """trunc of a float tensor, without gradient. Values too large to have a fraction (and inf, nan) pass as they
+        are, so the float -> int cast stays in range; zero keeps its sign, as C's trunc."""
+        small = self.abs() < 2.0 ** _FRACTION_BITS[self.dtype.scalar()]
+        ints = small.where(self, 0.0).cast(dtypes.int64 if self.dtype.itemsize == 8 else dtypes.int32)
+        t = small.where(ints.cast(self.dtype), self)
+        return (t == 0).where(self * 0, t)
+
+    # ---- unary math ----
     def neg(self) -> Tensor:
         return F.Neg.apply(self) if self.dtype != dtypes.bool else self.logical_not()
 
     def log(self) -> Tensor:
-        return F.Log.apply(self.cast(least_upper_float(self.dtype)))
+        return F.Log.apply(self._as_float())
 
     def log2(self) -> Tensor:
-        return self.log() / math.log(2)
+        return F.Log2.apply(self._as_float())
 
     def exp(self) -> Tensor:
-        return F.Exp.apply(self.cast(least_upper_float(self.dtype)))
+        return F.Exp.apply(self._as_float())
 
     def exp2(self) -> Tensor:
-        return F.Exp.apply(self.cast(least_upper_float(self.dtype)) * math.log(2))
+        return F.Exp2.apply(self._as_float())
 
     def sqrt(self) -> Tensor:
-        return F.Sqrt.apply(self.cast(least_upper_float(self.dtype)))
+        return F.Sqrt.apply(self._as_float())
 
     def rsqrt(self) -> Tensor:
-        return self.reciprocal().sqrt()
-
-    def sin(self) -> Tensor:
-        return F.Sin.apply(self.cast(least_upper_float(self.dtype)))
-
-    def cos(self) -> Tensor:
-        return ((math.pi / 2) - self).sin()
-
-    def tan(self) -> Tensor:
-        return self.sin() / self.cos()
+        return self.sqrt().reciprocal()
 
     def reciprocal(self) -> Tensor:
-        return F.Reciprocal.apply(self.cast(least_upper_float(self.dtype)))
+        return F.Reciprocal.apply(self._as_float())
 
+    def sin(self) -> Tensor:
+        x = self._as_float()
+        return _with_grad(F.Sin.apply(x), (x, lambda: x.cos()))
+
+    def cos(self) -> Tensor:
+        # 1 - 2 sin(x/2)^2: halving is exact, so this keeps sin's accuracy for large |x| (sin(pi/2 - x) would not)
+        def fxn(x: Tensor) -> Tensor:
+            s = F.Sin.apply(x * 0.5)
+            return _with_grad(1 - 2 * s * s, (x, lambda: -F.Sin.apply(x)))
+        return self._opmath(fxn)
+
+    def tan(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            value = F.Sin.apply(x) / x.cos()
+            return _with_grad(value, (x, lambda: 1 + value * value))
+        return self._opmath(fxn)
+
+    def square(self) -> Tensor:
+        return self * self
+
+    def abs(self) -> Tensor:
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return self.relu() + (-self).relu()
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
+
+    def sign(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self
+        value = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+        return _with_grad(value, (self, 0.0))
+
+    def trunc(self) -> Tensor:
+        return _with_grad(self._trunc_value(), (self, 0.0)) if dtypes.is_float(self.dtype) else self
+
+    def floor(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self._trunc_value()
+        return _with_grad((t > self).where(t - 1, t), (self, 0.0))
+
+    def ceil(self) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self._trunc_value()
+        return _with_grad((t < self).where(t + 1, t), (self, 0.0))
+
+    def round(self) -> Tensor:
+        """Round half to even, as PyTorch (and IEEE's default rounding) does."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self._trunc_value()
+        frac = (self - t).abs()  # exact
+        half_t = t * 0.5
+        odd = half_t._trunc_value() != half_t
+        away = (frac > 0.5) | ((frac == 0.5) & odd)
+        return _with_grad(away.where((self < 0).where(t - 1, t + 1), t), (self, 0.0))
+
+    def isnan(self) -> Tensor:
+        return self != self
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        pos, neg = self == math.inf, self == -math.inf
+        if detect_positive and detect_negative:
+            return pos | neg
+        return pos if detect_positive else neg if detect_negative else self.full_like(False, dtype=dtypes.bool)
+
+    def isfinite(self) -> Tensor:
+        return (self - self) == 0 if dtypes.is_float(self.dtype) else self.full_like(True, dtype=dtypes.bool)
+
+    def erf(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            a = x.abs()
+            a2 = a * a
+            series = _ERF_SERIES[-1]
+            for c in reversed(_ERF_SERIES[:-1]):
+                series = c + a2 * series
+            t = 1 / (1 + _ERF_P * a)
+            poly = _ERF_A[-1]
+            for c in reversed(_ERF_A[:-1]):
+                poly = c + t * poly
+            v = (a < 0.5).where(a * series, 1 - t * poly * (-a2).exp())
+            return _with_grad((x < 0).where(-v, v), (x, lambda: (2 / math.sqrt(math.pi)) * (-x * x).exp()))
+        return self._opmath(fxn)
+
+    # ---- hyperbolic ----
+    def tanh(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            # tanh|x| = -m / (2 + m) with m = expm1(-2|x|): finite for any x, accurate near 0
+            m = (x.abs() * -2)._expm1()
+            y = -m / (m + 2)
+            value = (x < 0).where(-y, y)
+            return _with_grad(value, (x, lambda: 1 - value * value))
+        return self._opmath(fxn)
+
+    def _sinh_cosh(self, cosh: bool) -> Tensor:
+        # e^|x| / 2 = exp(|x| - ln 2) does not overflow before the result does
+        a = self.abs()
+        big, small = (a - _LN2).exp(), (-a - _LN2).exp()
+        if cosh:
+            return big + small
+        s = (a < 1).where((a._expm1() - (-a)._expm1()) * 0.5, big - small)
+        return (self < 0).where(-s, s)
+
+    def sinh(self) -> Tensor:
+        return self._opmath(lambda x: _with_grad(x._sinh_cosh(False), (x, lambda: x._sinh_cosh(True))))
+
+    def cosh(self) -> Tensor:
+        return self._opmath(lambda x: _with_grad(x._sinh_cosh(True), (x, lambda: x._sinh_cosh(False))))
+
+    def atanh(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            return _with_grad((2 * x / (1 - x))._log1p() * 0.5, (x, lambda: 1 / (1 - x * x)))
+        return self._opmath(fxn)
+
+    def asinh(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            a = x.abs()
+            # log1p(a + a^2 / (1 + sqrt(1 + a^2))); for large a, log(2a), before a^2 overflows
+            near = (a + a * a / (1 + (a * a + 1).sqrt()))._log1p()
+            s = (a > 4096).where(a.log() + _LN2, near)
+            return _with_grad((x < 0).where(-s, s), (x, lambda: (x * x + 1).rsqrt()))
+        return self._opmath(fxn)
+
+    def acosh(self) -> Tensor:
+        def fxn(x: Tensor) -> Tensor:
+            near = ((x - 1) + ((x - 1) * (x + 1)).sqrt())._log1p()
+            value = (x < 1).where(math.nan, (x > 4096).where(x.log() + _LN2, near))
+            return _with_grad(value, (x, lambda: (x * x - 1).rsqrt()))
+        return self._opmath(fxn)
+
+    # ---- activations ----
     def sigmoid(self) -> Tensor:
-        return F.Sigmoid.apply(self.cast(least_upper_float(self.dtype)))
+        return F.Sigmoid.apply(self._as_float())
 
     def relu(self) -> Tensor:
         return F.Relu.apply(self)
 
-    def leakyrelu(self, neg_slope: float = 0.01) -> Tensor:
-        return self.relu() - (-neg_slope * self).relu()
+    def relu6(self) -> Tensor:
+        return self.hardtanh(0, 6)
 
-    def tanh(self) -> Tensor:
-        return 2.0 * ((2.0 * self).sigmoid()) - 1.0
+    def leakyrelu(self, neg_slope: float = 0.01) -> Tensor:
+        return (self > 0).where(self, self * neg_slope)
+
+    def _elu(self, alpha: float, scale: float, input_scale: float) -> Tensor:
+        # PyTorch's elu kernel: x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale
+        pos = self > 0
+        xi = self * input_scale if input_scale != 1 else self
+        value = pos.where(self * scale if scale != 1 else self, xi._expm1() * (alpha * scale))
+        return _with_grad(value, (self, lambda: pos.where(scale, xi.exp() * (alpha * scale * input_scale))))
+
+    def elu(self, alpha: float = 1.0) -> Tensor:
+        return self._opmath(lambda x: x._elu(alpha, 1.0, 1.0))
+
+    def celu(self, alpha: float = 1.0) -> Tensor:
+        return self._opmath(lambda x: x._elu(alpha, 1.0, 1.0 / alpha))
+
+    def selu(self) -> Tensor:
+        return self._opmath(lambda x: x._elu(_SELU_ALPHA, _SELU_SCALE, 1.0))
 
     def gelu(self) -> Tensor:
-        return 0.5 * self * (1 + (self * 0.7978845608 * (1 + 0.044715 * self * self)).tanh())
+        """GELU with the tanh approximation (PyTorch's gelu(approximate="tanh"))."""
+        return self._opmath(lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh()))
+
+    def quick_gelu(self) -> Tensor:
+        return self * (self * 1.702).sigmoid()
 
     def swish(self) -> Tensor:
         return self * self.sigmoid()
@@ -89,27 +306,52 @@ class ElementwiseMixin:
     def silu(self) -> Tensor:
         return self.swish()
 
-    def abs(self) -> Tensor:
-        return self.relu() + (-self).relu()
+    def mish(self) -> Tensor:
+        return self * self.softplus().tanh()
 
-    def square(self) -> Tensor:
-        return self * self
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch's)."""
+        def fxn(x: Tensor) -> Tensor:
+            xb = x * beta if beta != 1 else x
+            linear = xb > threshold
+            soft = xb.exp()._log1p()
+            value = linear.where(x, soft / beta if beta != 1 else soft)
+            return _with_grad(value, (x, lambda: linear.where(1.0, xb.sigmoid())))
+        return self._opmath(fxn)
 
-    def clip(self, min_, max_) -> Tensor:
-        return self.maximum(min_).minimum(max_)
+    def logsigmoid(self) -> Tensor:
+        return -(-self).softplus()
 
-    def sign(self) -> Tensor:
-        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    def softsign(self) -> Tensor:
+        return self / (1 + self.abs())
 
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        # like clip, except that the gradient is 0 at the bounds (PyTorch's)
+        return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+
+    def hardswish(self) -> Tensor:
+        return (self <= -3).where(0.0, (self < 3).where(self * (self + 3) / 6, self))
+
+    def hardsigmoid(self) -> Tensor:
+        return (self <= -3).where(0.0, (self >= 3).where(1.0, (self + 3) / 6))
+
+    def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
+        """min(max(x, min_), max_), as torch.clamp: the gradient passes at the bounds; min_ > max_ gives max_."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs min_ or max_ (or both), got neither")
+        x: Tensor = self
+        if min_ is not None:
+            x = (x < min_).where(min_, x)
+        if max_ is not None:
+            x = (x > max_).where(max_, x)
+        return x
+
+    def clamp(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
+        return self.clip(min_, max_)
+
+    # ---- logic and casts ----
     def logical_not(self) -> Tensor:
         return F.Eq.apply(*self._broadcasted(False))
-
-    def __invert__(self) -> Tensor:
-        if self.dtype == dtypes.bool:
-            return self.logical_not()
-        if not dtypes.is_int(self.dtype):
-            raise TypeError(f"~ needs an int or bool tensor, not {self.dtype}")
-        return self.xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
 
     def cast(self, dtype: DType | str) -> Tensor:
         dtype = to_dtype(dtype)
@@ -131,12 +373,13 @@ class ElementwiseMixin:
     def bool(self) -> Tensor:
         return self.cast(dtypes.bool)
 
+    # ---- binary: broadcasting and promotion ----
     def _broadcasted(self, y: TensorLike, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
         x: Tensor = self
         if not isinstance(y, ElementwiseMixin):
             if isinstance(y, Node):
                 y = type(self)(y, device=x.device, dtype=x.dtype if dtypes.is_float(x.dtype) else dtypes.int32,
-                           requires_grad=False)
+                               requires_grad=False)
             elif not isinstance(y, (bool, int, float, np.generic)):
                 raise TypeError(f"can't combine a Tensor with {type(y).__name__}")
         if not isinstance(y, ElementwiseMixin):
@@ -159,49 +402,160 @@ class ElementwiseMixin:
         shape = broadcast_shape(x.shape, y.shape)
         return x.expand(shape), y.expand(shape)
 
+    # ---- arithmetic ----
     def add(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return F.Add.apply(*self._broadcasted(x, reverse))
+        a, b = self._broadcasted(x, reverse)
+        # bool + bool is logical or (PyTorch's); the C sum of two _Bools would be 2 inside a fused expression
+        return F.BitwiseOr.apply(a, b) if a.dtype == dtypes.bool else F.Add.apply(a, b)
 
     def sub(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return F.Sub.apply(*self._broadcasted(x, reverse))
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            raise TypeError("subtracting bool tensors is not supported: use ^ (xor) or logical_not")
+        return F.Sub.apply(a, b)
 
     def mul(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return F.Mul.apply(*self._broadcasted(x, reverse))
+        a, b = self._broadcasted(x, reverse)
+        return F.BitwiseAnd.apply(a, b) if a.dtype == dtypes.bool else F.Mul.apply(a, b)
 
-    def div(self, x: TensorLike, reverse: bool = False, upcast: bool = True) -> Tensor:
-        num, den = self._broadcasted(x, reverse)
-        if upcast:
-            num, den = num.cast(least_upper_float(num.dtype)), den.cast(least_upper_float(den.dtype))
-        return F.Div.apply(num, den)
+    def div(self, x: TensorLike, reverse: bool = False, upcast: bool = True,
+            rounding_mode: str | None = None) -> Tensor:
+        """self / x. True division (ints give floats) by default; rounding_mode "trunc" or "floor" rounds the
+        quotient as torch.div does, keeping int dtypes (an int division by zero gives 0: C would trap)."""
+        a, b = self._broadcasted(x, reverse)
+        if rounding_mode is None:
+            if upcast:
+                a, b = a._as_float(), b._as_float()
+            return F.Div.apply(a, b)
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+        if dtypes.is_float(a.dtype):
+            q = F.Div.apply(a, b)._trunc_value() if rounding_mode == "trunc" else a._floor_divide(b)
+            return _with_grad(q, (a, 0.0), (b, 0.0))
+        if a.dtype == dtypes.bool:
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        q, r = a._int_divmod(b)
+        return q if rounding_mode == "trunc" else q - a._floor_fix(r, b).cast(q.dtype)
+
+    def _int_divmod(self, b: Tensor) -> tuple[Tensor, Tensor]:
+        """C's truncating quotient and remainder of int tensors, made safe: by 0 gives (0, 0) instead of a trap, and
+        by -1 gives (-a, 0) without INT_MIN / -1's trap."""
+        a = self
+        zero = b == 0
+        bad = zero if dtypes.is_unsigned(a.dtype) else zero | (b == -1)
+        safe = bad.where(1, b)
+        q, r = F.Div.apply(a, safe), F.Mod.apply(a, safe)
+        if not dtypes.is_unsigned(a.dtype):
+            q = (b == -1).where(-a, q)
+        return zero.where(0, q), r
+
+    @staticmethod
+    def _floor_fix(r: Tensor, b: Tensor) -> Tensor:
+        """Where C's remainder `r` (the dividend's sign) and the floor's (the divisor's sign) differ."""
+        return (r != 0) & ((r < 0) != (b < 0))
+
+    def _floor_divide(self, b: Tensor) -> Tensor:
+        """Python's float floor division (what PyTorch computes): floor((a - fmod(a, b)) / b), exact where
+        floor(a / b) is not (1 // 0.1 is 9)."""
+        a = self
+        m = F.Mod.apply(a, b)
+        d = F.Div.apply(a - m, b)
+        d = a._floor_fix(m, b).where(d - 1, d)
+        t = d._trunc_value()
+        fl = (t > d).where(t - 1, t)
+        fl = (d - fl > 0.5).where(fl + 1, fl)
+        q = F.Div.apply(a, b)
+        return (b == 0).where(q, (d != 0).where(fl, q * 0))
+
+    def mod(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Python's (and torch.remainder's) modulo: the result takes the divisor's sign."""
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        if not dtypes.is_float(a.dtype):
+            _, r = a._int_divmod(b)
+            return a._floor_fix(r, b).where(r + b, r)
+        m = F.Mod.apply(a, b)
+        value = a._floor_fix(m, b).where(m + b, m)
+        return _with_grad(value, (a, 1.0), (b, lambda: -a._floor_divide(b)))
 
     def pow(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        if not isinstance(x, ElementwiseMixin) and not reverse:
+        """self ** x as PyTorch: negative bases give signed results for integral exponents and nan otherwise,
+        0 ** 0 = 1, int ** int stays int (exact, by repeated squaring)."""
+        if not reverse and dtypes.is_float(self.dtype) and isinstance(x, (int, float)) and not isinstance(x, bool):
+            # small integral exponents by multiplication: exact where exp2(x * log2|b|) would round
+            if x == 1:
+                return self * 1
             if x == 2:
                 return self * self
-            if x == 1:
-                return self
+            if x == 3:
+                return self * self * self
             if x == 0.5:
                 return self.sqrt()
             if x == -1:
                 return self.reciprocal()
-        base, exp = self._broadcasted(x, reverse)
-        base, exp = base.cast(least_upper_float(base.dtype)), exp.cast(least_upper_float(exp.dtype))
-        # |b|^e via exp/log, then the sign: negative bases give (-1)^e for integral e and nan otherwise
-        mag = (base.abs().log() * exp).exp()
-        integral = (exp - exp.trunc()) == 0
-        half = exp.abs() * 0.5
-        odd = integral & ((half - half.trunc()) != 0)
-        signed = odd.where(-mag, mag)
-        return (base < 0).where(integral.where(signed, math.nan), mag)
+        b, e = self._broadcasted(x, reverse)
+        if b.dtype == dtypes.bool:
+            return b | e.logical_not()  # PyTorch's bool ** bool: 1 ** x = 1, 0 ** 0 = 1, 0 ** 1 = 0
+        if not dtypes.is_float(b.dtype):
+            if not reverse and isinstance(x, int) and not isinstance(x, bool):
+                return b._int_pow_const(int(x))
+            return b._int_pow(e)
+        return b._opmath(lambda bb: bb._float_pow(e.cast(bb.dtype)))
 
-    def trunc(self) -> Tensor:
-        return self.cast(dtypes.int64).cast(self.dtype) if dtypes.is_float(self.dtype) else self
+    def _pow_value(self, e: Tensor) -> Tensor:
+        b = self
+        mag = (e * b.abs().log2()).exp2()
+        mag = ((e == 0) | (b == 1) | ((b == -1) & e.isinf())).where(1.0, mag)
+        integral = e._trunc_value() == e
+        half = e * 0.5
+        odd = integral & (half._trunc_value() != half)
+        # -0.0 counts as negative for the sign, as in C: (-0.0) ** -1 is -inf
+        negative = (b < 0) | ((b == 0) & (b.reciprocal() < 0))
+        signed = (odd & negative).where(-mag, mag)
+        return ((b < 0) & integral.logical_not()).where(math.nan, signed)
+
+    def _float_pow(self, e: Tensor) -> Tensor:
+        b = self
+        value = b._pow_value(e)
+        return _with_grad(value, (b, lambda: (e == 0).where(0.0, e * b._pow_value(e - 1))),
+                          (e, lambda: ((b == 0) & (e >= 0)).where(0.0, value * b.log())))
+
+    def _int_pow_const(self, n: int) -> Tensor:
+        if n < 0:
+            raise ValueError(f"integers to negative integer powers are not allowed (exponent {n})")
+        acc, base = None, self
+        while n:
+            if n & 1:
+                acc = base if acc is None else acc * base
+            n >>= 1
+            if n:
+                base = base * base
+        return acc if acc is not None else self.full_like(1)
+
+    def _int_pow(self, e: Tensor) -> Tensor:
+        b, signed = self, not dtypes.is_unsigned(e.dtype)
+        acc, base = b.full_like(1), b
+        nbits = 8 * e.dtype.itemsize - (1 if signed else 0)
+        for i in range(nbits):
+            acc = ((e.rshift(i) & 1) != 0).where(acc * base, acc)
+            if i + 1 < nbits:
+                base = base * base
+        if signed:
+            # negative exponents: 1 ** e = 1, (-1) ** e = +-1, anything else truncates to 0 (PyTorch's)
+            neg = (b == 1).where(1, (b == -1).where(((e & 1) != 0).where(-1, 1), 0)).cast(acc.dtype)
+            acc = (e < 0).where(neg, acc)
+        return acc
 
     def maximum(self, x: TensorLike) -> Tensor:
         return F.Maximum.apply(*self._broadcasted(x))
 
     def minimum(self, x: TensorLike) -> Tensor:
-        return -((-self).maximum(-x))
+        a, b = self._broadcasted(x)
+        if dtypes.is_float(a.dtype):
+            return -((-a).maximum(-b))
+        # ~ reverses the order of every int type, signed or not, and of bools
+        return ~((~a).maximum(~b))
 
     def where(self, x: TensorLike, y: TensorLike) -> Tensor:
         if not isinstance(x, ElementwiseMixin) and not isinstance(y, ElementwiseMixin):
@@ -214,11 +568,95 @@ class ElementwiseMixin:
         cond, y = cond._broadcasted(y, match_dtype=False)
         return F.Where.apply(cond, *x._broadcasted(y))
 
-    def xor(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return F.Xor.apply(*self._broadcasted(x, reverse))
+    def lerp(self, end: TensorLike, weight: TensorLike) -> Tensor:
+        """self + weight * (end - self), computed as PyTorch does (from the nearer end, so weight 1 gives end)."""
+        def near_start():
+            return self + weight * (end - self)
 
+        def near_end():
+            return end - (end - self) * (1 - weight)
+        if isinstance(weight, ElementwiseMixin):
+            return (weight.abs() < 0.5).where(near_start(), near_end())
+        return near_start() if abs(weight) < 0.5 else near_end()
+
+    # ---- bitwise ----
+    def _bitwise(self, fxn: type[F.Function], x: TensorLike, reverse: bool, name: str) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        if not (dtypes.is_int(a.dtype) or a.dtype == dtypes.bool):
+            raise TypeError(f"{name} needs int or bool tensors, got {self.dtype} and "
+                            f"{x.dtype if isinstance(x, ElementwiseMixin) else type(x).__name__}")
+        return fxn.apply(a, b)
+
+    def xor(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        return self._bitwise(F.Xor, x, reverse, "xor")
+
+    def bitwise_and(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        return self._bitwise(F.BitwiseAnd, x, reverse, "bitwise_and")
+
+    def bitwise_or(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        return self._bitwise(F.BitwiseOr, x, reverse, "bitwise_or")
+
+    def bitwise_not(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"~ needs an int or bool tensor, not {self.dtype}")
+        return self.xor(-1 if not dtypes.is_unsigned(self.dtype) else dtypes.max(self.dtype))
+
+    def _shift(self, x: TensorLike, reverse: bool, left: bool) -> Tensor:
+        a, s = self._broadcasted(x, reverse)
+        if not dtypes.is_int(a.dtype):
+            raise TypeError(f"{'<<' if left else '>>'} needs int tensors, got {a.dtype}")
+        fxn = F.ShiftLeft if left else F.ShiftRight
+        bits = 8 * a.dtype.itemsize
+        if not reverse and isinstance(x, int) and 0 <= x < bits:
+            return fxn.apply(a, s)
+        # shifts by a negative count or by the width or more are undefined in C; PyTorch gives 0, or for >> of a
+        # signed value, its sign
+        ok = (s >= 0) & (s < bits)
+        shifted = fxn.apply(a, ok.where(s, 0))
+        if left or dtypes.is_unsigned(a.dtype):
+            return ok.where(shifted, 0)
+        return ok.where(shifted, F.ShiftRight.apply(*a._broadcasted(bits - 1)))
+
+    def lshift(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        return self._shift(x, reverse, True)
+
+    def rshift(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        return self._shift(x, reverse, False)
+
+    # ---- comparisons (bool results, no gradient) ----
+    def __lt__(self, x) -> Tensor:
+        return F.Less.apply(*self._broadcasted(x))
+
+    def __gt__(self, x) -> Tensor:
+        return F.Less.apply(*self._broadcasted(x, True))
+
+    def _less_equal(self, x: TensorLike, reverse: bool) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        if dtypes.is_float(a.dtype):
+            # not (b < a) would make nan <= x true
+            return F.Less.apply(a, b) | F.Eq.apply(a, b)
+        return F.Less.apply(b, a).logical_not()
+
+    def __le__(self, x) -> Tensor:
+        return self._less_equal(x, False)
+
+    def __ge__(self, x) -> Tensor:
+        return self._less_equal(x, True)
+
+    def __eq__(self, x) -> Tensor:  # type: ignore[override]
+        return F.Eq.apply(*self._broadcasted(x))
+
+    def __ne__(self, x) -> Tensor:  # type: ignore[override]
+        return F.Neq.apply(*self._broadcasted(x))
+
+    # ---- operators ----
     def __neg__(self) -> Tensor:
         return self.neg()
+
+    def __invert__(self) -> Tensor:
+        return self.bitwise_not()
 
     def __add__(self, x) -> Tensor:
         return self.add(x)
@@ -232,23 +670,32 @@ class ElementwiseMixin:
     def __truediv__(self, x) -> Tensor:
         return self.div(x)
 
+    def __floordiv__(self, x) -> Tensor:
+        return self.div(x, rounding_mode="floor")
+
+    def __mod__(self, x) -> Tensor:
+        return self.mod(x)
+
     def __pow__(self, x) -> Tensor:
         return self.pow(x)
 
     def __matmul__(self, x) -> Tensor:
         return self.matmul(x)
 
+    def __and__(self, x) -> Tensor:
+        return self.bitwise_and(x)
+
+    def __or__(self, x) -> Tensor:
+        return self.bitwise_or(x)
+
     def __xor__(self, x) -> Tensor:
         return self.xor(x)
 
-    def __and__(self, x) -> Tensor:
-        return F.BitwiseAnd.apply(*self._broadcasted(x))
+    def __lshift__(self, x) -> Tensor:
+        return self.lshift(x)
 
-    def __or__(self, x) -> Tensor:
-        return F.BitwiseOr.apply(*self._broadcasted(x))
-
-    def __mod__(self, x) -> Tensor:
-        return F.Mod.apply(*self._broadcasted(x))
+    def __rshift__(self, x) -> Tensor:
+        return self.rshift(x)
 
     def __radd__(self, x) -> Tensor:
         return self.add(x, True)
@@ -262,11 +709,32 @@ class ElementwiseMixin:
     def __rtruediv__(self, x) -> Tensor:
         return self.div(x, True)
 
+    def __rfloordiv__(self, x) -> Tensor:
+        return self.div(x, True, rounding_mode="floor")
+
+    def __rmod__(self, x) -> Tensor:
+        return self.mod(x, True)
+
     def __rpow__(self, x) -> Tensor:
         return self.pow(x, True)
 
     def __rmatmul__(self, x) -> Tensor:
         return type(self)(x, device=self.device).matmul(self) if not isinstance(x, ElementwiseMixin) else x.matmul(self)
+
+    def __rand__(self, x) -> Tensor:
+        return self.bitwise_and(x, True)
+
+    def __ror__(self, x) -> Tensor:
+        return self.bitwise_or(x, True)
+
+    def __rxor__(self, x) -> Tensor:
+        return self.xor(x, True)
+
+    def __rlshift__(self, x) -> Tensor:
+        return self.lshift(x, True)
+
+    def __rrshift__(self, x) -> Tensor:
+        return self.rshift(x, True)
 
     def __iadd__(self, x) -> Tensor:
         return self.assign(self.add(x))
@@ -280,20 +748,26 @@ class ElementwiseMixin:
     def __itruediv__(self, x) -> Tensor:
         return self.assign(self.div(x))
 
-    def __lt__(self, x) -> Tensor:
-        return F.Less.apply(*self._broadcasted(x))
+    def __ifloordiv__(self, x) -> Tensor:
+        return self.assign(self.div(x, rounding_mode="floor"))
 
-    def __gt__(self, x) -> Tensor:
-        return F.Less.apply(*self._broadcasted(x, True))
+    def __imod__(self, x) -> Tensor:
+        return self.assign(self.mod(x))
 
-    def __ge__(self, x) -> Tensor:
-        return (self < x).logical_not()
+    def __ipow__(self, x) -> Tensor:
+        return self.assign(self.pow(x))
 
-    def __le__(self, x) -> Tensor:
-        return (self > x).logical_not()
+    def __iand__(self, x) -> Tensor:
+        return self.assign(self.bitwise_and(x))
 
-    def __eq__(self, x) -> Tensor:  # type: ignore[override]
-        return F.Eq.apply(*self._broadcasted(x))
+    def __ior__(self, x) -> Tensor:
+        return self.assign(self.bitwise_or(x))
 
-    def __ne__(self, x) -> Tensor:  # type: ignore[override]
-        return F.Neq.apply(*self._broadcasted(x))
+    def __ixor__(self, x) -> Tensor:
+        return self.assign(self.xor(x))
+
+    def __ilshift__(self, x) -> Tensor:
+        return self.assign(self.lshift(x))
+
+    def __irshift__(self, x) -> Tensor:
+        return self.assign(self.rshift(x))

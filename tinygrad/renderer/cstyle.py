@@ -127,11 +127,14 @@ class CStyleLanguage:
         return f"tg_f32_to_bf16({val})" if buf == dtypes.bfloat16 else val
 
     def render_result(self, expr: str, dt: DType) -> str:
-        """An ALU result of dtype `dt`: low-precision results are rounded after each op, as PyTorch does (bfloat16 is
-        computed in float; a half cast rounds because the compiler runs with -fexcess-precision=standard)."""
+        """An ALU result of dtype `dt`: narrow results are rounded or wrapped after each op, as PyTorch does (bfloat16
+        is computed in float; a half cast rounds because the compiler runs with -fexcess-precision=standard)."""
         if dt == dtypes.bfloat16:
             return f"tg_bf16_round({expr})"
-        return f"((_Float16){expr})" if dt == dtypes.float16 else expr
+        if dt == dtypes.float16 or (dt.itemsize < 4 and (dtypes.is_int(dt) or dt == dtypes.bool)):
+            # C computes narrow types in int (and half in float): narrow each result, as PyTorch's ops do
+            return f"(({self.render_dtype(dt)}){expr})"
+        return expr
 
     def prelude(self, dts: set[DType]) -> str:
         return BF16_PRELUDE if dtypes.bfloat16 in dts else ""
