@@ -241,7 +241,8 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals,
         src = out.srcs[0].base
         reads.append(src)
         return ScheduleItem((LazyOp(LoadOps.COPY, (), out.arg),), (out.buffer, src.buffer), 1, (out,))
-    if op is LoadOps.EMPTY:
+    if op is LoadOps.EMPTY or (isinstance(out.size, int) and out.size == 0):
+        # nothing to compute: the buffer only needs to exist
         return ScheduleItem((LazyOp(LoadOps.EMPTY, (), None),), (out.buffer,), 1, (out,))
     if op is LoadOps.CUSTOM:
         raise NotImplementedError(f"{op} is not supported by this scheduler yet")
