@@ -60,38 +60,45 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
+        """`data`: a LazyBuffer, a Python scalar, a nested list or tuple of bool/int/float, a numpy array, bytes
+        (as uint8), a symbolic value (its variables bound) or None (an empty tensor). `dtype` converts the data;
+        a bfloat16 tensor is made in float32 and cast."""
         device = Device.canonicalize(device)
         dtype = to_dtype(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
         self._ctx: F.Function | None = None
+        if isinstance(data, Node) and not data.vars():
+            data = int(data)  # a symbolic expression that folded to a number
         if isinstance(data, LazyBuffer):
             if dtype is not None and dtype != data.dtype:
                 raise TypeError(f"LazyBuffer has dtype {data.dtype}, not {dtype}")
             lb = data
         elif isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             dt = dtype or dtypes.from_py(data)
-            lb = LazyBuffer.loadop(LoadOps.CONST, (), dt, device, arg=dtypes.as_const(data, dt))
+            val = dtypes.as_const(data, dt)
+            if dtypes.is_int(dt) and not dtypes.min(dt) <= val <= dtypes.max(dt):
+                raise OverflowError(f"{data!r} is out of bounds for {dt}")
+            lb = LazyBuffer.loadop(LoadOps.CONST, (), dt, device, arg=val)
         elif isinstance(data, Node):
             # a symbolic value (e.g. a bound Variable): a constant whose value is passed to the kernel at launch
-            if data.vars() and not all(v._val is not None for v in data.vars()):
+            if not all(v._val is not None for v in data.vars()):
                 raise ValueError(f"can't make a Tensor of {data!r}: its variables must be bound")
-            dt = dtype or dtypes.int32
-            lb = LazyBuffer.loadop(LoadOps.CONST, (), dt, device, arg=data)
+            lb = LazyBuffer.loadop(LoadOps.CONST, (), dtype or dtypes.int32, device, arg=data)
         elif data is None:
             lb = LazyBuffer.loadop(LoadOps.EMPTY, (0,), dtype or dtypes.default_float, device)
-        elif isinstance(data, bytes):
-            lb = LazyBuffer.fromcpu(np.frombuffer(data, np.uint8))
-            dtype = dtype or dtypes.uint8
+        elif isinstance(data, (bytes, bytearray)):
+            lb = LazyBuffer.fromcpu(np.frombuffer(bytes(data), np.uint8))
         elif isinstance(data, (list, tuple)):
-            dt = dtype or dtypes.from_py(data)
-            lb = LazyBuffer.fromcpu(_np_from(data, dt))
+            lb = LazyBuffer.fromcpu(_np_from(data, dtype))
         elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
-            if dtype is not None:
-                arr = _np_from(arr, dtype)
-            if arr.dtype == np.dtype("O") or arr.dtype.kind in "USV":
+            if arr.dtype.kind not in "biuf":
                 raise TypeError(f"can't make a Tensor from numpy dtype {arr.dtype}")
+            if not arr.dtype.isnative:
+                arr = arr.astype(arr.dtype.newbyteorder("="))
+            if dtype is not None:
+                arr = arr.astype(dtype.np if dtype.np is not None else np.float32)
             lb = LazyBuffer.fromcpu(arr)
         else:
             raise TypeError(f"can't create a Tensor from {type(data).__name__}: {data!r}")
@@ -284,11 +291,29 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
 
 
-def _np_from(data: Any, dtype: DType) -> np.ndarray:
-    """`data` as a numpy array of `dtype` (bfloat16, which numpy lacks, goes through float32 and is cast later)."""
-    npdt = dtype.np if dtype.np is not None else np.float32
+def _np_from(data: list | tuple, dtype: DType | None) -> np.ndarray:
+    """Nested lists or tuples of bool/int/float as a numpy array of `dtype` (by default: float if any leaf is a
+    float, else int if any is an int, else bool; bfloat16, which numpy lacks, is made in float32 and cast later)."""
     try:
-        return np.array(data, dtype=npdt)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"can't make a Tensor of {dtype} from {type(data).__name__}: {e}") from None
+        arr = np.array(data)  # numpy's own inference tells the kinds of the leaves, at C speed
+    except ValueError as e:
+        raise ValueError(f"can't make a Tensor from a ragged {type(data).__name__}: {e}") from None
+    if arr.dtype.kind not in "biuf":
+        # strings, None, Tensors or ints too big for numpy: name the first leaf that isn't a bool, int or float
+        stack = [data]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, (list, tuple)):
+                stack.extend(x)
+            elif not isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
+                raise TypeError(f"can't make a Tensor from a list holding {type(x).__name__}: {x!r}")
+        if dtype is None or not dtypes.is_float(dtype):
+            raise OverflowError(f"can't make a Tensor of {dtype or 'ints'}: a value is beyond every int dtype")
+        arr = np.array(data, dtype=np.float64)
+    if dtype is None:
+        dtype = {"b": dtypes.bool, "f": dtypes.default_float}.get(arr.dtype.kind, dtypes.default_int)
+    if dtypes.is_int(dtype) and arr.dtype.kind in "iu" and arr.size and \
+            (arr.min() < dtypes.min(dtype) or arr.max() > dtypes.max(dtype)):
+        raise OverflowError(f"can't make a Tensor of {dtype}: values [{arr.min()}, {arr.max()}] are out of its bounds")
+    return arr.astype(dtype.np if dtype.np is not None else np.float32)
 

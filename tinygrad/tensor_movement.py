@@ -23,7 +23,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.dtype import dtypes, least_upper_dtype
 from tinygrad.helpers import argfix, prod
-from tinygrad.shape.symbolic import sint, sym_infer
+from tinygrad.shape.symbolic import Node, sint, sym_infer
 from tinygrad.tensor_elementwise import broadcast_shape
 
 if TYPE_CHECKING:
@@ -199,9 +199,10 @@ class MovementMixin:
             raise ValueError(f"padding {arg} needs one (before, after) pair or None per dim of shape {self.shape}")
         pairs = []
         for a in arg:
-            if a is not None and (len(a) != 2 or not all(_is_int(v) for v in a)):
+            # symbolic amounts (a cat along a symbolic dim pads by one) pass through as Nodes
+            if a is not None and (len(a) != 2 or not all(_is_int(v) or isinstance(v, Node) for v in a)):
                 raise ValueError(f"padding {arg}: each entry must be None or a (before, after) pair of ints")
-            pairs.append((0, 0) if a is None else (int(a[0]), int(a[1])))
+            pairs.append((0, 0) if a is None else tuple(v if isinstance(v, Node) else int(v) for v in a))
         return tuple(pairs)
 
     def _pad_dim(self, d: int, lo: int, hi: int, mode: str) -> Tensor:
