@@ -17,7 +17,7 @@ from tinygrad.dtype import ConstType, DType, dtypes, to_dtype
 from tinygrad.helpers import all_int, prod, toposort
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
-from tinygrad.shape.symbolic import Node, sint
+from tinygrad.shape.symbolic import Node, sint, sym_infer
 from tinygrad.tensor_creation import CreationMixin
 from tinygrad.tensor_elementwise import ElementwiseMixin
 from tinygrad.tensor_movement import MovementMixin
@@ -32,7 +32,6 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
-    _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)
 
     class train(contextlib.ContextDecorator):  # noqa: N801 - tinygrad's public spelling
         """`with Tensor.train():` sets Tensor.training (dropout, batchnorm statistics) for the block."""
@@ -172,7 +171,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
     def numpy(self) -> np.ndarray:
         """A numpy copy of this tensor's data."""
         if not all_int(self.shape):
-            raise ValueError(f"can't make a numpy array of symbolic shape {self.shape}")
+            # a symbolic shape reads out at the values its variables are bound to
+            return self.reshape(tuple(s if isinstance(s, int) else sym_infer(s, {}) for s in self.shape)).numpy()
         if self.dtype.np is None:
             return self.cast(dtypes.float32).numpy()
         if 0 in self.shape:

@@ -143,7 +143,13 @@ class CreationMixin:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange step must not be 0")
-        n = max(math.ceil((stop - start) / step), 0)
+        if isinstance(start, Node) or isinstance(stop, Node):
+            # a symbolic range (e.g. up to a bound Variable): its length is symbolic too
+            if not isinstance(step, int) or step < 0 or isinstance(step, bool):
+                raise ValueError(f"a symbolic arange needs a positive int step, got {step!r}")
+            n = (stop - start + step - 1) // step
+        else:
+            n = max(math.ceil((stop - start) / step), 0)
         floats = any(isinstance(x, float) for x in (start, stop, step))
         dtype = _pop_dtype(kwargs, dtypes.default_float if floats else dtypes.default_int)
         requires_grad = kwargs.pop("requires_grad", None)

@@ -236,6 +236,10 @@ cdef class ShapeTracker:
     cpdef ShapeTracker reshape(self, object new_shape):
         """Reshape the last view, or stack a contiguous view of `new_shape` on top when it cannot be expressed."""
         cdef View last = self.views[len(self.views) - 1]
+        sub = _concretizing(last.shape, new_shape)
+        if sub:
+            # each symbolic dim becomes the value its variables are bound to: the same views, made concrete
+            return ShapeTracker(tuple([v.substitute(sub) for v in self.views]))
         cdef View nv = last.reshape(new_shape)
         if nv is not None:
             return self._with_last(nv)
@@ -268,6 +272,12 @@ cdef class ShapeTracker:
         if not isinstance(other, ShapeTracker):
             return NotImplemented
         cdef ShapeTracker ret = self
+        ours = self.vars()
+        if ours and not (<ShapeTracker>other).vars() and all(v._val is not None for v in ours):
+            # a concrete view of a symbolic one (a symbolic result reshaped to its bound sizes): index math with
+            # symbolic divisors can't be simplified, so make our views concrete at the bound values first
+            sub = {v: NumNode(v._val) for v in ours}
+            ret = ShapeTracker(tuple([v.substitute(sub) for v in self.views]))
         for v in (<ShapeTracker>other).views:
             ret = ShapeTracker(ret.views + (v,)).simplify()
         return ret
@@ -379,3 +389,28 @@ cdef class ShapeTracker:
         if valid.max == 0:
             return 0
         return max(_hi(idx) + 1, 0)
+
+
+cdef dict _concretizing(tuple old, object new):
+    """{Variable: value} when `new` is `old` with every symbolic dim replaced by its bound value, else {}."""
+    if len(old) != len(new):
+        return {}
+    cdef dict sub = {}
+    for o, n in zip(old, new):
+        if isinstance(o, Node) and type(n) is int:
+            for v in o.vars():
+                if v._val is None:
+                    return {}
+                sub[v] = NumNode(v._val)
+        elif o != n:
+            return {}
+    if not sub:
+        return {}
+    for o, n in zip(old, new):
+        if isinstance(o, Node) and _as_int(o.substitute(sub)) != n:
+            return {}
+    return sub
+
+
+cdef object _as_int(object x):
+    return x if type(x) is int else (x.b if isinstance(x, NumNode) else None)

@@ -697,8 +697,10 @@ cdef class View:
 
     def bind(self, dict var_vals):
         """This view with each Variable in `var_vals` bound to its value there (the inverse of unbind)."""
-        sub = {v: v.bind(val) for v, val in var_vals.items()}
+        return self.substitute({v: v.bind(val) for v, val in var_vals.items()})
 
+    def substitute(self, dict sub):
+        """This view with Variables replaced as `sub` says (by bound Variables, other nodes or ints)."""
         def rebind(x):
             return x if type(x) is int else _norm(x.substitute(sub))
 

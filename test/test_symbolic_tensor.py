@@ -1,0 +1,86 @@
+"""Tensors with symbolic shapes and values (issue: symbolic shapes end to end): one kernel serves every binding."""
+import numpy as np
+import pytest
+
+from tinygrad import Tensor, Variable
+from tinygrad.engine.realize import method_cache
+
+
+def data(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_bind_checks_bounds_and_unbind_returns_the_value():
+    v = Variable("n", 2, 8)
+    with pytest.raises(ValueError, match="n"):
+        v.bind(9)
+    bv = v.bind(5)
+    assert bv.unbind() == (v, 5) and bv.val == 5
+
+
+def test_reshape_to_symbolic_and_back():
+    for n in (2, 5):
+        v = Variable("n", 1, 8).bind(n)
+        x = Tensor(data(3, n))
+        xs = x.reshape(3, v)
+        assert xs.shape[1] is not n and xs.reshape(3, n).shape == (3, n)
+        np.testing.assert_allclose((xs * 2).reshape(3, n).numpy(), data(3, n) * 2)
+    with pytest.raises(ValueError):
+        Tensor(data(3, 4)).reshape(3, Variable("n", 1, 8).bind(5))
+
+
+def test_one_compiled_kernel_serves_every_binding():
+    def run(n):
+        v = Variable("m", 1, 16).bind(n)
+        return (Tensor(data(n)).reshape(v) * 3).sum().item()
+    run(3)
+    before = len(method_cache)
+    for n in (4, 9, 16):
+        np.testing.assert_allclose(run(n), data(n).sum() * 3, rtol=1e-5)
+    assert len(method_cache) == before
+
+
+def test_shrink_and_cat_along_symbolic_dims():
+    for n in (1, 3, 6):
+        v = Variable("k", 1, 8).bind(n)
+        x = Tensor(data(8, 2))
+        np.testing.assert_allclose(x.shrink(((0, v), None)).sum(0).numpy(), data(8, 2)[:n].sum(0), rtol=1e-5)
+        a = Tensor(data(2, n)).reshape(2, v)
+        np.testing.assert_allclose(a.cat(a, dim=1).reshape(2, 2 * n).numpy(),
+                                   np.concatenate([data(2, n)] * 2, 1))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_mean_var_std_over_symbolic_dims_any_axis(axis):
+    for n in (2, 5):
+        v = Variable("n", 1, 8).bind(n)
+        ref = data(n, 3).astype(np.float64)
+        xs = Tensor(data(n, 3)).reshape(v, 3)
+        np.testing.assert_allclose(xs.mean(axis=axis).numpy(), ref.mean(axis=axis), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(xs.var(axis=axis).numpy(), ref.var(axis=axis, ddof=1), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(xs.std(axis=axis).numpy(), ref.std(axis=axis, ddof=1), rtol=1e-4, atol=1e-6)
+
+
+def test_tensors_from_symbolic_values():
+    vv = Variable("a", 0, 10).bind(3)
+    assert (Tensor(vv) + 3).item() == 6 and (Tensor(2) * vv).item() == 6
+    assert (Tensor(3) * (vv * 4)).item() == 36
+    assert (Tensor([1.0, 2.0]) / vv).numpy().tolist() == pytest.approx([1 / 3, 2 / 3])
+    with pytest.raises(ValueError, match="bound"):
+        Tensor(Variable("u", 0, 4))
+
+
+def test_symbolic_matmul():
+    for n in (1, 4, 7):
+        v = Variable("s", 1, 8).bind(n)
+        a, b = Tensor(data(2, n, seed=n)).reshape(2, v), Tensor(data(n, 3, seed=n + 1)).reshape(v, 3)
+        np.testing.assert_allclose((a @ b).numpy(), data(2, n, seed=n) @ data(n, 3, seed=n + 1), rtol=1e-5)
+
+
+def test_arange_with_a_symbolic_stop():
+    for n in (1, 4, 9):
+        v = Variable("stop", 1, 10).bind(n)
+        np.testing.assert_array_equal(Tensor.arange(v).numpy(), np.arange(n))
+        assert Tensor.arange(v).sum().item() == n * (n - 1) // 2
+    with pytest.raises(ValueError, match="step"):
+        Tensor.arange(Variable("stop", 1, 10).bind(3), step=0.5)
