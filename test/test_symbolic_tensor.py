@@ -84,3 +84,13 @@ def test_arange_with_a_symbolic_stop():
         assert Tensor.arange(v).sum().item() == n * (n - 1) // 2
     with pytest.raises(ValueError, match="step"):
         Tensor.arange(Variable("stop", 1, 10).bind(3), step=0.5)
+
+
+def test_sdpa_over_a_symbolic_sequence_length():
+    torch = pytest.importorskip("torch")
+    for n in (1, 5, 9):
+        v = Variable("s", 1, 16).bind(n)
+        q, k, vv = data(1, 2, 1, 8, seed=n), data(1, 2, n, 8, seed=n + 1), data(1, 2, n, 8, seed=n + 2)
+        out = Tensor(q).scaled_dot_product_attention(Tensor(k).reshape(1, 2, v, 8), Tensor(vv).reshape(1, 2, v, 8))
+        ref = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(vv))
+        np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)

@@ -459,7 +459,10 @@ cdef View _compose(View lo, View hi):
                 return None
             break
         if not (_all_int(lo.shape) and _all_int(hi.shape) and _all_int(hi.strides) and type(hi.offset) is int):
-            return None
+            result = _match_strides(lo, hi)
+            if result is None:
+                return None
+            break
         step = _project(lo, hi)
         if step is None:
             return None
@@ -486,6 +489,55 @@ cdef View _compose(View lo, View hi):
     for p in reversed(pads):
         result = result.pad(p)
     return result
+
+
+cdef View _match_strides(View lo, View hi):
+    """Compose symbolic views without unravelling (a symbolic divisor can't be simplified): when every moving dim of
+    unmasked `hi` steps by exactly one dim of `lo`'s row-major strides, and stays inside that dim, hi's index is
+    lo's coordinates directly. None otherwise."""
+    if not (type(hi.offset) is int and hi.offset == 0):
+        return None
+    cdef tuple rowmajor = strides_for_shape(lo.shape)
+    cdef Py_ssize_t j, nl = len(lo.shape)
+    cdef set used = set()
+    cdef list strides = [], mask = []
+    for st, sz in zip(hi.strides, hi.shape):
+        if type(st) is int and st == 0:
+            strides.append(0)
+            mask.append((0, sz))
+            continue
+        found = -1
+        for j in range(nl):
+            if not (type(lo.shape[j]) is int and lo.shape[j] == 1) and j not in used and _same(rowmajor[j], st):
+                found = j
+                break
+        if found < 0 or not _fits(sz, lo.shape[found]):
+            return None
+        used.add(found)
+        strides.append(lo.strides[found])
+        mask.append((0, sz) if lo.mask is None else lo.mask[found])
+    if lo.mask is not None:
+        for j in range(nl):
+            # the dims hi never moves stay at coordinate 0, which lo's mask must allow
+            b, e = lo.mask[j]
+            if j not in used and not (type(b) is int and b == 0 and (type(e) is not int or e > 0)):
+                return None
+    return _create(hi.shape, tuple(strides), lo.offset, None if lo.mask is None else tuple(mask))
+
+
+cdef bint _same(object a, object b):
+    if type(a) is int or type(b) is int:
+        return type(a) is int and type(b) is int and a == b
+    return a == b
+
+
+cdef bint _fits(object size, object limit):
+    """Whether a range of `size` stays inside a dim of `limit` (equal symbolic sizes fit)."""
+    if type(size) is int and type(limit) is int:
+        return size <= limit
+    if type(size) is int and size == 1:
+        return True
+    return size == limit
 
 
 cdef tuple _project(View lo, View hi):
