@@ -131,6 +131,13 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
     def nbytes(self) -> int:
         return self.numel() * self.element_size()
 
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or one dim of it (as torch.Tensor.size)."""
+        return self.shape if dim is None else self.shape[dim if dim >= 0 else dim + self.ndim]
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
@@ -198,6 +205,16 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         if self.grad is not None:
             ret.grad = self.grad.to(device)
         return ret
+
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor (and its gradient) to `device` in place."""
+        moved = self.to(device)
+        self.lazydata, self.grad = moved.lazydata, moved.grad
+        return self
+
+    def clone(self) -> Tensor:
+        """A copy with a buffer of its own (gradients flow back to this tensor)."""
+        return self.contiguous() if not self.lazydata.is_inlined() else self + 0
 
     def detach(self) -> Tensor:
         return Tensor(self.lazydata, device=self.device, requires_grad=False)

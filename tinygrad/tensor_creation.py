@@ -342,3 +342,18 @@ class CreationMixin:
     @classmethod
     def _init(cls, t: Tensor, scale: float) -> Tensor:
         return cls._leaf(t * scale, t.requires_grad)
+
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Sample indices from the (unnormalised) weights of the last axis, as torch.multinomial with replacement:
+        inverse-CDF lookup of device uniforms (one fused comparison and sum)."""
+        if self.ndim not in (1, 2):
+            raise ValueError(f"multinomial needs 1 or 2 dims, got shape {self.shape}")
+        if not replacement and num_samples != 1:
+            raise NotImplementedError("multinomial without replacement is only supported for one sample")
+        w = self.unsqueeze(0) if self.ndim == 1 else self
+        cdf = w.float().cumsum(1)
+        cdf = cdf / cdf[:, -1:]
+        u = type(self).rand(w.shape[0], num_samples, 1, device=self.device)
+        idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
+        idx = idx.minimum(w.shape[1] - 1)
+        return idx.squeeze(0) if self.ndim == 1 else idx

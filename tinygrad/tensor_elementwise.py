@@ -771,3 +771,7 @@ class ElementwiseMixin:
 
     def __irshift__(self, x) -> Tensor:
         return self.assign(self.rshift(x))
+
+    def masked_fill(self, mask: Tensor, value: ConstType) -> Tensor:
+        """`value` where `mask` is True, this tensor elsewhere (mask broadcasts)."""
+        return mask.where(value, self)

@@ -597,6 +597,27 @@ class MovementMixin:
         self.assign(new).realize()
 
 
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(other.shape)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Tensor:
+        """Rotate elements along `dims` by `shifts` (as torch.roll with dims given): two shrinks and a cat."""
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll needs as many shifts as dims, got {shifts} and {dims}")
+        x = self
+        for shift, dim in zip(shifts, dims):
+            d = x._resolve_dim(dim)
+            n = x.shape[d]
+            if n == 0 or shift % n == 0:
+                continue
+            k = shift % n
+            head = x.shrink(tuple((n - k, n) if i == d else None for i in range(x.ndim)))
+            tail = x.shrink(tuple((0, n - k) if i == d else None for i in range(x.ndim)))
+            x = head.cat(tail, dim=d)
+        return x
+
 def _tensors_and_dim(first, args, dim) -> tuple[list, int]:
     """The tensors of `a.cat(b, c)`, `Tensor.cat(a, b)` and `Tensor.cat([a, b])`, with a trailing int as the dim."""
     items = list(first) if isinstance(first, (list, tuple)) else [first]

@@ -459,6 +459,35 @@ class ProcessingMixin:
             raise ValueError(f"pad2d needs pairs of padding for at most {self.ndim} dims, got {padding}")
         return self._pad_spatial(_spatial_pads(lr, len(lr) // 2), value)
 
+    def _tri(self, k: int, upper: bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+        t = type(self)
+        r, c = self.shape[-2], self.shape[-1]
+        rows = t.arange(r, device=self.device).reshape(r, 1)
+        cols = t.arange(c, device=self.device).reshape(1, c)
+        keep = (cols - rows >= k) if upper else (cols - rows <= k)
+        return keep.where(self, t.zeros_like(self, requires_grad=False))
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        """The lower triangle (on and below `diagonal`) of the last two dims, zeros elsewhere."""
+        return self._tri(diagonal, upper=False)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        """The upper triangle (on and above `diagonal`) of the last two dims, zeros elsewhere."""
+        return self._tri(diagonal, upper=True)
+
+    def cross_entropy(self, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """torch.nn.functional.cross_entropy over the last axis: `target` holds class indices (ints) or
+        probabilities (floats, same shape as the logits)."""
+        if dtypes.is_float(target.dtype):
+            if target.shape != self.shape:
+                raise ValueError(f"probability targets need the logits' shape {self.shape}, got {target.shape}")
+            n = self.shape[-1]
+            target = target * (1 - label_smoothing) + label_smoothing / n
+            return (-(self.log_softmax(-1) * target).sum(-1))._reduce_loss(reduction)
+        return self.sparse_categorical_crossentropy(target, label_smoothing=label_smoothing, reduction=reduction)
+
     # ---- encodings and losses ----
     def one_hot(self, num_classes: int) -> Tensor:
         """A new last dim of `num_classes` with 1 at each element's value and 0 elsewhere (int, as PyTorch)."""
