@@ -224,9 +224,18 @@ class Compiler:
         raise NotImplementedError
 
     def compile_cached(self, src: str) -> bytes:
+        """The binary for `src`: from this process's memory, else the disk cache (keyed by `cachekey`, which names the
+        compiler and its options), else compiled now and stored in both."""
         lib = self._mem.get(src)
+        if lib is not None:
+            return lib
+        from tinygrad.engine.diskcache import diskcache_get, diskcache_put
+        lib = diskcache_get(self.cachekey, src) if self.cachekey else None
         if lib is None:
-            lib = self._mem[src] = self.compile(src)
+            lib = self.compile(src)
+            if self.cachekey:
+                diskcache_put(self.cachekey, src, lib)
+        self._mem[src] = lib
         return lib
 
 

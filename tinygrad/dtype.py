@@ -26,7 +26,8 @@ class DType:
         return f"dtypes.{INVERSE_NAMES[self.name]}" if self.count == 1 else f"dtypes.{self.name}"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, DType) and type(other) is type(self) and other._key == self._key
+        # dtypes are nearly always the shared singletons: identity answers most comparisons at once
+        return self is other or (isinstance(other, DType) and type(other) is type(self) and other._key == self._key)
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key))
@@ -153,9 +154,9 @@ class dtypes:  # noqa: N801 - the public name users import
 _ALL = [dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
         dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64]
 _BY_NAME = {d.name: d for d in _ALL}
-_FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
-_UINTS = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
-_INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64) + _UINTS
+_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
+_UINTS = frozenset((dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64))
+_INTS = frozenset((dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)) | _UINTS
 _NP_NAMES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", None,
              "float32", "float64"]
 _NP = {d.name: np.dtype(n) for d, n in zip(_ALL, _NP_NAMES) if n is not None}

@@ -24,7 +24,7 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "CPU": (0, "1: make CPU (numpy-held buffers, C kernels) the default device"),
     "CUDA": (0, "1: make CUDA the default device (when its runtime is available)"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
-    "CACHELEVEL": (2, "0: no on-disk cache, 1: cache compiled binaries, 2: also cache schedules and programs"),
+    "CACHELEVEL": (2, "0: no on-disk cache; 1 and up: compiled kernels are kept on disk (2: later also schedules)"),
     "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
     "BEAM": (0, "width of the kernel optimisation search (0: heuristics only)"),

@@ -5,7 +5,9 @@ compiled once per process, whichever path (eager or jitted) asks for it.
 """
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tinygrad.device import Buffer, Device
@@ -95,12 +97,8 @@ method_cache: dict[tuple[str, Any], CompiledRunner] = {}
 _names: dict[str, int] = {}
 
 
-def get_runner(dname: str, ast: tuple) -> CompiledRunner:
-    """The compiled kernel for `ast` on device `dname`, linearizing, rendering and compiling it on first use."""
-    key = (dname, ast)
-    hit = method_cache.get(key)
-    if hit is not None:
-        return hit
+def _render(dname: str, ast: tuple) -> tuple[str, str, object]:
+    """Linearize and render `ast` for device `dname`: (kernel name, source, linearizer)."""
     from tinygrad.codegen.linearizer import Linearizer
     dev = Device[dname]
     if DEBUG >= 5:
@@ -110,10 +108,37 @@ def get_runner(dname: str, ast: tuple) -> CompiledRunner:
     n = _names.get(lin.name, 0)
     _names[lin.name] = n + 1
     name = lin.name if n == 0 else f"{lin.name}n{n}"
-    src = dev.renderer(name, lin.uops)
+    return name, dev.renderer(name, lin.uops), lin
+
+
+def get_runner(dname: str, ast: tuple) -> CompiledRunner:
+    """The compiled kernel for `ast` on device `dname`, linearizing, rendering and compiling it on first use."""
+    key = (dname, ast)
+    hit = method_cache.get(key)
+    if hit is not None:
+        return hit
+    name, src, lin = _render(dname, ast)
     runner = CompiledRunner(name, src, dname, lin.global_size, lin.local_size, lin.vars)
     method_cache[key] = runner
     return runner
+
+
+def precompile(schedule: list) -> None:
+    """Compile every kernel of `schedule` not yet in the method cache, several at once: the compilers run as
+    separate processes (or release the GIL), so a cold start gets faster by the number of cores."""
+    todo: dict[tuple, None] = {}
+    for si in schedule:
+        if si.ast[0].op is BufferOps.STORE:
+            key = (si.outputs[0].device, si.ast)
+            if key not in method_cache:
+                todo[key] = None
+    if len(todo) < 2:
+        return
+    rendered = [(key, *_render(*key)) for key in todo]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        libs = list(pool.map(lambda r: Device[r[0][0]].compiler.compile_cached(r[2]), rendered))
+    for (key, name, src, lin), lib in zip(rendered, libs):
+        method_cache[key] = CompiledRunner(name, src, key[0], lin.global_size, lin.local_size, lin.vars, lib=lib)
 
 
 def lower_schedule_item(si) -> Runner:
@@ -130,6 +155,7 @@ def lower_schedule_item(si) -> Runner:
 def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
     """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph."""
     from tinygrad.engine.jit import CacheCollector
+    precompile(schedule)
     for si in schedule:
         for b in si.outputs:
             b.ensure_allocated()

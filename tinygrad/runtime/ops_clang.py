@@ -42,8 +42,9 @@ class ClangCompiler(Compiler):
     """C source -> shared object bytes."""
     linearizer_opts = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False)
 
-    def __init__(self, cachekey: str | None = "compile_clang"):
-        super().__init__(cachekey)
+    def __init__(self, cachekey: str | None = None):
+        # the disk cache key names the compiler, its flags and the host CPU (-march=native binaries are per CPU)
+        super().__init__(cachekey or f"compile_clang_{_host_fingerprint()}")
 
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="tinygrad-cc-") as tmp:
@@ -55,6 +56,20 @@ class ClangCompiler(Compiler):
                                    f"\n--- source ---\n{src}")
             with open(out, "rb") as f:
                 return f.read()
+
+
+@functools.lru_cache(None)
+def _host_fingerprint() -> str:
+    import hashlib
+    import platform
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        pass
+    parts = [find_cc(), *CFLAGS, platform.machine(), platform.processor(), cpu]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 class CompileError(RuntimeError):

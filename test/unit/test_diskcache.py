@@ -1,0 +1,98 @@
+"""The on-disk cache: shared by concurrent processes, rebuilt (never crashed on) when damaged, off at CACHELEVEL=0."""
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tinygrad.engine import diskcache
+from tinygrad.helpers import Context
+
+WRITER = textwrap.dedent("""
+    import sys
+    from tinygrad.engine.diskcache import diskcache_get, diskcache_put
+    me = int(sys.argv[1])
+    for i in range(200):
+        diskcache_put("stress", f"shared{i % 10}", b"x" * (i % 50))
+        diskcache_put("stress", f"own{me}_{i}", bytes([me]) * 64)
+        got = diskcache_get("stress", f"shared{i % 10}")
+        assert got is None or set(got) <= {ord("x")}, got
+    for i in range(200):
+        assert diskcache_get("stress", f"own{me}_{i}") == bytes([me]) * 64
+    print("ok")
+""")
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    path = tmp_path / "cache.db"
+    monkeypatch.setenv("CACHEDB", str(path))
+    return path
+
+
+def test_roundtrip_and_tables_are_versioned(db):
+    diskcache.diskcache_put("t", "key", b"value")
+    assert diskcache.diskcache_get("t", "key") == b"value"
+    assert diskcache.diskcache_get("t", "other") is None
+    tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert f"t_v{diskcache.VERSION}" in tables
+
+
+def test_four_concurrent_writers(db):
+    env = {**os.environ, "CACHEDB": str(db)}
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(i)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "ok", err
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute(f"SELECT COUNT(*) FROM stress_v{diskcache.VERSION}").fetchone()[0] == 10 + 4 * 200
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_damaged_file_is_rebuilt(db, damage):
+    diskcache.diskcache_put("t", "key", b"value" * 1000)
+    diskcache._local.conn.close()
+    diskcache._local.conn = None
+    raw = db.read_bytes()
+    db.write_bytes(os.urandom(4096) if damage == "garbage" else raw[:len(raw) // 3])
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(str(db) + suffix):
+            os.remove(str(db) + suffix)
+    # a fresh process must neither crash nor return wrong bytes
+    code = "from tinygrad.engine.diskcache import *; v = diskcache_get('t', 'key'); assert v in (None, b'value' * 1000)" \
+           "; diskcache_put('t', 'key2', b'new'); assert diskcache_get('t', 'key2') == b'new'; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CACHEDB": str(db)}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_damaged_row_is_dropped(db):
+    diskcache.diskcache_put("t", "key", b"value")
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE t_v{diskcache.VERSION} SET val = ?", (b"evil",))
+    conn.commit()
+    assert diskcache.diskcache_get("t", "key") is None
+    assert conn.execute(f"SELECT COUNT(*) FROM t_v{diskcache.VERSION}").fetchone()[0] == 0
+
+
+def test_cachelevel_0_disables(db):
+    with Context(CACHELEVEL=0):
+        diskcache.diskcache_put("t", "key", b"value")
+        assert diskcache.diskcache_get("t", "key") is None
+    assert diskcache.diskcache_get("t", "key") is None
+
+
+def test_compiled_kernels_come_back_from_disk(db):
+    src = "void tg_disk_test(float *a) { a[0] = 42.0f; }"
+    code = ("from tinygrad.runtime.ops_clang import ClangCompiler; import sys; c = ClangCompiler();"
+            "c.compile = (lambda s: sys.exit('compiled again')) if len(sys.argv) > 1 else c.compile;"
+            f"print(len(c.compile_cached({src!r})))")
+    env = {**os.environ, "CACHEDB": str(db)}
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    second = subprocess.run([sys.executable, "-c", code, "again"], env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout == second.stdout and int(first.stdout) > 0

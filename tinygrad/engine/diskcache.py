@@ -1,0 +1,111 @@
+"""The on-disk cache: compiled kernels (and, later, the work before them) kept across processes in one sqlite file.
+
+Where: `CACHEDB`, else `<user cache dir>/tinygrad/cache.db`. `CACHELEVEL=0` turns it off. Every table name carries
+VERSION, so a format change starts fresh tables instead of misreading old rows. Concurrent processes share the file
+safely (sqlite's WAL journal and a busy timeout). Each row stores a checksum of its value: a row that does not
+match is dropped and recomputed, and a file sqlite cannot read at all is moved aside and rebuilt, never crashed on.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import sqlite3
+import threading
+
+from tinygrad.helpers import CACHELEVEL, cache_dir, getenv
+
+VERSION = 1
+_local = threading.local()
+
+
+def cache_path() -> pathlib.Path:
+    return pathlib.Path(getenv("CACHEDB") or (cache_dir() / "cache.db"))
+
+
+def _connect() -> sqlite3.Connection | None:
+    """This thread's connection to the cache file (reopened when CACHEDB changes), or None if it can't be used."""
+    path = str(cache_path())
+    conn = getattr(_local, "conn", None)
+    if conn is not None and _local.path == path:
+        return conn
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA quick_check(1)").fetchone()
+    except sqlite3.DatabaseError:
+        conn = _rebuild(path)
+    except OSError:
+        return None
+    _local.conn, _local.path = conn, path
+    return conn
+
+
+def _rebuild(path: str) -> sqlite3.Connection | None:
+    """Move an unreadable cache file aside and start an empty one."""
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.replace(path + suffix, f"{path}{suffix}.corrupt-{os.getpid()}")
+        except OSError:
+            pass
+    try:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        return conn
+    except sqlite3.DatabaseError:
+        return None
+
+
+def _table(name: str) -> str:
+    return f"{''.join(c if c.isalnum() else '_' for c in name)}_v{VERSION}"
+
+
+def _digest(key: str | bytes) -> str:
+    return hashlib.sha256(key if isinstance(key, bytes) else key.encode()).hexdigest()
+
+
+def diskcache_get(table: str, key: str | bytes) -> bytes | None:
+    """The value stored under `key`, or None (missing, disabled, or found damaged and dropped)."""
+    if CACHELEVEL < 1:
+        return None
+    conn = _connect()
+    if conn is None:
+        return None
+    try:
+        row = conn.execute(f"SELECT val, sum FROM {_table(table)} WHERE key = ?", (_digest(key),)).fetchone()
+    except sqlite3.OperationalError:
+        return None  # no such table yet
+    except sqlite3.DatabaseError:
+        _local.conn = _rebuild(str(cache_path()))
+        return None
+    if row is None:
+        return None
+    val, checksum = row
+    if _digest(val) != checksum:
+        diskcache_delete(table, key)
+        return None
+    return bytes(val)
+
+
+def diskcache_put(table: str, key: str | bytes, val: bytes) -> None:
+    if CACHELEVEL < 1:
+        return
+    conn = _connect()
+    if conn is None:
+        return
+    try:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(table)} (key TEXT PRIMARY KEY, val BLOB, sum TEXT)")
+        conn.execute(f"INSERT OR REPLACE INTO {_table(table)} VALUES (?, ?, ?)", (_digest(key), val, _digest(val)))
+    except sqlite3.DatabaseError:
+        _local.conn = _rebuild(str(cache_path()))
+
+
+def diskcache_delete(table: str, key: str | bytes) -> None:
+    conn = _connect()
+    if conn is not None:
+        try:
+            conn.execute(f"DELETE FROM {_table(table)} WHERE key = ?", (_digest(key),))
+        except sqlite3.DatabaseError:
+            pass
