@@ -63,8 +63,11 @@ def test_damaged_file_is_rebuilt(db, damage):
         if os.path.exists(str(db) + suffix):
             os.remove(str(db) + suffix)
     # a fresh process must neither crash nor return wrong bytes
-    code = "from tinygrad.engine.diskcache import *; v = diskcache_get('t', 'key'); assert v in (None, b'value' * 1000)" \
-           "; diskcache_put('t', 'key2', b'new'); assert diskcache_get('t', 'key2') == b'new'; print('ok')"
+    code = ("from tinygrad.engine.diskcache import diskcache_get, diskcache_put\n"
+            "assert diskcache_get('t', 'key') in (None, b'value' * 1000)\n"
+            "diskcache_put('t', 'key2', b'new')\n"
+            "assert diskcache_get('t', 'key2') == b'new'\n"
+            "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CACHEDB": str(db)}, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
