@@ -172,3 +172,13 @@ def test_returned_symbolic_shapes_follow_the_call():
         vi = Variable("i", 1, 10).bind(i)
         a = Tensor(data(3, i, seed=i))
         np.testing.assert_allclose(jp(a.reshape(3, vi)).reshape(3, i).numpy(), data(3, i, seed=i) + 1)
+
+
+def test_misuse_errors_are_also_assertion_errors():
+    # tinygrad 0.9 raised AssertionError for these; code that catches that keeps working
+    jf = TinyJit(lambda a: a)
+    jf(Tensor([1.0]))
+    with pytest.raises(AssertionError):
+        jf(Tensor([1.0]))
+    with pytest.raises(AssertionError):
+        Variable("n", 1, 4).bind(5)

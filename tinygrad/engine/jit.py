@@ -18,8 +18,9 @@ from tinygrad.helpers import DEBUG, JIT, GlobalCounters
 from tinygrad.shape.symbolic import Variable
 
 
-class JitError(RuntimeError):
-    """A jitted function was called in a way its captured kernels can't serve."""
+class JitError(RuntimeError, AssertionError):
+    """A jitted function was called in a way its captured kernels can't serve. Also an AssertionError, which is what
+    tinygrad 0.9 raised for these misuses, so code written against it keeps catching it."""
 
 
 class _CacheCollector:

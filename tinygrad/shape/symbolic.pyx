@@ -10,8 +10,15 @@ from math import gcd
 from operator import index as _index
 from typing import Union
 
+
+class BindError(ValueError, AssertionError):
+    """A Variable bound outside its bounds. Also an AssertionError, which is what tinygrad 0.9 raised there, so code
+    written against it keeps catching it."""
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # coercion helpers
+
 
 
 cdef object _as_int(object x):
@@ -360,7 +367,7 @@ cdef class Variable(Node):
         if v is None:
             raise ValueError(f"cannot bind {self.expr} to non-integer {val!r}")
         if not self.min <= v <= self.max:
-            raise ValueError(f"cannot bind {self.expr} to {v}: value outside its bounds [{self.min}, {self.max}]")
+            raise BindError(f"cannot bind {self.expr} to {v}: value outside its bounds [{self.min}, {self.max}]")
         cdef Variable out = Variable(self.expr, self.min, self.max)
         out._val = v
         return out
