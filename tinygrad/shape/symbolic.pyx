@@ -19,8 +19,6 @@ class BindError(ValueError, AssertionError):
 # ---------------------------------------------------------------------------------------------------------------------
 # coercion helpers
 
-
-
 cdef object _as_int(object x):
     """x as a plain Python int, or None when x is not an integer (a Node never counts as one here)."""
     if isinstance(x, int):
