@@ -190,11 +190,6 @@ class LazyBuffer:
     def stride(self, arg: tuple[int, ...]) -> LazyBuffer:
         return self if all(a == 1 for a in arg) else self._view(self.st.stride(tuple(arg)))
 
-    # ---- schedule-time helpers ----
-    def schedule(self, seen=None):
-        from tinygrad.engine.schedule import create_schedule
-        return create_schedule([self], seen)
-
 
 def _reads_shifted(x: LazyBuffer, target: LazyBuffer) -> bool:
     """Whether computing `x` elementwise reads `target` at other positions than the one being written (through a

@@ -17,6 +17,7 @@ from tinygrad.shape.shapetracker import ShapeTracker
 from tinygrad.shape.symbolic import Node, Variable
 
 _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+_REDUCE_OPS = frozenset(ReduceOps)
 
 
 cdef class ScheduleItem:
@@ -56,8 +57,9 @@ cdef bint _masked(object st):
     return False
 
 
-cdef bint _pad_unsafe(object base, set realizes, dict memo):
-    """Whether fusing `base` through a padded view could turn padding into a non-zero value."""
+cdef bint _region_has(object base, set realizes, object ops, dict memo):
+    """Whether the region of bases fused with `base` (itself, and the unrealized sources computed in the same
+    kernel) holds an op from `ops`. `memo` maps id(base) to answers already known."""
     cdef list stack = [base]
     cdef set seen = set()
     while stack:
@@ -69,7 +71,7 @@ cdef bint _pad_unsafe(object base, set realizes, dict memo):
             if memo[id(b)]:
                 return True
             continue
-        if b.op in UNSAFE_PAD_OPS:
+        if b.op in ops:
             return True
         for s in b.srcs:
             sb = s.base
@@ -85,7 +87,6 @@ def create_schedule_with_vars(outs, seen=None):
     # ---- 1. walk the unrealized graph: post-order (sources first) and each base's consumers ----
     cdef list order = []
     cdef dict children = {}          # id(base) -> list of (consumer base, the view it reads through)
-    cdef dict by_id = {}
     cdef list stack = []
     cdef set visited = set()
     out_bases = []
@@ -102,7 +103,6 @@ def create_schedule_with_vars(outs, seen=None):
         if id(b) in visited:
             continue
         visited.add(id(b))
-        by_id[id(b)] = b
         stack.append((b, True))
         for s in b.srcs:
             sb = s.base
@@ -125,7 +125,8 @@ def create_schedule_with_vars(outs, seen=None):
         for s in b.srcs:
             sb = s.base
             if s is not sb and _needs_compute(sb) and id(sb) not in realizes and _masked(s.st):
-                if _pad_unsafe(sb, realizes, memo):
+                # fusing through a padded view must not turn the padding into f(0) != 0
+                if _region_has(sb, realizes, UNSAFE_PAD_OPS, memo):
                     realizes.add(id(sb))
                 memo[id(sb)] = id(sb) in realizes
 
@@ -148,7 +149,9 @@ def create_schedule_with_vars(outs, seen=None):
                 target = c
                 break
             cur = c
-        if target is not None and id(target) not in fused_reduce and not _has_reduce_input(target, realizes):
+        # one reduce per kernel: the target's region must not already hold one
+        if target is not None and id(target) not in fused_reduce and \
+                not _region_has(target, realizes, _REDUCE_OPS, {}):
             realizes.discard(id(r))
             fused_reduce[id(target)] = r
 
@@ -166,23 +169,6 @@ def create_schedule_with_vars(outs, seen=None):
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals
-
-
-cdef bint _has_reduce_input(object target, set realizes):
-    """Whether `target`'s fused region already contains an unrealized reduce (one reduce per kernel)."""
-    cdef list stack = [target]
-    cdef set seen = set()
-    while stack:
-        b = stack.pop()
-        for s in b.srcs:
-            sb = s.base
-            if id(sb) in seen or not _needs_compute(sb) or id(sb) in realizes:
-                continue
-            seen.add(id(sb))
-            if isinstance(sb.op, ReduceOps):
-                return True
-            stack.append(sb)
-    return False
 
 
 cdef list _order_assigns(list items, list reads_of):
