@@ -11,7 +11,7 @@ from typing import Any
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import argsort
 from tinygrad.lazy import LazyBuffer
-from tinygrad.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import sint
 
 
@@ -54,6 +54,16 @@ class Function:
 class Contiguous(Function):
     def forward(self, x: LazyBuffer) -> LazyBuffer:
         return x.contiguous()
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output
+
+
+class Clone(Function):
+    """A copy in a buffer of its own, even where `contiguous()` would have nothing to do."""
+
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return LazyBuffer.loadop(LoadOps.CONTIGUOUS, x.shape, x.dtype, x.device, srcs=(x,))
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
         return grad_output

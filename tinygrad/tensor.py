@@ -214,7 +214,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
     def clone(self) -> Tensor:
         """A copy with a buffer of its own (gradients flow back to this tensor)."""
-        return self.contiguous() if not self.lazydata.is_inlined() else self + 0
+        return F.Clone.apply(self)
 
     def detach(self) -> Tensor:
         return Tensor(self.lazydata, device=self.device, requires_grad=False)

@@ -58,3 +58,13 @@ def test_multinomial_frequencies():
 def test_to_in_place():
     t = Tensor([1.0, 2.0])
     assert t.to_("CPU") is t and t.device == "CPU" and t.dtype == dtypes.float
+
+
+def test_clone_owns_its_memory():
+    x = Tensor([1.0, 2.0]).realize()
+    c = x.clone().realize()
+    x.assign(x * 10).realize()
+    assert c.numpy().tolist() == [1.0, 2.0] and x.numpy().tolist() == [10.0, 20.0]
+    g = Tensor([3.0], requires_grad=True)
+    (g.clone() * 2).sum().backward()
+    assert g.grad.numpy().tolist() == [2.0]
