@@ -33,6 +33,9 @@ class _Device:
             raise TypeError(f"device must be a str, not {type(device).__name__}")
         name, _, num = device.partition(":")
         name = name.upper()
+        if name == "DISK":
+            # the part after DISK: is a file path, kept verbatim
+            return f"DISK:{num}" if num else "DISK"
         if num not in ("", "0") and not num.isdigit():
             raise ValueError(f"bad device {device!r}: expected NAME or NAME:index")
         return name if num in ("", "0") else f"{name}:{num}"
