@@ -68,6 +68,8 @@ class Buffer {
   // Pinning: while the count is non-zero free() refuses. Thread-safe. Every pin() needs exactly one unpin().
   void pin() noexcept { pins_.fetch_add(1, std::memory_order_relaxed); }
   void unpin() noexcept { pins_.fetch_sub(1, std::memory_order_relaxed); }
+  // Whether a view or launch holds the buffer now (an allocator cache must not hand pinned memory out again).
+  bool pinned() const noexcept { return pins_.load(std::memory_order_relaxed) != 0; }
 
  private:
   void check_fits(const char* what, size_t n) const {

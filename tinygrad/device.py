@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections import OrderedDict
 from typing import Any, Callable
 
 from tinygrad.dtype import DType, dtypes
@@ -114,7 +115,9 @@ class Buffer:
     def allocate(self, opaque: Any = None) -> Buffer:
         if self._buf is not None:
             raise RuntimeError(f"{self} is already allocated")
-        self.allocator = Device[self.device].allocator
+        # Device's own table first: Device[...] canonicalizes the name, and Buffers are made with canonical names
+        dev = Device._opened.get(self.device)
+        self.allocator = (dev if dev is not None else Device[self.device]).allocator
         self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
         GlobalCounters.mem_used += self.nbytes
         return self
@@ -186,8 +189,86 @@ class Allocator:
         raise NotImplementedError
 
 
-class _MallocAllocator(Allocator):
-    """Host memory from the C++ CPU runtime (64-byte aligned). Used by the CLANG device."""
+class LRUAllocator(Allocator):
+    """An Allocator that keeps freed memory for reuse, so a training loop does not call the system allocator for
+    its intermediates every step.
+
+    Sizes are rounded up to buckets (64-byte steps up to 4 KiB, then 8 steps per power of two, so at most 1/8 is
+    wasted) and freed memory waits in per-(bucket, options) lists, the least recently used size class evicted first
+    once more than `max_cached` bytes wait. An allocation that fails empties the cache and tries again (memory
+    pressure), so cached memory never causes an out-of-memory error."""
+
+    def __init__(self, max_cached: int = 1 << 30):
+        self.max_cached = max_cached
+        self.cached_bytes = 0
+        self._cache: OrderedDict[tuple[int, BufferOptions | None], list] = OrderedDict()
+
+    @staticmethod
+    def bucket(size: int) -> int:
+        if size <= 4096:
+            return max(64, (size + 63) & ~63)
+        step = 1 << (size.bit_length() - 4)
+        return (size + step - 1) & ~(step - 1)
+
+    def alloc(self, size: int, options: BufferOptions | None = None):
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
+        b = self.bucket(size)
+        key = (b, options)
+        waiting = self._cache.get(key)
+        if waiting:
+            self.cached_bytes -= b
+            opaque = waiting.pop()
+            if not waiting:
+                del self._cache[key]
+            return opaque
+        try:
+            return self._alloc(b, options)
+        except MemoryError:
+            if not self.cached_bytes:
+                raise
+            self.free_cache()
+            return self._alloc(b, options)
+
+    def free(self, opaque, size: int, options: BufferOptions | None = None) -> None:
+        b = self.bucket(size)
+        if b > self.max_cached or not self._reusable(opaque):
+            self._free(opaque, options)
+            return
+        key = (b, options)
+        waiting = self._cache.get(key)
+        if waiting is None:
+            waiting = self._cache[key] = []
+        else:
+            self._cache.move_to_end(key)
+        waiting.append(opaque)
+        self.cached_bytes += b
+        while self.cached_bytes > self.max_cached:
+            (ob, oopts), oldest = next(iter(self._cache.items()))
+            self._free(oldest.pop(0), oopts)
+            self.cached_bytes -= ob
+            if not oldest:
+                del self._cache[(ob, oopts)]
+
+    def free_cache(self) -> None:
+        """Give every cached allocation back to the device."""
+        for (_, opts), waiting in self._cache.items():
+            for opaque in waiting:
+                self._free(opaque, opts)
+        self._cache.clear()
+        self.cached_bytes = 0
+
+    def _reusable(self, opaque) -> bool:
+        """Whether freed memory may be handed out again (not while something still reads it)."""
+        return True
+
+
+class _MallocAllocator(LRUAllocator):
+    """Host memory from the C++ CPU runtime (64-byte aligned), cached for reuse. Used by the CLANG device."""
+
+    def _reusable(self, opaque) -> bool:
+        # a memoryview or numpy array made by as_buffer still reads it
+        return not opaque.pinned
 
     def _alloc(self, size: int, options: BufferOptions | None):
         from tinygrad.runtime import _cpu
@@ -201,7 +282,8 @@ class _MallocAllocator(Allocator):
             pass
 
     def as_buffer(self, src, size: int | None = None) -> memoryview:
-        return memoryview(src)
+        # cached allocations may be larger than the Buffer they serve
+        return memoryview(src) if size is None else memoryview(src)[:size]
 
     def copyin(self, dest, src: memoryview) -> None:
         from tinygrad.runtime import _cpu
@@ -258,4 +340,5 @@ class Compiled:
 
 
 # Re-exported for old import paths (`from tinygrad.device import dtypes` was common in 0.8 code).
-__all__ = ["Device", "Buffer", "BufferOptions", "Allocator", "MallocAllocator", "Compiler", "Compiled", "dtypes"]
+__all__ = ["Device", "Buffer", "BufferOptions", "Allocator", "LRUAllocator", "MallocAllocator", "Compiler", "Compiled",
+           "dtypes"]

@@ -14,6 +14,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import ConstType, DType, dtypes, to_dtype
+from tinygrad.engine.plan import realize_lazybuffers
 from tinygrad.helpers import all_int, prod, toposort
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
@@ -160,9 +161,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
     @staticmethod
     def corealize(lst: Sequence[Tensor]) -> None:
-        from tinygrad.engine.realize import run_schedule
-        from tinygrad.engine.schedule import create_schedule_with_vars
-        run_schedule(*create_schedule_with_vars([t.lazydata for t in lst]))
+        realize_lazybuffers([t.lazydata for t in lst])
 
     def schedule(self):
         from tinygrad.engine.schedule import create_schedule

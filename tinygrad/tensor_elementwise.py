@@ -17,6 +17,7 @@ import numpy as np
 
 import tinygrad.mlops as F
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tinygrad.ops import BinaryOps
 from tinygrad.shape.symbolic import Node, sint
 
 if TYPE_CHECKING:
@@ -659,16 +660,20 @@ class ElementwiseMixin:
         return self.bitwise_not()
 
     def __add__(self, x) -> Tensor:
-        return self.add(x)
+        ret = _fast_binop(self, x, BinaryOps.ADD, False)
+        return ret if ret is not None else self.add(x)
 
     def __sub__(self, x) -> Tensor:
-        return self.sub(x)
+        ret = _fast_binop(self, x, BinaryOps.SUB, False)
+        return ret if ret is not None else self.sub(x)
 
     def __mul__(self, x) -> Tensor:
-        return self.mul(x)
+        ret = _fast_binop(self, x, BinaryOps.MUL, False)
+        return ret if ret is not None else self.mul(x)
 
     def __truediv__(self, x) -> Tensor:
-        return self.div(x)
+        ret = _fast_binop(self, x, BinaryOps.DIV, False)
+        return ret if ret is not None else self.div(x)
 
     def __floordiv__(self, x) -> Tensor:
         return self.div(x, rounding_mode="floor")
@@ -698,16 +703,20 @@ class ElementwiseMixin:
         return self.rshift(x)
 
     def __radd__(self, x) -> Tensor:
-        return self.add(x, True)
+        ret = _fast_binop(self, x, BinaryOps.ADD, True)
+        return ret if ret is not None else self.add(x, True)
 
     def __rsub__(self, x) -> Tensor:
-        return self.sub(x, True)
+        ret = _fast_binop(self, x, BinaryOps.SUB, True)
+        return ret if ret is not None else self.sub(x, True)
 
     def __rmul__(self, x) -> Tensor:
-        return self.mul(x, True)
+        ret = _fast_binop(self, x, BinaryOps.MUL, True)
+        return ret if ret is not None else self.mul(x, True)
 
     def __rtruediv__(self, x) -> Tensor:
-        return self.div(x, True)
+        ret = _fast_binop(self, x, BinaryOps.DIV, True)
+        return ret if ret is not None else self.div(x, True)
 
     def __rfloordiv__(self, x) -> Tensor:
         return self.div(x, True, rounding_mode="floor")
@@ -775,3 +784,31 @@ class ElementwiseMixin:
     def masked_fill(self, mask: Tensor, value: ConstType) -> Tensor:
         """`value` where `mask` is True, this tensor elsewhere (mask broadcasts)."""
         return mask.where(value, self)
+
+
+_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
+
+
+def _fast_binop(x, y, op: BinaryOps, reverse: bool):
+    """`x op y` built straight on the LazyBuffers when nothing needs a gradient and no broadcasting or promotion is
+    involved (a float tensor with a Python number, or two float tensors of one shape, dtype and device); None
+    otherwise, and the general path runs. The result is exactly the general path's, made with far less work:
+    eager code pays for every op it builds."""
+    if x.requires_grad or x.dtype not in _FLOATS:
+        return None
+    xl = x.lazydata
+    ty = type(y)
+    if ty is float or ty is int:
+        yl = xl.const(y)
+        rg = x.requires_grad
+    elif ty is type(x):
+        yl = y.lazydata
+        if y.requires_grad or yl.dtype is not xl.dtype or yl.shape != xl.shape or yl.device != xl.device:
+            return None
+        rg = None if x.requires_grad is None or y.requires_grad is None else False
+    else:
+        return None
+    ret = object.__new__(type(x))
+    ret.lazydata = yl.e(op, xl) if reverse else xl.e(op, yl)
+    ret.requires_grad, ret.grad, ret._ctx = rg, None, None
+    return ret

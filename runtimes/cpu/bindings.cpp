@@ -39,6 +39,7 @@ PYBIND11_MODULE(_cpu, m) {
       .def_property_readonly("ptr", &Buffer::ptr, "Address of the memory (ValueError after free()).")
       .def_property_readonly("nbytes", &Buffer::nbytes)
       .def_property_readonly("freed", &Buffer::freed)
+      .def_property_readonly("pinned", &Buffer::pinned, "Whether a memoryview, numpy array or launch uses it now.")
       .def("free", &Buffer::free, "Release the memory now (idempotent).");
   tg::pyb::enable_buffer_protocol(host_buffer);
 

@@ -1,0 +1,16 @@
+# Declarations of the schedule-plan cache (plan.pyx).
+
+cdef class PlanItem:
+    # the runner (compiled kernel, copy, allocation) and, per buffer, where it comes from: >= 0 is the index of an
+    # unrealized node of the graph, < 0 is -(leaf index + 1), a realized buffer the graph reads
+    cdef readonly object runner
+    cdef readonly object ast
+    cdef readonly tuple buf_refs
+    cdef readonly int n_outputs
+    # the nodes this item realizes (their graph is dropped after it runs)
+    cdef readonly tuple lb_refs
+
+
+cdef class Plan:
+    cdef readonly tuple items
+    cdef readonly int n_kernels

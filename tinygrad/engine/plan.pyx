@@ -1,0 +1,219 @@
+# cython: language_level=3
+"""Schedule plans: the schedule of a graph, cached by the graph's structure and replayed on new buffers.
+
+Eager code builds the same small graphs over and over (`x * 2 + 1` every step, an optimizer's update every step).
+Scheduling one again would give the same kernels reading the same kinds of buffers, so the first time a structure is
+seen its schedule is turned into a Plan: each kernel's runner, with its buffers named by their position in the graph
+(the n-th unrealized node, the n-th realized input). The next graph of the same structure walks once to collect its
+nodes and inputs and launches the Plan's kernels on them: no scheduling, no AST hashing, no method-cache lookup.
+
+The structure key holds everything the scheduler decides from: each node's op, arg, dtype, device and
+forced-realize flag; each edge's ShapeTracker; constants with their values (a -0.0 is not a 0.0); which inputs share
+memory; which nodes are outputs. Graphs with bound symbolic variables are not planned (the JIT serves them).
+"""
+from libc.math cimport copysign
+
+from tinygrad.engine.schedule import create_schedule_with_vars
+from tinygrad.helpers import DEBUG, GlobalCounters
+from tinygrad.lazy cimport LazyBuffer
+from tinygrad.ops import LoadOps
+from tinygrad.shape.shapetracker cimport ShapeTracker
+from tinygrad.shape.symbolic import Node
+
+_CONST = LoadOps.CONST
+_IOTA = LoadOps.IOTA
+
+# structure key -> Plan; bounded, so a program that makes endless distinct graphs does not grow it forever
+cdef dict _plans = {}
+cdef int MAX_PLANS = 2048
+# counters the tests read: plans made, and graphs served by a plan
+cdef public long plan_misses = 0
+cdef public long plan_hits = 0
+
+
+cdef class PlanItem:
+    def __init__(self, runner, ast, tuple buf_refs, int n_outputs, tuple lb_refs):
+        self.runner, self.ast, self.buf_refs, self.n_outputs, self.lb_refs = runner, ast, buf_refs, n_outputs, lb_refs
+
+
+cdef class Plan:
+    def __init__(self, tuple items, int n_kernels):
+        self.items = items
+        self.n_kernels = n_kernels
+
+
+cdef inline bint _needs_compute(LazyBuffer b):
+    # unrealized and not inlined into kernels (constants and iotas are)
+    if b.op is _CONST or b.op is _IOTA:
+        return False
+    return b.buffer is None or b.pending or b.buffer._buf is None
+
+
+cdef object _const_key(LazyBuffer b):
+    arg = b.arg
+    if isinstance(arg, Node):
+        return None
+    if type(arg) is float and arg == 0.0:
+        # 0.0 == -0.0, but they are different constants
+        return (b.op, arg, copysign(1.0, arg), b.dtype, b.shape)
+    return (b.op, arg, b.dtype, b.shape)
+
+
+cdef object _walk(list outs, list nodes, list leaves):
+    """The structure key of the graph computing `outs`, filling `nodes` (unrealized bases, sources first) and
+    `leaves` (realized bases it reads); None when the graph can't be planned."""
+    cdef dict index = {}       # id(node) -> position in nodes
+    cdef dict leaf_index = {}  # id(leaf) -> position in leaves
+    cdef list key = []
+    cdef list stack = []
+    cdef LazyBuffer b, s, sb
+    cdef ShapeTracker st
+    for o in outs:
+        b = (<LazyBuffer>o)._base if (<LazyBuffer>o)._base is not None else o
+        if _needs_compute(b) and id(b) not in index:
+            stack.append((b, False))
+            while stack:
+                b, done = stack.pop()
+                if done:
+                    if id(b) in index:
+                        continue
+                    srcs_key = []
+                    for s in b.srcs:
+                        sb = s._base if s._base is not None else s
+                        st = s.st
+                        if st.var_vals:
+                            return None
+                        edge = None if s is sb else st
+                        if _needs_compute(sb):
+                            srcs_key.append((index[id(sb)], edge))
+                        elif sb.op is _CONST or sb.op is _IOTA:
+                            if sb.buffer is not None and sb.buffer._buf is not None:
+                                return None
+                            ck = _const_key(sb)
+                            if ck is None:
+                                return None
+                            srcs_key.append((ck, edge))
+                        else:
+                            li = leaf_index.get(id(sb))
+                            if li is None:
+                                li = leaf_index[id(sb)] = len(leaves)
+                                leaves.append(sb)
+                            srcs_key.append((-1 - <int>li, edge))
+                    if type(b.size) is not int:
+                        return None
+                    index[id(b)] = len(nodes)
+                    nodes.append(b)
+                    key.append((b.op, b.arg, b.dtype, b.device, b.forced_realize, tuple(srcs_key)))
+                    continue
+                if id(b) in index:
+                    continue
+                stack.append((b, True))
+                for s in b.srcs:
+                    sb = s._base if s._base is not None else s
+                    if _needs_compute(sb) and id(sb) not in index:
+                        stack.append((sb, False))
+    # inputs: their kind, shape, and which of them share memory (an in-place update reads what it writes)
+    cdef dict first_of = {}
+    leaf_key = []
+    for i, sb in enumerate(leaves):
+        alias = first_of.setdefault(id(sb.buffer), i)
+        leaf_key.append((sb.dtype, sb.device, sb.shape, alias))
+    out_key = []
+    for o in outs:
+        b = (<LazyBuffer>o)._base if (<LazyBuffer>o)._base is not None else o
+        out_key.append(index.get(id(b), -1))
+    return (tuple(key), tuple(leaf_key), tuple(out_key))
+
+
+cdef Plan _make_plan(list schedule, list nodes, list leaves):
+    """The Plan of `schedule`, which was made for the graph of `nodes` and `leaves`; None when one of its buffers
+    is neither (then the graph is not cached)."""
+    from tinygrad.engine.realize import CompiledRunner, lower_schedule_item, precompile
+    cdef dict ref = {}
+    for i, b in enumerate(leaves):
+        ref.setdefault(id(b.buffer), -1 - i)
+    for i, b in enumerate(nodes):
+        ref[id(b.buffer)] = i
+    cdef dict node_ref = {id(b): i for i, b in enumerate(nodes)}
+    precompile(schedule)
+    items = []
+    for si in schedule:
+        buf_refs = []
+        for buf in si.bufs:
+            r = ref.get(id(buf))
+            if r is None:
+                return None
+            buf_refs.append(r)
+        lb_refs = []
+        for lb in si.lbs:
+            r = node_ref.get(id(lb))
+            if r is None:
+                return None
+            lb_refs.append(r)
+        items.append(PlanItem(lower_schedule_item(si), si.ast, tuple(buf_refs), si.n_outputs, tuple(lb_refs)))
+    return Plan(tuple(items), sum(1 for it in items if isinstance(it.runner, CompiledRunner)))
+
+
+def realize_lazybuffers(list outs):
+    """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
+    scheduling it (and caching the Plan of what was scheduled)."""
+    global plan_hits, plan_misses
+    from tinygrad.engine.jit import CacheCollector
+    from tinygrad.engine.realize import run_schedule
+    cdef list nodes = []
+    cdef list leaves = []
+    if DEBUG.value >= 1 or CacheCollector.cache is not None:
+        # the slow path prints and records what it runs
+        run_schedule(*create_schedule_with_vars(outs))
+        return
+    key = _walk(outs, nodes, leaves)
+    if key is None:
+        run_schedule(*create_schedule_with_vars(outs))
+        return
+    if not nodes:
+        return
+    cdef Plan plan = _plans.get(key)
+    if plan is None:
+        schedule, var_vals = create_schedule_with_vars(outs)
+        if not var_vals:
+            plan = _make_plan(schedule, nodes, leaves)
+        if plan is None:
+            run_schedule(schedule, var_vals)
+            return
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+        plan_misses += 1
+    else:
+        plan_hits += 1
+    _run(plan, nodes, leaves)
+
+
+cdef void _run(Plan plan, list nodes, list leaves) except *:
+    cdef PlanItem item
+    cdef LazyBuffer lb
+    cdef list bufs
+    cdef int i, r
+    empty = {}
+    for item in plan.items:
+        bufs = []
+        for r in item.buf_refs:
+            bufs.append((<LazyBuffer>nodes[r]).buffer if r >= 0 else (<LazyBuffer>leaves[-1 - r]).buffer)
+        for i in range(item.n_outputs):
+            buf = bufs[i]
+            if buf._buf is None:
+                buf.allocate()
+        et = item.runner(bufs, empty)
+        if et is not None:
+            GlobalCounters.time_sum_s += et
+        # a realized base no longer needs the graph that produced it
+        for r in item.lb_refs:
+            lb = nodes[r]
+            lb.srcs = ()
+            lb.pending = False
+    GlobalCounters.kernel_count += plan.n_kernels
+
+
+def clear_plans():
+    """Forget every cached Plan (tests; a device whose kernels were recompiled)."""
+    _plans.clear()

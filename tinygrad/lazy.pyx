@@ -1,0 +1,278 @@
+# cython: language_level=3
+"""LazyBuffer: a Tensor without derivatives. Ops on it build a graph; nothing runs until the graph is scheduled.
+
+A LazyBuffer is either a *base*, which owns an op (`op`, `srcs`, `arg`) and, once realized, a Buffer; or a *view*
+of a base through a ShapeTracker (`st`), which is how every movement op is expressed without copying.
+
+It is a Cython class because every Tensor op makes one or more of them: building `x * 2 + 1` must cost a few
+hundred nanoseconds per node, not microseconds, for eager execution to be fast.
+"""
+import numpy as np
+
+from tinygrad.device import Buffer
+from tinygrad.dtype import dtypes
+from tinygrad.helpers import toposort
+from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.shape.shapetracker cimport ShapeTracker
+from tinygrad.shape.symbolic import Node
+
+_CMP_OPS = frozenset((BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE))
+_CONST = LoadOps.CONST
+_IOTA = LoadOps.IOTA
+_CONTIGUOUS = LoadOps.CONTIGUOUS
+_COPY = LoadOps.COPY
+_WHERE = TernaryOps.WHERE
+
+# trackers are immutable, so the common ones are shared: the contiguous tracker of a shape, and the tracker that
+# broadcasts a 0-d constant to a shape. Only concrete shapes: a bound Variable compares equal to the same Variable
+# bound to another value, so a symbolic tracker must not be reused.
+cdef dict _contiguous_st = {}
+cdef dict _broadcast_st = {}
+
+
+cdef inline bint _concrete(tuple shape):
+    for s in shape:
+        if type(s) is not int:
+            return False
+    return True
+
+
+cdef ShapeTracker contiguous_st(tuple shape):
+    if not _concrete(shape):
+        return ShapeTracker.from_shape(shape)
+    st = _contiguous_st.get(shape)
+    if st is None:
+        st = ShapeTracker.from_shape(shape)
+        if len(_contiguous_st) < 4096:
+            _contiguous_st[shape] = st
+    return <ShapeTracker>st
+
+
+cdef ShapeTracker broadcast_st(tuple shape):
+    if not _concrete(shape):
+        return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
+    st = _broadcast_st.get(shape)
+    if st is None:
+        st = ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
+        if len(_broadcast_st) < 4096:
+            _broadcast_st[shape] = st
+    return <ShapeTracker>st
+
+
+cdef LazyBuffer new_base(str device, ShapeTracker st, object dtype, object op, object arg, tuple srcs):
+    """A base node; its Buffer object exists at once (memory comes when its kernel first runs)."""
+    cdef LazyBuffer ret = LazyBuffer.__new__(LazyBuffer)
+    ret.device, ret.st, ret.dtype, ret.shape = device, st, dtype, st.shape
+    ret.size = st.size
+    ret._base = None
+    ret.op, ret.arg, ret.srcs = op, arg, srcs
+    # consts never get memory of their own: kernels inline them
+    # a symbolic size gets room for the largest value its variables allow
+    if op is _CONST:
+        ret.buffer = None
+    else:
+        size = ret.size
+        ret.buffer = Buffer(device, size if isinstance(size, int) else size.max, dtype)
+    ret.forced_realize = False
+    ret.pending = False
+    return ret
+
+
+cdef LazyBuffer new_view(LazyBuffer base, ShapeTracker st):
+    cdef LazyBuffer ret = LazyBuffer.__new__(LazyBuffer)
+    ret.device, ret.st, ret.dtype, ret.shape = base.device, st, base.dtype, st.shape
+    ret.size = st.size
+    ret._base = base
+    ret.op, ret.arg, ret.srcs, ret.buffer = None, None, (), None
+    ret.forced_realize = False
+    ret.pending = False
+    return ret
+
+
+cdef class LazyBuffer:
+    """One node of the lazy graph; see the module docstring. Build them with the factories, not the constructor."""
+
+    def __init__(self, str device, ShapeTracker st, dtype, op=None, arg=None, tuple srcs=(), LazyBuffer base=None):
+        if base is not None and base._base is not None:
+            raise RuntimeError("a view's base must be a base")
+        proto = new_view(base, st) if base is not None else new_base(device, st, dtype, op, arg, srcs)
+        self.device, self.st, self.dtype, self.shape, self.size = device, st, proto.dtype, proto.shape, proto.size
+        self._base, self.op, self.arg, self.srcs, self.buffer = proto._base, proto.op, proto.arg, proto.srcs, \
+            proto.buffer
+        self.forced_realize = False
+        self.pending = False
+
+    # ---- identity ----
+    @property
+    def base(self):
+        return self._base if self._base is not None else self
+
+    @property
+    def realized(self):
+        """The Buffer holding this base's data once it has been computed; None for views and unrealized bases."""
+        if self._base is not None or self.buffer is None or self.pending or self.buffer._buf is None:
+            return None
+        return self.buffer
+
+    def __repr__(self):
+        what = f"{self.op}" if self._base is None else f"view of {self.base.op}"
+        return f"<LB {self.device} {self.shape} {str(self.dtype)[7:]} {what} st={self.st}>"
+
+    def is_unrealized_const(self):
+        b = self.base
+        return b.realized is None and b.op is _CONST
+
+    def is_inlined(self):
+        """Whether this is a constant or an iota: a value kernels compute in place, with no buffer behind it."""
+        b = self.base
+        return b.realized is None and (b.op is _CONST or b.op is _IOTA)
+
+    # ---- factories ----
+    @staticmethod
+    def loadop(op, shape, dtype, str device, arg=None, tuple srcs=()):
+        return new_base(device, contiguous_st(tuple(shape)), dtype, op, arg, srcs)
+
+    @staticmethod
+    def fromcpu(x):
+        """A realized LazyBuffer on the CPU device holding (a contiguous copy of) numpy array `x`."""
+        # NOTE: not np.ascontiguousarray, which makes 0-d arrays 1-d
+        x = np.asarray(x)
+        if not x.flags.c_contiguous:
+            x = x.copy(order="C")
+        ret = new_base("CPU", contiguous_st(tuple(x.shape)), dtypes.from_np(x.dtype), LoadOps.EMPTY, None, ())
+        ret.buffer = Buffer("CPU", x.size, ret.dtype, opaque=x.reshape(-1))
+        return ret
+
+    def const(self, val, shape=None):
+        """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
+        cdef tuple shp = self.shape if shape is None else tuple(shape)
+        c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, dtypes.as_const(val, self.dtype), ())
+        if not shp:
+            return c
+        for s in shp:
+            if isinstance(s, Node):
+                return c.reshape((1,) * len(shp)).expand(shp)
+        return new_view(c, broadcast_st(shp))
+
+    # ---- the graph's ops ----
+    def contiguous(self):
+        """This data laid out contiguously in a buffer of its own (a no-op when it already is)."""
+        if not self.is_inlined() and self.st.contiguous and self.size == self.base.size:
+            # already laid out contiguously: make sure it gets a buffer of its own instead of being fused away
+            if self.base.realized is None:
+                (<LazyBuffer>self.base).forced_realize = True
+            return self
+        return new_base(self.device, contiguous_st(self.shape), self.dtype, _CONTIGUOUS, None, (self,))
+
+    def assign(self, LazyBuffer x):
+        """`x`, computed straight into this buffer's memory when this is a realized, contiguous buffer (so kernels
+        captured by the JIT keep seeing it); otherwise simply `x`."""
+        cdef LazyBuffer target = self.base
+        if x.base is target or target.realized is None or target.op is _CONST or \
+                not (self.st.contiguous and self.size == target.size):
+            return x
+        if _reads_shifted(x, target):
+            # writing in place while reading other elements of the same memory: compute into a temporary first
+            x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
+        cdef LazyBuffer ret = LazyBuffer.__new__(LazyBuffer)
+        st = contiguous_st(self.shape)
+        ret.device, ret.st, ret.dtype, ret.shape, ret.size = self.device, st, self.dtype, st.shape, st.size
+        ret._base = None
+        ret.op, ret.arg, ret.srcs = LoadOps.ASSIGN, None, (x, target)
+        ret.buffer, ret.pending, ret.forced_realize = target.buffer, True, False
+        return ret
+
+    def cast(self, dtype, bint bitcast=False):
+        if self.dtype == dtype:
+            return self
+        if bitcast and dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"can't bitcast {self.dtype} to {dtype}: sizes differ")
+        op = UnaryOps.BITCAST if bitcast else UnaryOps.CAST
+        return new_base(self.device, contiguous_st(self.shape), dtype, op, (dtype, bitcast), (self,))
+
+    def copy_to_device(self, str device):
+        if device == self.device:
+            return self
+        if self.is_unrealized_const() and all(v.mask is None for v in self.st.views):
+            # an unmasked constant is the same constant on any device: nothing to copy
+            c = new_base(device, contiguous_st(()), self.dtype, _CONST, self.base.arg, ())
+            return c.reshape((1,) * len(self.shape)).expand(self.shape)
+        src = self.contiguous()
+        return new_base(device, contiguous_st(src.shape), src.dtype, _COPY, src.size * src.dtype.itemsize, (src,))
+
+    def e(self, op, *in_srcs, arg=None):
+        """An elementwise op on this buffer and `in_srcs` (same shape and device; dtypes as the op needs)."""
+        cdef tuple srcs = (self,) + in_srcs
+        cdef LazyBuffer s
+        for s in srcs:
+            if s.shape != self.shape:
+                raise ValueError(f"{op} needs equal shapes, got {[x.shape for x in srcs]}")
+            if s.device != self.device:
+                raise RuntimeError(f"{op} mixes devices {[x.device for x in srcs]}")
+        if op is _WHERE:
+            if srcs[1].dtype != srcs[2].dtype:
+                raise TypeError(f"where needs equal value dtypes, got {srcs[1].dtype} and {srcs[2].dtype}")
+            out_dtype = srcs[1].dtype
+        else:
+            for s in srcs:
+                if s.dtype is not self.dtype and s.dtype != self.dtype:
+                    raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
+            out_dtype = dtypes.bool if op in _CMP_OPS else self.dtype
+        return new_base(self.device, contiguous_st(self.shape), out_dtype, op, arg, srcs)
+
+    def r(self, op, axis):
+        """Reduce over `axis`; the reduced dims stay, with size 1."""
+        axis = tuple(sorted(set(axis)))
+        new_shape = tuple(1 if i in axis else s for i, s in enumerate(self.shape))
+        if any(self.shape[a] == 0 for a in axis if isinstance(self.shape[a], int)):
+            identity = {ReduceOps.SUM: 0, ReduceOps.PROD: 1}.get(op, dtypes.min(self.dtype))
+            return self.const(identity, new_shape)
+        if all(self.shape[a] == 1 for a in axis if isinstance(self.shape[a], int)) and \
+                all(isinstance(self.shape[a], int) for a in axis):
+            return self.reshape(new_shape)
+        return new_base(self.device, contiguous_st(new_shape), self.dtype, op, axis, (self,))
+
+    # ---- movement ops: zero-copy views through the ShapeTracker ----
+    cpdef LazyBuffer _view(self, ShapeTracker new_st):
+        cdef LazyBuffer base = self._base if self._base is not None else self
+        if new_st.contiguous and new_st.shape == base.shape:
+            return base
+        return new_view(base, new_st)
+
+    cpdef LazyBuffer reshape(self, tuple new_shape):
+        return self if new_shape == self.shape else self._view(self.st.reshape(new_shape))
+
+    def pad(self, arg):
+        return self if all(p == (0, 0) for p in arg) else self._view(self.st.pad(tuple(arg)))
+
+    cpdef LazyBuffer expand(self, tuple new_shape):
+        return self if new_shape == self.shape else self._view(self.st.expand(new_shape))
+
+    def permute(self, arg):
+        return self if tuple(arg) == tuple(range(len(arg))) else self._view(self.st.permute(tuple(arg)))
+
+    def shrink(self, arg):
+        return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._view(self.st.shrink(tuple(arg)))
+
+    def stride(self, arg):
+        return self if all(a == 1 for a in arg) else self._view(self.st.stride(tuple(arg)))
+
+
+def _reads_shifted(LazyBuffer x, LazyBuffer target):
+    """Whether computing `x` elementwise reads `target` at other positions than the one being written (through a
+    permute, pad, expand, ... or a reduce), which an in-place write would corrupt."""
+    def fused_srcs(b):
+        # the bases computed in the same kernel as b (realized, inlined and separately stored ones are not)
+        return [s.base for s in b.srcs if s.base.realized is None and s.base.op not in (_CONST, _IOTA) and
+                s.base.op not in (_CONTIGUOUS, _COPY)]
+    reaches = {}
+    for b in toposort(x.base, fused_srcs):
+        hit = False
+        for s in b.srcs:
+            if not (s.base is target or reaches.get(id(s.base), False)):
+                continue
+            if not (s.st.contiguous and s.size == s.base.size) or isinstance(b.op, ReduceOps):
+                return True
+            hit = True
+        reaches[id(b)] = hit
+    return False
