@@ -96,18 +96,21 @@ class BufferOptions:
 
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use (or given as `opaque`)."""
+    # every eager op makes, allocates and frees one: slots and no property calls on those paths
+    __slots__ = ("device", "size", "dtype", "options", "_buf", "_nbytes", "allocator", "__weakref__")
 
     def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferOptions | None = None):
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"buffer size must be a non-negative int, got {size!r}")
         self.device, self.size, self.dtype, self.options = device, size, dtype, options
+        self._nbytes = size * dtype.itemsize
         self._buf: Any = None
         if opaque is not None:
             self.allocate(opaque)
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self._nbytes
 
     def is_allocated(self) -> bool:
         return self._buf is not None
@@ -118,17 +121,18 @@ class Buffer:
         # Device's own table first: Device[...] canonicalizes the name, and Buffers are made with canonical names
         dev = Device._opened.get(self.device)
         self.allocator = (dev if dev is not None else Device[self.device]).allocator
-        self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
-        GlobalCounters.mem_used += self.nbytes
+        self._buf = opaque if opaque is not None else self.allocator.alloc(self._nbytes, self.options)
+        GlobalCounters.mem_used += self._nbytes
         return self
 
     def ensure_allocated(self) -> Buffer:
         return self if self._buf is not None else self.allocate()
 
     def __del__(self):
+        # NOTE: __init__ may have raised before _buf was set
         if getattr(self, "_buf", None) is not None:
-            GlobalCounters.mem_used -= self.nbytes
-            self.allocator.free(self._buf, self.nbytes, self.options)
+            GlobalCounters.mem_used -= self._nbytes
+            self.allocator.free(self._buf, self._nbytes, self.options)
 
     def __repr__(self) -> str:
         return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}>"
@@ -202,6 +206,8 @@ class LRUAllocator(Allocator):
         self.max_cached = max_cached
         self.cached_bytes = 0
         self._cache: OrderedDict[tuple[int, BufferOptions | None], list] = OrderedDict()
+        # size -> bucket, for the sizes this process allocates (few distinct ones)
+        self._bucket_of: dict[int, int] = {}
 
     @staticmethod
     def bucket(size: int) -> int:
@@ -213,7 +219,11 @@ class LRUAllocator(Allocator):
     def alloc(self, size: int, options: BufferOptions | None = None):
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"allocation size must be a non-negative int, got {size!r}")
-        b = self.bucket(size)
+        b = self._bucket_of.get(size)
+        if b is None:
+            if len(self._bucket_of) > 4096:
+                self._bucket_of.clear()
+            b = self._bucket_of[size] = self.bucket(size)
         key = (b, options)
         waiting = self._cache.get(key)
         if waiting:
@@ -231,7 +241,9 @@ class LRUAllocator(Allocator):
             return self._alloc(b, options)
 
     def free(self, opaque, size: int, options: BufferOptions | None = None) -> None:
-        b = self.bucket(size)
+        b = self._bucket_of.get(size)
+        if b is None:
+            b = self.bucket(size)
         if b > self.max_cached or not self._reusable(opaque):
             self._free(opaque, options)
             return

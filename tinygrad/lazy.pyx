@@ -22,6 +22,7 @@ _IOTA = LoadOps.IOTA
 _CONTIGUOUS = LoadOps.CONTIGUOUS
 _COPY = LoadOps.COPY
 _WHERE = TernaryOps.WHERE
+_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
 
 # trackers are immutable, so the common ones are shared: the contiguous tracker of a shape, and the tracker that
 # broadcasts a 0-d constant to a shape. Only concrete shapes: a bound Variable compares equal to the same Variable
@@ -146,7 +147,9 @@ cdef class LazyBuffer:
     def const(self, val, shape=None):
         """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
         cdef tuple shp = self.shape if shape is None else tuple(shape)
-        c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, dtypes.as_const(val, self.dtype), ())
+        # dtypes.as_const's answer for the common case (a float into a float buffer), without the call
+        cval = val if type(val) is float and self.dtype in _FLOATS else dtypes.as_const(val, self.dtype)
+        c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, cval, ())
         if not shp:
             return c
         for s in shp:

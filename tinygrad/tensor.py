@@ -145,7 +145,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.lazydata!r} on {self.device} with grad {self.grad.lazydata if self.grad else None!r}>"
+        grad = self.grad.lazydata if self.grad is not None else None
+        return f"<Tensor {self.lazydata!r} on {self.device} with grad {grad!r}>"
 
     def __hash__(self) -> int:
         return id(self)

@@ -9,6 +9,8 @@ cdef class PlanItem:
     cdef readonly int n_outputs
     # the nodes this item realizes (their graph is dropped after it runs)
     cdef readonly tuple lb_refs
+    # `launch(*raw buffers)`, or None: run through `runner(bufs, var_vals)`
+    cdef readonly object launch
 
 
 cdef class Plan:

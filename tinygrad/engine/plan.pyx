@@ -18,6 +18,7 @@ from tinygrad.helpers import DEBUG, GlobalCounters
 from tinygrad.lazy cimport LazyBuffer
 from tinygrad.ops import LoadOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
+from tinygrad.shape.view cimport View
 from tinygrad.shape.symbolic import Node
 
 _CONST = LoadOps.CONST
@@ -26,20 +27,42 @@ _IOTA = LoadOps.IOTA
 # structure key -> Plan; bounded, so a program that makes endless distinct graphs does not grow it forever
 cdef dict _plans = {}
 cdef int MAX_PLANS = 2048
-# counters the tests read: plans made, and graphs served by a plan
-cdef public long plan_misses = 0
-cdef public long plan_hits = 0
+# plans made, and graphs served by a plan (plan_stats())
+cdef long plan_misses = 0
+cdef long plan_hits = 0
+# set on first use: importing them at module load would be circular
+cdef object _CacheCollector = None
+cdef object _run_schedule = None
 
 
 cdef class PlanItem:
     def __init__(self, runner, ast, tuple buf_refs, int n_outputs, tuple lb_refs):
         self.runner, self.ast, self.buf_refs, self.n_outputs, self.lb_refs = runner, ast, buf_refs, n_outputs, lb_refs
+        # a kernel with no variables whose device offers a direct launch skips the runner's Python layers
+        self.launch = getattr(runner, "fast_launch", None)
 
 
 cdef class Plan:
     def __init__(self, tuple items, int n_kernels):
         self.items = items
         self.n_kernels = n_kernels
+
+
+# op enums and dtypes hash in Python code; the key uses a small int per object instead. The table keeps each object
+# alive, so its id is never reused by another object (two equal but distinct dtypes just miss the cache).
+cdef dict _interned = {}
+
+
+cdef inline object _intern(object obj):
+    r = _interned.get(<Py_ssize_t><void*>obj)
+    if r is None:
+        r = _interned[<Py_ssize_t><void*>obj] = (len(_interned), obj)
+    return (<tuple>r)[0]
+
+
+cdef inline Py_ssize_t _id(object o):
+    # id() without the builtin call
+    return <Py_ssize_t><void*>o
 
 
 cdef inline bint _needs_compute(LazyBuffer b):
@@ -49,14 +72,22 @@ cdef inline bint _needs_compute(LazyBuffer b):
     return b.buffer is None or b.pending or b.buffer._buf is None
 
 
+cdef inline bint _symbolic(ShapeTracker st):
+    # any view with a symbolic field (cheaper than asking the tracker for its variables)
+    for v in st.views:
+        if not (<View>v)._all_int:
+            return True
+    return False
+
+
 cdef object _const_key(LazyBuffer b):
     arg = b.arg
     if isinstance(arg, Node):
         return None
     if type(arg) is float and arg == 0.0:
         # 0.0 == -0.0, but they are different constants
-        return (b.op, arg, copysign(1.0, arg), b.dtype, b.shape)
-    return (b.op, arg, b.dtype, b.shape)
+        return (_intern(b.op), arg, copysign(1.0, arg), _intern(b.dtype), b.shape)
+    return (_intern(b.op), arg, _intern(b.dtype), b.shape)
 
 
 cdef object _walk(list outs, list nodes, list leaves):
@@ -70,22 +101,22 @@ cdef object _walk(list outs, list nodes, list leaves):
     cdef ShapeTracker st
     for o in outs:
         b = (<LazyBuffer>o)._base if (<LazyBuffer>o)._base is not None else o
-        if _needs_compute(b) and id(b) not in index:
+        if _needs_compute(b) and _id(b) not in index:
             stack.append((b, False))
             while stack:
                 b, done = stack.pop()
                 if done:
-                    if id(b) in index:
+                    if _id(b) in index:
                         continue
                     srcs_key = []
                     for s in b.srcs:
                         sb = s._base if s._base is not None else s
                         st = s.st
-                        if st.var_vals:
+                        if _symbolic(st):
                             return None
                         edge = None if s is sb else st
                         if _needs_compute(sb):
-                            srcs_key.append((index[id(sb)], edge))
+                            srcs_key.append((index[_id(sb)], edge))
                         elif sb.op is _CONST or sb.op is _IOTA:
                             if sb.buffer is not None and sb.buffer._buf is not None:
                                 return None
@@ -94,34 +125,35 @@ cdef object _walk(list outs, list nodes, list leaves):
                                 return None
                             srcs_key.append((ck, edge))
                         else:
-                            li = leaf_index.get(id(sb))
+                            li = leaf_index.get(_id(sb))
                             if li is None:
-                                li = leaf_index[id(sb)] = len(leaves)
+                                li = leaf_index[_id(sb)] = len(leaves)
                                 leaves.append(sb)
                             srcs_key.append((-1 - <int>li, edge))
                     if type(b.size) is not int:
                         return None
-                    index[id(b)] = len(nodes)
+                    index[_id(b)] = len(nodes)
                     nodes.append(b)
-                    key.append((b.op, b.arg, b.dtype, b.device, b.forced_realize, tuple(srcs_key)))
+                    key.append((_intern(b.op), b.arg, _intern(b.dtype), b.device, b.forced_realize,
+                                tuple(srcs_key)))
                     continue
-                if id(b) in index:
+                if _id(b) in index:
                     continue
                 stack.append((b, True))
                 for s in b.srcs:
                     sb = s._base if s._base is not None else s
-                    if _needs_compute(sb) and id(sb) not in index:
+                    if _needs_compute(sb) and _id(sb) not in index:
                         stack.append((sb, False))
     # inputs: their kind, shape, and which of them share memory (an in-place update reads what it writes)
     cdef dict first_of = {}
     leaf_key = []
     for i, sb in enumerate(leaves):
-        alias = first_of.setdefault(id(sb.buffer), i)
-        leaf_key.append((sb.dtype, sb.device, sb.shape, alias))
+        alias = first_of.setdefault(_id(sb.buffer), i)
+        leaf_key.append((_intern(sb.dtype), sb.device, sb.shape, alias))
     out_key = []
     for o in outs:
         b = (<LazyBuffer>o)._base if (<LazyBuffer>o)._base is not None else o
-        out_key.append(index.get(id(b), -1))
+        out_key.append(index.get(_id(b), -1))
     return (tuple(key), tuple(leaf_key), tuple(out_key))
 
 
@@ -157,12 +189,15 @@ cdef Plan _make_plan(list schedule, list nodes, list leaves):
 def realize_lazybuffers(list outs):
     """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
     scheduling it (and caching the Plan of what was scheduled)."""
-    global plan_hits, plan_misses
-    from tinygrad.engine.jit import CacheCollector
-    from tinygrad.engine.realize import run_schedule
+    global plan_hits, plan_misses, _CacheCollector, _run_schedule
+    if _run_schedule is None:
+        from tinygrad.engine.jit import CacheCollector
+        from tinygrad.engine.realize import run_schedule
+        _CacheCollector, _run_schedule = CacheCollector, run_schedule
+    run_schedule = _run_schedule
     cdef list nodes = []
     cdef list leaves = []
-    if DEBUG.value >= 1 or CacheCollector.cache is not None:
+    if DEBUG.value >= 1 or _CacheCollector.cache is not None:
         # the slow path prints and records what it runs
         run_schedule(*create_schedule_with_vars(outs))
         return
@@ -203,9 +238,12 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
             buf = bufs[i]
             if buf._buf is None:
                 buf.allocate()
-        et = item.runner(bufs, empty)
-        if et is not None:
-            GlobalCounters.time_sum_s += et
+        if item.launch is not None:
+            item.launch(*[b._buf for b in bufs])
+        else:
+            et = item.runner(bufs, empty)
+            if et is not None:
+                GlobalCounters.time_sum_s += et
         # a realized base no longer needs the graph that produced it
         for r in item.lb_refs:
             lb = nodes[r]
@@ -214,6 +252,13 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
     GlobalCounters.kernel_count += plan.n_kernels
 
 
+def plan_stats():
+    """(graphs served by a cached Plan, Plans made) in this process."""
+    return plan_hits, plan_misses
+
+
 def clear_plans():
     """Forget every cached Plan (tests; a device whose kernels were recompiled)."""
     _plans.clear()
+
+

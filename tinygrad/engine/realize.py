@@ -36,6 +36,8 @@ class CompiledRunner(Runner):
             print(prg)
         self.lib = lib if lib is not None else dev.compiler.compile_cached(prg)
         self.clprg = dev.runtime(name, self.lib)
+        # `fast_launch(*raw buffers)`: the program's direct call when it needs no sizes or variables (host kernels)
+        self.fast_launch = getattr(self.clprg, "direct", None) if not self.vars and global_size is None else None
 
     @property
     def src(self) -> str:

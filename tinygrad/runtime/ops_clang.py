@@ -83,6 +83,8 @@ class ClangProgram:
         self.name, self.lib = name, lib
         self._library = _cpu.Library(lib)
         self._prg = _cpu.Program(self._library, name)
+        # the C++ launch itself, for callers that pass raw buffers only (engine/plan.pyx)
+        self.direct = self._prg
 
     def __call__(self, *args, global_size=None, local_size=None, vals=(), wait: bool = False):
         self._prg(*args, *vals)
