@@ -122,7 +122,8 @@ class Buffer:
         dev = Device._opened.get(self.device)
         self.allocator = (dev if dev is not None else Device[self.device]).allocator
         self._buf = opaque if opaque is not None else self.allocator.alloc(self._nbytes, self.options)
-        GlobalCounters.mem_used += self._nbytes
+        if not self.device.startswith("DISK"):  # a mapped file is not device memory
+            GlobalCounters.mem_used += self._nbytes
         return self
 
     def ensure_allocated(self) -> Buffer:
@@ -131,7 +132,8 @@ class Buffer:
     def __del__(self):
         # NOTE: __init__ may have raised before _buf was set
         if getattr(self, "_buf", None) is not None:
-            GlobalCounters.mem_used -= self._nbytes
+            if not self.device.startswith("DISK"):
+                GlobalCounters.mem_used -= self._nbytes
             self.allocator.free(self._buf, self._nbytes, self.options)
 
     def __repr__(self) -> str:

@@ -32,6 +32,12 @@ class DType:
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key))
 
+    def __reduce__(self):
+        # the shared scalar singletons unpickle as themselves (code compares dtypes with `is`; cached ASTs hold them)
+        if type(self) is DType and self.count == 1 and getattr(dtypes, INVERSE_NAMES.get(self.name, ""), None) == self:
+            return getattr, (dtypes, INVERSE_NAMES[self.name])
+        return type(self), (self.priority, self.itemsize, self.name, self.fmt, self.count)
+
     def __lt__(self, other: DType) -> bool:
         return self._key < other._key
 
@@ -57,6 +63,9 @@ class PtrDType(DType):
     def __init__(self, base: DType):
         super().__init__(base.priority, base.itemsize, base.name, base.fmt, base.count)
         self.base = base
+
+    def __reduce__(self):
+        return PtrDType, (self.base,)
 
     def __repr__(self) -> str:
         return f"ptr.{self.base!r}"

@@ -6,6 +6,7 @@ MovementOps never reach a compiled kernel: the ShapeTracker of each LOAD/CONST/S
 """
 from __future__ import annotations
 
+import math
 from enum import Enum, auto
 from typing import Any, Union
 
@@ -86,6 +87,14 @@ Op = Union[UnaryOps, BinaryOps, ReduceOps, MovementOps, TernaryOps, LoadOps, Buf
 UNSAFE_PAD_OPS = {UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.RECIP, BinaryOps.DIV, BinaryOps.CMPEQ}
 
 
+def _const_identity(val: Any) -> Any:
+    """What makes two constants the same kernel: the value's type (1, 1.0 and True render differently), and for
+    floats the sign of zero (0.0 == -0.0) and NaN-ness (NaN != NaN)."""
+    if type(val) is float:
+        return (float, "nan") if val != val else (float, val, math.copysign(1.0, val))
+    return (type(val), val)
+
+
 class MemBuffer:
     """A LOAD/STORE's argument: buffer number `idx` in the kernel's argument list, read through `st`."""
     __slots__ = ("idx", "dtype", "st", "_hash")
@@ -93,6 +102,10 @@ class MemBuffer:
     def __init__(self, idx: int, dtype: DType, st):
         self.idx, self.dtype, self.st = idx, dtype, st
         self._hash = hash((idx, dtype, st))
+
+    def __reduce__(self):
+        # NOTE: the cached hash is per process (enum and str hashes are salted): pickles rebuild it
+        return MemBuffer, (self.idx, self.dtype, self.st)
 
     def __eq__(self, o) -> bool:
         return isinstance(o, MemBuffer) and (self.idx, self.dtype, self.st) == (o.idx, o.dtype, o.st)
@@ -110,12 +123,14 @@ class ConstBuffer:
 
     def __init__(self, val: Any, dtype: DType, st):
         self.val, self.dtype, self.st = val, dtype, st
-        self._hash = hash((type(val), val, dtype, st))
+        self._hash = hash((_const_identity(val), dtype, st))
+
+    def __reduce__(self):
+        return ConstBuffer, (self.val, self.dtype, self.st)
 
     def __eq__(self, o) -> bool:
-        # the value's type matters: 1 and 1.0 and True render differently
-        return isinstance(o, ConstBuffer) and type(self.val) is type(o.val) and \
-            (self.val, self.dtype, self.st) == (o.val, o.dtype, o.st)
+        return isinstance(o, ConstBuffer) and (_const_identity(self.val), self.dtype, self.st) == \
+            (_const_identity(o.val), o.dtype, o.st)
 
     def __hash__(self) -> int:
         return self._hash
@@ -135,6 +150,9 @@ class LazyOp:
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self):
+        return LazyOp, (self.op, self.src, self.arg)
 
     def __eq__(self, other) -> bool:
         if self is other:
@@ -163,6 +181,24 @@ class LazyOp:
     @property
     def lazyops(self) -> list[LazyOp]:
         return self.toposort()
+
+
+def ast_key(ast: tuple[LazyOp, ...]) -> str:
+    """A text naming every detail of a kernel AST, the same in every process (hashes are salted per process, so
+    they can't key a cache on disk): one line per node, sources by number."""
+    names: dict[int, int] = {}
+    lines: list[str] = []
+    for root in ast:
+        for node in root.toposort():
+            if id(node) in names:
+                continue
+            names[id(node)] = len(names)
+            arg = node.arg
+            if isinstance(arg, ConstBuffer):
+                arg = f"ConstBuffer({_const_identity(arg.val)!r}, {arg.dtype!r}, {arg.st!r})"
+            lines.append(f"{node.op} {[names[id(s)] for s in node.src]} {arg!r}")
+        lines.append(f"root {names[id(root)]}")
+    return "\n".join(lines)
 
 
 def print_ast(ast: LazyOp | tuple[LazyOp, ...]) -> str:

@@ -181,7 +181,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             # a symbolic shape reads out at the values its variables are bound to
             return self.reshape(tuple(s if isinstance(s, int) else sym_infer(s, {}) for s in self.shape)).numpy()
         if self.dtype.np is None:
-            return self.cast(dtypes.float32).numpy()
+            # computed on a device that can (a DISK tensor is only bytes in a file)
+            src = self.to(Device.DEFAULT) if self.device.startswith("DISK") else self
+            return src.cast(dtypes.float32).numpy()
         if 0 in self.shape:
             return np.zeros(self.shape, dtype=self.dtype.np)
         return np.frombuffer(self._data(), dtype=self.dtype.np).reshape(self.shape).copy()

@@ -7,6 +7,7 @@ match is dropped and recomputed, and a file sqlite cannot read at all is moved a
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
@@ -109,3 +110,18 @@ def diskcache_delete(table: str, key: str | bytes) -> None:
             conn.execute(f"DELETE FROM {_table(table)} WHERE key = ?", (_digest(key),))
         except sqlite3.DatabaseError:
             pass
+
+
+@functools.lru_cache(None)
+def code_version() -> str:
+    """A digest naming this build of the package (each module file's path, size and modification time). Cached
+    schedules and rendered kernels are keyed by it: they were made by this code, so a rebuild or an upgrade starts
+    them afresh instead of serving what older code produced. (Compiled binaries are keyed by their source and need
+    no such key.)"""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".pyx", ".pxd", ".so"):
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]

@@ -13,8 +13,11 @@ memory; which nodes are outputs. Graphs with bound symbolic variables are not pl
 """
 from libc.math cimport copysign
 
+import pickle
+
+from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.helpers import DEBUG, GlobalCounters
+from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters
 from tinygrad.lazy cimport LazyBuffer
 from tinygrad.ops import LoadOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
@@ -51,13 +54,15 @@ cdef class Plan:
 # op enums and dtypes hash in Python code; the key uses a small int per object instead. The table keeps each object
 # alive, so its id is never reused by another object (two equal but distinct dtypes just miss the cache).
 cdef dict _interned = {}
+cdef list _interned_objs = []
 
 
 cdef inline object _intern(object obj):
     r = _interned.get(<Py_ssize_t><void*>obj)
     if r is None:
-        r = _interned[<Py_ssize_t><void*>obj] = (len(_interned), obj)
-    return (<tuple>r)[0]
+        r = _interned[<Py_ssize_t><void*>obj] = len(_interned_objs)
+        _interned_objs.append(obj)
+    return r
 
 
 cdef inline Py_ssize_t _id(object o):
@@ -86,8 +91,8 @@ cdef object _const_key(LazyBuffer b):
         return None
     if type(arg) is float and arg == 0.0:
         # 0.0 == -0.0, but they are different constants
-        return (_intern(b.op), arg, copysign(1.0, arg), _intern(b.dtype), b.shape)
-    return (_intern(b.op), arg, _intern(b.dtype), b.shape)
+        return (_intern(b.op), _intern(b.dtype), b.shape, arg, copysign(1.0, arg))
+    return (_intern(b.op), _intern(b.dtype), b.shape, arg)
 
 
 cdef object _walk(list outs, list nodes, list leaves):
@@ -157,17 +162,34 @@ cdef object _walk(list outs, list nodes, list leaves):
     return (tuple(key), tuple(leaf_key), tuple(out_key))
 
 
-cdef Plan _make_plan(list schedule, list nodes, list leaves):
-    """The Plan of `schedule`, which was made for the graph of `nodes` and `leaves`; None when one of its buffers
-    is neither (then the graph is not cached)."""
-    from tinygrad.engine.realize import CompiledRunner, lower_schedule_item, precompile
+cdef str _stable_key(tuple key):
+    """The structure key as text that is the same in every process (interned numbers back to the objects' reprs),
+    to key the disk cache."""
+    nodes_key, leaf_key, out_key = key
+    parts = [code_version()]
+    for op_i, arg, dt_i, device, forced, srcs in nodes_key:
+        src_parts = []
+        for ref, edge in srcs:
+            if isinstance(ref, tuple):
+                ref = (repr(_interned_objs[ref[0]]), repr(_interned_objs[ref[1]])) + ref[2:]
+            src_parts.append(f"{ref!r}@{edge!r}")
+        parts.append(f"{_interned_objs[op_i]!r}|{arg!r}|{_interned_objs[dt_i]!r}|{device}|{forced}|"
+                     f"{','.join(src_parts)}")
+    for dt_i, device, shape, alias in leaf_key:
+        parts.append(f"leaf|{_interned_objs[dt_i]!r}|{device}|{shape!r}|{alias}")
+    parts.append(f"outs|{out_key!r}")
+    return "\n".join(parts)
+
+
+cdef list _items_of(list schedule, list nodes, list leaves):
+    """The schedule as (ast, buffer refs, output count, realized-node refs) per item; None when one of its buffers
+    is neither a node nor a leaf of this graph (then it is not cached)."""
     cdef dict ref = {}
     for i, b in enumerate(leaves):
         ref.setdefault(id(b.buffer), -1 - i)
     for i, b in enumerate(nodes):
         ref[id(b.buffer)] = i
     cdef dict node_ref = {id(b): i for i, b in enumerate(nodes)}
-    precompile(schedule)
     items = []
     for si in schedule:
         buf_refs = []
@@ -182,8 +204,38 @@ cdef Plan _make_plan(list schedule, list nodes, list leaves):
             if r is None:
                 return None
             lb_refs.append(r)
-        items.append(PlanItem(lower_schedule_item(si), si.ast, tuple(buf_refs), si.n_outputs, tuple(lb_refs)))
-    return Plan(tuple(items), sum(1 for it in items if isinstance(it.runner, CompiledRunner)))
+        items.append((si.ast, tuple(buf_refs), si.n_outputs, tuple(lb_refs)))
+    return items
+
+
+cdef Plan _make_plan(list items, list nodes, list leaves):
+    """A Plan running `items` (see _items_of): each kernel's runner found (or compiled) now."""
+    from tinygrad.engine.realize import CompiledRunner, lower_ast, precompile_asts
+    devices = []
+    for ast, buf_refs, n_outputs, lb_refs in items:
+        r = buf_refs[0]
+        devices.append((<LazyBuffer>nodes[r]).buffer.device if r >= 0 else (<LazyBuffer>leaves[-1 - r]).buffer.device)
+    precompile_asts([(dev, it[0]) for dev, it in zip(devices, items)])
+    plan_items = tuple(PlanItem(lower_ast(dev, ast), ast, buf_refs, n_outputs, lb_refs)
+                       for dev, (ast, buf_refs, n_outputs, lb_refs) in zip(devices, items))
+    return Plan(plan_items, sum(1 for it in plan_items if isinstance(it.runner, CompiledRunner)))
+
+
+cdef list _load_items(str skey, int n_nodes, int n_leaves):
+    """The schedule items a previous process stored for this structure, or None."""
+    hit = diskcache_get("schedule", skey)
+    if hit is None:
+        return None
+    try:
+        items = pickle.loads(hit)
+        # a stored schedule names buffers by position: they must exist in this graph
+        for ast, buf_refs, n_outputs, lb_refs in items:
+            for r in buf_refs + lb_refs:
+                if not -n_leaves <= r < n_nodes:
+                    return None
+        return items
+    except Exception:  # a row from an incompatible build: schedule anew (and overwrite it)
+        return None
 
 
 def realize_lazybuffers(list outs):
@@ -208,13 +260,22 @@ def realize_lazybuffers(list outs):
     if not nodes:
         return
     cdef Plan plan = _plans.get(key)
+    cdef list items
     if plan is None:
-        schedule, var_vals = create_schedule_with_vars(outs)
-        if not var_vals:
-            plan = _make_plan(schedule, nodes, leaves)
-        if plan is None:
-            run_schedule(schedule, var_vals)
-            return
+        skey = _stable_key(key) if CACHELEVEL.value >= 2 else None
+        items = _load_items(skey, len(nodes), len(leaves)) if skey is not None else None
+        if items is None:
+            schedule, var_vals = create_schedule_with_vars(outs)
+            items = _items_of(schedule, nodes, leaves) if not var_vals else None
+            if items is None:
+                run_schedule(schedule, var_vals)
+                return
+            if skey is not None:
+                try:
+                    diskcache_put("schedule", skey, pickle.dumps(items))
+                except (pickle.PicklingError, RecursionError):  # a very deep AST: just not kept on disk
+                    pass
+        plan = _make_plan(items, nodes, leaves)
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
@@ -260,5 +321,6 @@ def plan_stats():
 def clear_plans():
     """Forget every cached Plan (tests; a device whose kernels were recompiled)."""
     _plans.clear()
+
 
 

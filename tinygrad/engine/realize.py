@@ -6,13 +6,15 @@ compiled once per process, whichever path (eager or jitted) asks for it.
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinygrad.device import Buffer, Device
-from tinygrad.helpers import DEBUG, GlobalCounters, colored
-from tinygrad.ops import BufferOps, LoadOps, print_ast
+from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, colored
+from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
 class Runner:
@@ -25,11 +27,12 @@ class Runner:
 
 
 class CompiledRunner(Runner):
-    """A kernel compiled for a device. `prg` is its source (as the seed walkthrough prints it); `lib` its binary."""
+    """A kernel compiled for a device. `prg` is its source (as the seed walkthrough prints it); `lib` its binary.
+    `name` is the kernel function's name in the source; `display_name` tells same-named kernels apart in output."""
 
     def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
-                 lib: bytes | None = None, outcount: int = 1):
-        self.name, self.display_name, self.prg, self.dname = name, name, prg, dname
+                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None):
+        self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
         dev = Device[dname]
         if DEBUG >= 4:
@@ -99,18 +102,45 @@ method_cache: dict[tuple[str, Any], CompiledRunner] = {}
 _names: dict[str, int] = {}
 
 
-def _render(dname: str, ast: tuple) -> tuple[str, str, object]:
-    """Linearize and render `ast` for device `dname`: (kernel name, source, linearizer)."""
-    from tinygrad.codegen.linearizer import Linearizer
+class Rendered(NamedTuple):
+    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps)."""
+    name: str
+    src: str
+    global_size: Any
+    local_size: Any
+    vars: list
+
+
+def _render(dname: str, ast: tuple) -> Rendered:
+    """Linearize and render `ast` for device `dname`, or find the result in the disk cache (CACHELEVEL >= 2), keyed
+    by the AST's full text, the device's code-generation options and the version of this code."""
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
+    key = f"{dname}\n{dev.linearizer_opts!r}\n{code_version()}\n{ast_key(ast)}" if CACHELEVEL >= 2 else None
+    # DEBUG=6 shows the uops, which only linearizing makes
+    if key is not None and DEBUG < 6:
+        hit = diskcache_get("program", key)
+        if hit is not None:
+            try:
+                return Rendered(*pickle.loads(hit))
+            except Exception:  # a row from an incompatible build: render anew (and overwrite it)
+                pass
+    from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(ast, dev.linearizer_opts).linearize()
-    # distinct kernels with the same shape get distinct names, so profiles and DEBUG output tell them apart
-    n = _names.get(lin.name, 0)
-    _names[lin.name] = n + 1
-    name = lin.name if n == 0 else f"{lin.name}n{n}"
-    return name, dev.renderer(name, lin.uops), lin
+    # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
+    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars))
+    if key is not None:
+        diskcache_put("program", key, pickle.dumps(tuple(ret)))
+    return ret
+
+
+def _runner(dname: str, r: Rendered, lib: bytes | None = None) -> CompiledRunner:
+    # distinct kernels with the same shape get distinct display names, so profiles and DEBUG output tell them apart
+    n = _names.get(r.name, 0)
+    _names[r.name] = n + 1
+    return CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
+                          display_name=r.name if n == 0 else f"{r.name}n{n}")
 
 
 def get_runner(dname: str, ast: tuple) -> CompiledRunner:
@@ -119,38 +149,44 @@ def get_runner(dname: str, ast: tuple) -> CompiledRunner:
     hit = method_cache.get(key)
     if hit is not None:
         return hit
-    name, src, lin = _render(dname, ast)
-    runner = CompiledRunner(name, src, dname, lin.global_size, lin.local_size, lin.vars)
-    method_cache[key] = runner
+    runner = method_cache[key] = _runner(dname, _render(dname, ast))
     return runner
 
 
 def precompile(schedule: list) -> None:
     """Compile every kernel of `schedule` not yet in the method cache, several at once: the compilers run as
     separate processes (or release the GIL), so a cold start gets faster by the number of cores."""
+    precompile_asts([(si.outputs[0].device, si.ast) for si in schedule])
+
+
+def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
+    """`precompile` for (device, ast) pairs."""
     todo: dict[tuple, None] = {}
-    for si in schedule:
-        if si.ast[0].op is BufferOps.STORE:
-            key = (si.outputs[0].device, si.ast)
-            if key not in method_cache:
-                todo[key] = None
+    for key in kernels:
+        if key[1][0].op is BufferOps.STORE and key not in method_cache:
+            todo[key] = None
     if len(todo) < 2:
         return
-    rendered = [(key, *_render(*key)) for key in todo]
+    rendered = [(key, _render(*key)) for key in todo]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        libs = list(pool.map(lambda r: Device[r[0][0]].compiler.compile_cached(r[2]), rendered))
-    for (key, name, src, lin), lib in zip(rendered, libs):
-        method_cache[key] = CompiledRunner(name, src, key[0], lin.global_size, lin.local_size, lin.vars, lib=lib)
+        libs = list(pool.map(lambda kr: Device[kr[0][0]].compiler.compile_cached(kr[1].src), rendered))
+    for (key, r), lib in zip(rendered, libs):
+        method_cache[key] = _runner(key[0], r, lib)
 
 
 def lower_schedule_item(si) -> Runner:
-    op = si.ast[0].op
+    return lower_ast(si.outputs[0].device, si.ast)
+
+
+def lower_ast(device: str, ast: tuple) -> Runner:
+    """The Runner for a kernel AST whose output lives on `device`."""
+    op = ast[0].op
     if op is LoadOps.COPY:
         return BufferCopy()
     if op is LoadOps.EMPTY:
         return EmptyOp()
     if op is BufferOps.STORE:
-        return get_runner(si.outputs[0].device, si.ast)
+        return get_runner(device, ast)
     raise NotImplementedError(f"can't run a schedule item of {op}")
 
 
