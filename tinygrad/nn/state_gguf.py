@@ -1,0 +1,257 @@
+"""GGUF (llama.cpp's model files), versions 2 and 3, little-endian.
+
+Layout: "GGUF", uint32 version, uint64 tensor count, uint64 key-value count; the key-values (a string key, a uint32
+value type, the value); the tensor infos (a string name, uint32 n_dims, uint64 dims innermost first, uint32 ggml type,
+uint64 offset into the data); padding to `general.alignment` (default 32); the tensor data. Strings are a uint64
+length and UTF-8 bytes; an array is a uint32 element type, a uint64 count and the elements.
+
+Plain tensors (F32, F16, BF16, F64 and the ints) load as zero-copy DISK tensors. Quantized ones (Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are blocks of small ints with fp16 scales: their raw bytes are copied to the default
+device and dequantized there by Tensor ops (byte shifts and masks, the fp16 scales bitcast from byte pairs), lazily,
+into float32.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from tinygrad.device import Device
+from tinygrad.dtype import DType, dtypes
+from tinygrad.helpers import prod
+from tinygrad.nn.state_file import CheckpointBytes, CheckpointError
+from tinygrad.tensor import Tensor
+
+# metadata value types: id -> (struct format, numpy dtype); 8 is a string and 9 an array
+_SCALARS = {0: ("<B", "<u1"), 1: ("<b", "<i1"), 2: ("<H", "<u2"), 3: ("<h", "<i2"), 4: ("<I", "<u4"),
+            5: ("<i", "<i4"), 6: ("<f", "<f4"), 7: ("<?", "<u1"), 10: ("<Q", "<u8"), 11: ("<q", "<i8"),
+            12: ("<d", "<f8")}
+_STRING, _ARRAY, _BOOL = 8, 9, 7
+MAX_ARRAY_DEPTH = 8
+MAX_DIMS = 4  # GGML_MAX_DIMS
+
+
+# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, block size) ----
+def _f16(b: Tensor) -> Tensor:
+    """Little-endian fp16 from byte pairs: (..., 2) uint8 -> (..., 1) float32."""
+    lo, hi = b[..., 0:1].cast(dtypes.uint16), b[..., 1:2].cast(dtypes.uint16)
+    return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def _bits(b: Tensor) -> Tensor:
+    """The bits of (..., k) uint8 as (..., 8k) uint8 0/1, least significant first (a little-endian bit order)."""
+    return Tensor.stack(*[(b >> i) & 1 for i in range(8)], dim=-1).reshape(*b.shape[:-1], b.shape[-1] * 8)
+
+
+def _nibbles(qs: Tensor) -> Tensor:
+    """16 bytes -> 32 values: the low nibbles are elements 0..15, the high ones 16..31."""
+    return (qs & 0xF).cat(qs >> 4, dim=-1)
+
+
+def _q4_0(b: Tensor) -> Tensor:
+    return (_nibbles(b[:, 2:18]).cast(dtypes.float32) - 8) * _f16(b[:, 0:2])
+
+
+def _q4_1(b: Tensor) -> Tensor:
+    return _nibbles(b[:, 4:20]).cast(dtypes.float32) * _f16(b[:, 0:2]) + _f16(b[:, 2:4])
+
+
+def _q5(qh: Tensor, qs: Tensor) -> Tensor:
+    # the fifth bit of element j is bit j of the 32-bit qh
+    return (_nibbles(qs) | (_bits(qh) << 4)).cast(dtypes.float32)
+
+
+def _q5_0(b: Tensor) -> Tensor:
+    return (_q5(b[:, 2:6], b[:, 6:22]) - 16) * _f16(b[:, 0:2])
+
+
+def _q5_1(b: Tensor) -> Tensor:
+    return _q5(b[:, 4:8], b[:, 8:24]) * _f16(b[:, 0:2]) + _f16(b[:, 2:4])
+
+
+def _q8_0(b: Tensor) -> Tensor:
+    return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _f16(b[:, 0:2])
+
+
+def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
+    """The 8 six-bit scales and mins packed in 12 bytes (Q4_K, Q5_K): each (n, 8) float32.
+
+    Sub-blocks 0..3 take the low 6 bits of bytes 0..3 (scales) and 4..7 (mins); sub-blocks 4..7 take a nibble of
+    bytes 8..11 as their low 4 bits and the top 2 bits of bytes 0..3 (scales) or 4..7 (mins) as their high ones."""
+    lo_sc, lo_m, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = (lo_sc & 63).cat((hi & 0xF) | ((lo_sc >> 6) << 4), dim=1)
+    m = (lo_m & 63).cat((hi >> 4) | ((lo_m >> 6) << 4), dim=1)
+    return sc.cast(dtypes.float32), m.cast(dtypes.float32)
+
+
+def _k_chunks(q: Tensor) -> Tensor:
+    """(n, 4 chunks, 32 bytes) of 4-bit pairs -> (n, 8 sub-blocks, 32): each chunk's low nibbles are one sub-block
+    of 32 values, its high nibbles the next."""
+    return (q & 0xF).unsqueeze(2).cat((q >> 4).unsqueeze(2), dim=2).reshape(q.shape[0], 8, 32)
+
+
+def _q4_k(b: Tensor) -> Tensor:
+    sc, m = _k_scales(b[:, 4:16])
+    q = _k_chunks(b[:, 16:144].reshape(-1, 4, 32)).cast(dtypes.float32)
+    y = q * (_f16(b[:, 0:2]) * sc).unsqueeze(2) - (_f16(b[:, 2:4]) * m).unsqueeze(2)
+    return y.reshape(-1, 256)
+
+
+def _q5_k(b: Tensor) -> Tensor:
+    sc, m = _k_scales(b[:, 4:16])
+    low = _k_chunks(b[:, 48:176].reshape(-1, 4, 32))
+    # the fifth bit of value l of sub-block j is bit j of qh[l]
+    high = _bits(b[:, 16:48].unsqueeze(2)).reshape(-1, 32, 8).permute(0, 2, 1)
+    q = (low | (high << 4)).cast(dtypes.float32)
+    y = q * (_f16(b[:, 0:2]) * sc).unsqueeze(2) - (_f16(b[:, 2:4]) * m).unsqueeze(2)
+    return y.reshape(-1, 256)
+
+
+def _q6_k(b: Tensor) -> Tensor:
+    # two halves of 128 values, each four quarters of 32: quarter k of half h takes the low 4 bits from ql (bytes
+    # 64h+32(k%2)..+32, the low nibble for k < 2, the high for k >= 2) and 2 more from bits 2k..2k+1 of qh (bytes
+    # 32h..+32); each 16 values share an int8 scale
+    ql = b[:, 0:128].reshape(-1, 2, 2, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 32)
+    low = (ql & 0xF).cat(ql >> 4, dim=2)
+    high = Tensor.stack(*[(qh >> (2 * k)) & 3 for k in range(4)], dim=2)
+    q = (low | (high << 4)).cast(dtypes.float32) - 32
+    sc = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32).reshape(-1, 2, 4, 2, 1).expand(-1, 2, 4, 2, 16)
+    return (q * sc.reshape(-1, 2, 4, 32) * _f16(b[:, 208:210]).reshape(-1, 1, 1, 1)).reshape(-1, 256)
+
+
+# ggml type id -> (name, values per block, bytes per block, plain dtype or dequantizer)
+GGML_TYPES: dict[int, tuple[str, int, int, DType | Callable[[Tensor], Tensor]]] = {
+    0: ("F32", 1, 4, dtypes.float32), 1: ("F16", 1, 2, dtypes.float16), 2: ("Q4_0", 32, 18, _q4_0),
+    3: ("Q4_1", 32, 20, _q4_1), 6: ("Q5_0", 32, 22, _q5_0), 7: ("Q5_1", 32, 24, _q5_1), 8: ("Q8_0", 32, 34, _q8_0),
+    12: ("Q4_K", 256, 144, _q4_k), 13: ("Q5_K", 256, 176, _q5_k), 14: ("Q6_K", 256, 210, _q6_k),
+    24: ("I8", 1, 1, dtypes.int8), 25: ("I16", 1, 2, dtypes.int16), 26: ("I32", 1, 4, dtypes.int32),
+    27: ("I64", 1, 8, dtypes.int64), 28: ("F64", 1, 8, dtypes.float64), 30: ("BF16", 1, 2, dtypes.bfloat16)}
+_OTHER_TYPES = {9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+                19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M"}
+
+
+class _Reader:
+    """Reads GGUF's little-endian fields from the file's bytes, checking every length against what is left."""
+
+    def __init__(self, src: CheckpointBytes):
+        self.src, self.mv, self.pos = src, src.mv, 0
+
+    def need(self, n: int, what: str) -> None:
+        if n > len(self.mv) - self.pos:
+            raise CheckpointError(f"{self.src.name}: GGUF {what} needs {n} bytes at offset {self.pos}, the file has "
+                                  f"{len(self.mv) - self.pos} left (truncated or corrupt)")
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        (v,) = struct.unpack_from(fmt, self.mv, self.pos)
+        self.pos += n
+        return v
+
+    def string(self, what: str, strict: bool = True) -> str:
+        n = self.scalar("<Q", f"{what} length")
+        self.need(n, what)
+        raw = bytes(self.mv[self.pos:self.pos + n])
+        self.pos += n
+        try:
+            return raw.decode("utf-8", errors="strict" if strict else "replace")
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.src.name}: GGUF {what} is not UTF-8: {raw[:40]!r}") from None
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        if vtype in _SCALARS:
+            v = self.scalar(_SCALARS[vtype][0], what)
+            return bool(v) if vtype == _BOOL else v
+        if vtype == _STRING:
+            return self.string(what, strict=False)
+        if vtype != _ARRAY:
+            raise CheckpointError(f"{self.src.name}: GGUF {what} has unknown value type {vtype}")
+        if depth >= MAX_ARRAY_DEPTH:
+            raise CheckpointError(f"{self.src.name}: GGUF {what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
+        etype = self.scalar("<I", f"{what} element type")
+        count = self.scalar("<Q", f"{what} length")
+        if etype in _SCALARS:
+            np_dtype = np.dtype(_SCALARS[etype][1])
+            self.need(count * np_dtype.itemsize, what)
+            arr = np.frombuffer(self.mv, dtype=np_dtype, count=count, offset=self.pos)
+            self.pos += count * np_dtype.itemsize
+            return arr.astype(bool).tolist() if etype == _BOOL else arr.tolist()
+        # strings and arrays take at least 8 bytes (a length) each: a corrupt count can't make us loop for long
+        self.need(count * 8 if etype in (_STRING, _ARRAY) else 0, what)
+        return [self.value(etype, what, depth + 1) for _ in range(count)]
+
+
+def gguf_load(tensor_or_path: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(key-value metadata, tensors by name) of a GGUF file, given by path or as a uint8 Tensor of its bytes.
+
+    Tensor shapes are outermost-first (GGUF lists dims innermost-first). Plain types keep their dtype and load
+    zero-copy; quantized types come out as lazily dequantized float32 tensors on the default device."""
+    src = CheckpointBytes(tensor_or_path)
+    r = _Reader(src)
+    r.need(4, "magic")
+    if bytes(src.mv[:4]) != b"GGUF":
+        raise CheckpointError(f"{src.name}: not a GGUF file (magic {bytes(src.mv[:4])!r})")
+    r.pos = 4
+    version = r.scalar("<I", "version")
+    if version not in (2, 3):
+        raise CheckpointError(f"{src.name}: GGUF version {version} is not supported (2 and 3 are; a huge number is a "
+                              "big-endian file)")
+    n_tensors, n_kv = r.scalar("<Q", "tensor count"), r.scalar("<Q", "key-value count")
+    # each key-value takes at least 12 bytes and each tensor info 24: absurd counts fail here, not in a long loop
+    r.need(n_kv * 12 + n_tensors * 24, "header")
+    kv: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = r.string(f"key {i}")
+        if key in kv:
+            raise CheckpointError(f"{src.name}: GGUF key {key!r} appears twice")
+        kv[key] = r.value(r.scalar("<I", f"type of {key!r}"), f"value of {key!r}")
+    alignment = kv.get("general.alignment", 32)
+    if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+        raise CheckpointError(f"{src.name}: general.alignment must be a power of two, got {alignment!r}")
+    infos, names = [], set()
+    for i in range(n_tensors):
+        name = r.string(f"tensor name {i}")
+        n_dims = r.scalar("<I", f"n_dims of {name!r}")
+        if n_dims > MAX_DIMS:
+            raise CheckpointError(f"{src.name}: tensor {name!r} has {n_dims} dims, GGUF allows at most {MAX_DIMS}")
+        dims = [r.scalar("<Q", f"dims of {name!r}") for _ in range(n_dims)]
+        ttype, offset = r.scalar("<I", f"type of {name!r}"), r.scalar("<Q", f"offset of {name!r}")
+        if name in names:
+            raise CheckpointError(f"{src.name}: GGUF tensor {name!r} appears twice")
+        names.add(name)
+        infos.append((name, dims, ttype, offset))
+    data_start = -(-r.pos // alignment) * alignment
+    tensors: dict[str, Tensor] = {}
+    for name, dims, ttype, offset in infos:
+        tensors[name] = _load_tensor(src, name, dims, ttype, offset, data_start, alignment)
+    return kv, tensors
+
+
+def _load_tensor(src: CheckpointBytes, name: str, dims: list[int], ttype: int, offset: int, data_start: int,
+                 alignment: int) -> Tensor:
+    if ttype not in GGML_TYPES:
+        kind = _OTHER_TYPES.get(ttype, "an unknown type")
+        raise CheckpointError(f"{src.name}: tensor {name!r} has ggml type {ttype} ({kind}), which gguf_load can't "
+                              f"read; supported: {', '.join(t[0] for t in GGML_TYPES.values())}")
+    tname, block, block_bytes, kind = GGML_TYPES[ttype]
+    shape = tuple(reversed(dims))
+    numel = prod(shape)
+    row = dims[0] if dims else 1  # a 0-d tensor is one row of one value
+    if row % block:
+        raise CheckpointError(f"{src.name}: tensor {name!r} of type {tname} has {row} values per row, not a "
+                              f"multiple of its block of {block}")
+    if offset % alignment:
+        raise CheckpointError(f"{src.name}: tensor {name!r} starts at data offset {offset}, not a multiple of the "
+                              f"alignment {alignment}")
+    nbytes = numel // block * block_bytes
+    where = data_start + offset
+    src.check_range(where, nbytes, f"tensor {name!r}")
+    if isinstance(kind, DType):
+        return src.tensor(where, kind, shape, f"tensor {name!r}")
+    raw = src.raw(where, nbytes, f"tensor {name!r}")
+    if raw.device.startswith("DISK:"):
+        raw = raw.to(Device.DEFAULT)
+    return kind(raw.reshape(numel // block, block_bytes)).reshape(shape)
