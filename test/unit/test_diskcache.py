@@ -99,3 +99,47 @@ def test_compiled_kernels_come_back_from_disk(db):
     second = subprocess.run([sys.executable, "-c", code, "again"], env=env, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert first.stdout == second.stdout and int(first.stdout) > 0
+
+
+SECOND_PROCESS = textwrap.dedent("""
+    import numpy as np
+    import tinygrad.codegen.linearizer as L
+    from tinygrad import Tensor, nn
+    from tinygrad.engine import plan
+    made = []
+    class Counting(L.Linearizer):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+    L.Linearizer = Counting
+    rng = np.random.default_rng(0)
+    l1, l2 = nn.Linear(8, 16), nn.Linear(16, 3)
+    x = Tensor(rng.standard_normal((4, 8), dtype=np.float32))
+    y = Tensor(np.array([0, 1, 2, 1], np.int32))
+    opt = nn.optim.SGD([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.1)
+    with Tensor.train():
+        loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(len(made), plan.plan_stats()[2], round(loss.item(), 5))
+""")
+
+
+def test_second_process_skips_scheduling_and_codegen(db):
+    env = {**os.environ, "CACHEDB": str(db)}
+    runs = [subprocess.run([sys.executable, "-c", SECOND_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    (lin1, disk1, loss1), (lin2, disk2, loss2) = [r.stdout.split() for r in runs]
+    assert int(lin1) > 0 and int(disk1) == 0
+    # the second process linearized nothing and scheduled nothing it had scheduled before
+    assert int(lin2) == 0 and int(disk2) > 0
+    assert loss1 == loss2
+
+
+def test_cachelevel_0_keeps_nothing(db):
+    env = {**os.environ, "CACHEDB": str(db), "CACHELEVEL": "0"}
+    r = subprocess.run([sys.executable, "-c", SECOND_PROCESS], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not db.exists() or not sqlite3.connect(db).execute("SELECT name FROM sqlite_master").fetchall()

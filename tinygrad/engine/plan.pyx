@@ -33,6 +33,7 @@ cdef int MAX_PLANS = 2048
 # plans made, and graphs served by a plan (plan_stats())
 cdef long plan_misses = 0
 cdef long plan_hits = 0
+cdef long plan_disk_hits = 0
 # set on first use: importing them at module load would be circular
 cdef object _CacheCollector = None
 cdef object _run_schedule = None
@@ -241,7 +242,7 @@ cdef list _load_items(str skey, int n_nodes, int n_leaves):
 def realize_lazybuffers(list outs):
     """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
     scheduling it (and caching the Plan of what was scheduled)."""
-    global plan_hits, plan_misses, _CacheCollector, _run_schedule
+    global plan_hits, plan_misses, plan_disk_hits, _CacheCollector, _run_schedule
     if _run_schedule is None:
         from tinygrad.engine.jit import CacheCollector
         from tinygrad.engine.realize import run_schedule
@@ -275,6 +276,8 @@ def realize_lazybuffers(list outs):
                     diskcache_put("schedule", skey, pickle.dumps(items))
                 except (pickle.PicklingError, RecursionError):  # a very deep AST: just not kept on disk
                     pass
+        else:
+            plan_disk_hits += 1
         plan = _make_plan(items, nodes, leaves)
         if len(_plans) >= MAX_PLANS:
             _plans.clear()
@@ -314,8 +317,8 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
 
 
 def plan_stats():
-    """(graphs served by a cached Plan, Plans made) in this process."""
-    return plan_hits, plan_misses
+    """(graphs served by a cached Plan, Plans made, of which made from a schedule on disk) in this process."""
+    return plan_hits, plan_misses, plan_disk_hits
 
 
 def clear_plans():
