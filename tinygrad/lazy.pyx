@@ -188,6 +188,13 @@ cdef class LazyBuffer:
     def cast(self, dtype, bint bitcast=False):
         if self.dtype == dtype:
             return self
+        if bitcast and self.device.startswith("DISK"):
+            # bytes of a file: reinterpreted in place, as tinygrad 0.9 did (the last dim scales with the size)
+            ret = _disk_view(self, dtype)
+            if ret is None:
+                raise ValueError(f"can't bitcast {self.shape} {self.dtype} on {self.device} to {dtype}: only a "
+                                 f"contiguous range whose last dim holds whole {dtype} values can be")
+            return ret
         if bitcast and dtype.itemsize != self.dtype.itemsize:
             raise ValueError(f"can't bitcast {self.dtype} to {dtype}: sizes differ")
         op = UnaryOps.BITCAST if bitcast else UnaryOps.CAST
@@ -200,7 +207,14 @@ cdef class LazyBuffer:
             # an unmasked constant is the same constant on any device: nothing to copy
             c = new_base(device, contiguous_st(()), self.dtype, _CONST, self.base.arg, ())
             return c.reshape((1,) * len(self.shape)).expand(self.shape)
-        src = self.contiguous()
+        if self.device.startswith("DISK") and self is not self.base:
+            # a slice of a file is a smaller file view: nothing computes on DISK
+            src = _disk_view(self, self.dtype)
+            if src is None:
+                # a permuted, strided or padded view: copy what it reads from, then view that on the device
+                return self.base.copy_to_device(device)._view(self.st)
+        else:
+            src = self.contiguous()
         return new_base(device, contiguous_st(src.shape), src.dtype, _COPY, src.size * src.dtype.itemsize, (src,))
 
     def e(self, op, *in_srcs, arg=None):
@@ -259,6 +273,33 @@ cdef class LazyBuffer:
 
     def stride(self, arg):
         return self if all(a == 1 for a in arg) else self._view(self.st.stride(tuple(arg)))
+
+
+cdef object _disk_view(LazyBuffer lb, object dtype):
+    """The bytes `lb` reads, as a realized DISK base of `dtype` over the same memory, when it reads one contiguous
+    range of a realized DISK buffer (and the last dim holds whole values of `dtype`); else None."""
+    cdef LazyBuffer base = lb.base
+    if base.realized is None or len(lb.st.views) != 1:
+        return None
+    v = lb.st.views[0]
+    if v.mask is not None or not all(type(x) is int for x in (*v.shape, *v.strides, v.offset)):
+        return None
+    acc = 1
+    for s, stride in zip(reversed(v.shape), reversed(v.strides)):
+        if s != 1 and stride != acc:
+            return None
+        acc *= s
+    isz = lb.dtype.itemsize
+    start, nbytes = v.offset * isz, acc * isz
+    shape = lb.shape
+    if dtype.itemsize != isz:
+        last = shape[len(shape) - 1] * isz if shape else isz
+        if last % dtype.itemsize:
+            return None
+        shape = (shape[:len(shape) - 1] if shape else ()) + (last // dtype.itemsize,)
+    ret = new_base(lb.device, contiguous_st(tuple(shape)), dtype, LoadOps.EMPTY, None, ())
+    ret.buffer = Buffer(lb.device, nbytes // dtype.itemsize, dtype, opaque=base.buffer._buf[start:start + nbytes])
+    return ret
 
 
 def _reads_shifted(LazyBuffer x, LazyBuffer target):

@@ -172,6 +172,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """The bytes of this tensor, laid out contiguously (realizing it, and any constant, into a buffer)."""
         if 0 in self.shape:
             return memoryview(bytearray(0))
+        if self.device.startswith("DISK") and self.lazydata is not self.lazydata.base:
+            # nothing computes on DISK: a slice of a file is read through a copy
+            return self.to(Device.DEFAULT)._data()
         t = self.contiguous().realize()
         return t.lazydata.base.realized.as_buffer()
 
