@@ -23,6 +23,7 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "CLANG": (0, "1: make CLANG (C compiled by clang or the system cc, run on the host) the default device"),
     "CPU": (0, "1: make CPU (numpy-held buffers, C kernels) the default device"),
     "CUDA": (0, "1: make CUDA the default device (when its runtime is available)"),
+    "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
     "CACHELEVEL": (2, "0: no on-disk cache; 1 and up: compiled kernels are kept on disk (2: later also schedules)"),
     "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),

@@ -232,4 +232,8 @@ def _host_graph(jit_cache: list, input_replace: dict[tuple[int, int], int]) -> H
     from tinygrad.runtime.ops_clang import ClangProgram
     if all(_is_kernel(ei) and isinstance(ei.prg.clprg, ClangProgram) for ei in jit_cache):
         return HostGraph(jit_cache, input_replace)
+    if any(ei.prg.dname.startswith("CUDA") for ei in jit_cache if _is_kernel(ei)):
+        from tinygrad.runtime.graph_cuda import CUDAGraph
+        if CUDAGraph.supports(jit_cache):
+            return CUDAGraph(jit_cache, input_replace)
     return None

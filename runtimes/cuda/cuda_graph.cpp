@@ -1,0 +1,201 @@
+#include "cuda_graph.h"
+
+#include <string>
+#include <utility>
+
+#include "buffer.h"
+#include "errors.h"
+
+namespace tg::cuda {
+namespace {
+
+// Marks the graph busy for one method call; an overlapping call (another Python thread, the GIL released) throws
+// instead of racing.
+class BusyGuard {
+ public:
+  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
+    bool idle = false;
+    if (!busy_.compare_exchange_strong(idle, true))
+      throw UsageError(std::string("CUDA graph: ") + what + " while another call is using the graph");
+  }
+  ~BusyGuard() { busy_.store(false); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+struct UnpinOnExit {
+  std::vector<Buffer*>& pinned;
+  ~UnpinOnExit() {
+    for (Buffer* b : pinned) b->unpin();
+    pinned.clear();
+  }
+};
+
+bool same_dims(const LaunchDims& a, const LaunchDims& b) {
+  for (int i = 0; i < 3; ++i)
+    if (a.global[i] != b.global[i] || a.local[i] != b.local[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+CudaGraph::~CudaGraph() {
+  try {
+    ctx_->synchronize();
+  } catch (...) {
+  }
+  destroy();
+}
+
+void CudaGraph::destroy() noexcept {
+  const DriverApi& d = ctx_->api();
+  if (exec_ != nullptr) d.cuGraphExecDestroy(exec_);
+  if (graph_ != nullptr) d.cuGraphDestroy(graph_);
+  exec_ = nullptr;
+  graph_ = nullptr;
+}
+
+CudaGraph::Launch& CudaGraph::at(size_t launch, const char* what) {
+  if (launch >= launches_.size())
+    throw UsageError(std::string("CUDA graph: ") + what + ": launch index " + std::to_string(launch) +
+                     " out of range (graph has " + std::to_string(launches_.size()) + " launches)");
+  return *launches_[launch];
+}
+
+void CudaGraph::pack(Launch& l) {
+  l.program->pack(l.values.data(), l.values.size(), l.packed);
+  l.packed_size = l.packed.size();
+  l.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+  l.extra[1] = l.packed.data();
+  l.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+  l.extra[3] = &l.packed_size;
+  l.extra[4] = CU_LAUNCH_PARAM_END;
+}
+
+KernelNodeParams CudaGraph::node_params(Launch& l) const {
+  KernelNodeParams p{};
+  p.func = l.program->function();
+  p.gridDimX = l.dims.global[0];
+  p.gridDimY = l.dims.global[1];
+  p.gridDimZ = l.dims.global[2];
+  p.blockDimX = l.dims.local[0];
+  p.blockDimY = l.dims.local[1];
+  p.blockDimZ = l.dims.local[2];
+  p.sharedMemBytes = 0;
+  p.kernelParams = nullptr;
+  p.extra = l.packed_size != 0 ? l.extra : nullptr;  // the driver copies the packed arguments into the node
+  return p;
+}
+
+size_t CudaGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* dims) {
+  BusyGuard busy(busy_, "add");
+  if (!program) throw UsageError("CUDA graph: add() needs a program");
+  auto cuda = std::dynamic_pointer_cast<CudaProgram>(program);
+  if (!cuda || cuda->context() != ctx_)
+    throw UsageError("CUDA graph on " + ctx_->name() + ": program '" + program->name() + "' is for device " +
+                     program->device());
+  auto l = std::make_unique<Launch>();
+  l->program = std::move(cuda);
+  l->dims = dims != nullptr ? *dims : LaunchDims{};
+  l->program->check_dims(l->dims);
+  l->values.reserve(args.size());
+  for (const BoundArg& a : args) l->values.push_back(a.buffer ? KernelArg::pointer(a.buffer->ptr()) : a.value);
+  l->args = std::move(args);
+  pack(*l);  // checks the arguments against the kernel now, not at the first replay
+  launches_.push_back(std::move(l));
+  if (exec_ != nullptr) rebuild_ = true;
+  return launches_.size() - 1;
+}
+
+void CudaGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
+  BusyGuard busy(busy_, "set_arg");
+  Launch& l = at(launch, "set_arg");
+  if (arg >= l.args.size())
+    throw UsageError("CUDA graph: argument index " + std::to_string(arg) + " out of range (launch " +
+                     std::to_string(launch) + " has " + std::to_string(l.args.size()) + " arguments)");
+  if (l.args[arg].is_pointer() != value.is_pointer())
+    throw UsageError("CUDA graph: launch " + std::to_string(launch) + " argument " + std::to_string(arg) + " is " +
+                     (l.args[arg].is_pointer() ? "a pointer" : "an integer") + "; set_arg cannot change its kind");
+  if (!value.buffer && value.value.bits != l.values[arg].bits) {
+    l.values[arg] = value.value;
+    l.dirty = true;
+  }
+  l.args[arg] = std::move(value);  // a Buffer is resolved (and compared) at the next run
+}
+
+bool CudaGraph::set_dims(size_t launch, const LaunchDims& dims) {
+  BusyGuard busy(busy_, "set_dims");
+  Launch& l = at(launch, "set_dims");
+  l.program->check_dims(dims);
+  if (!same_dims(l.dims, dims)) {
+    l.dims = dims;
+    l.dirty = true;
+  }
+  return true;
+}
+
+void CudaGraph::build() {
+  const DriverApi& d = ctx_->api();
+  destroy();
+  ctx_->check("cuGraphCreate", d.cuGraphCreate(&graph_, 0), "creating a CUDA graph");
+  CUgraphNode prev = nullptr;
+  for (auto& lp : launches_) {
+    Launch& l = *lp;
+    KernelNodeParams p = node_params(l);
+    // A chain: each kernel after the previous one, as the launches were captured.
+    CUresult r = d.cuGraphAddKernelNode(&l.node, graph_, prev != nullptr ? &prev : nullptr, prev != nullptr ? 1 : 0,
+                                        &p);
+    if (r != CUDA_SUCCESS) ctx_->fail("cuGraphAddKernelNode", r, "adding kernel " + l.program->name() + " to a graph");
+    prev = l.node;
+    l.dirty = false;
+  }
+  ctx_->check("cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlags(&exec_, graph_, 0),
+              "instantiating a CUDA graph");
+  rebuild_ = false;
+  ++instantiations_;
+}
+
+void CudaGraph::run() {
+  BusyGuard busy(busy_, "run");
+  if (launches_.empty()) return;
+  UnpinOnExit unpin{pinned_};
+  // Pin before resolving, so nothing can free a buffer between the check and the replay being queued.
+  for (auto& lp : launches_) {
+    Launch& l = *lp;
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      if (Buffer* b = l.args[i].buffer.get()) {
+        pinned_.push_back(b);
+        b->pin();
+        KernelArg v = KernelArg::pointer(b->ptr());  // throws tg::UsageError for a freed buffer
+        if (v.bits != l.values[i].bits) {
+          l.values[i] = v;
+          l.dirty = true;
+        }
+      }
+    }
+  }
+  for (auto& lp : launches_)
+    if (lp->dirty) pack(*lp);
+  ctx_->make_current();
+  const DriverApi& d = ctx_->api();
+  if (exec_ == nullptr || rebuild_) {
+    build();
+  } else {
+    for (auto& lp : launches_) {
+      Launch& l = *lp;
+      if (!l.dirty) continue;
+      KernelNodeParams p = node_params(l);
+      CUresult r = d.cuGraphExecKernelNodeSetParams(exec_, l.node, &p);
+      if (r != CUDA_SUCCESS)
+        ctx_->fail("cuGraphExecKernelNodeSetParams", r, "updating kernel " + l.program->name() + " in a graph");
+      l.dirty = false;
+      ++node_updates_;
+    }
+  }
+  ctx_->check("cuGraphLaunch", d.cuGraphLaunch(exec_, ctx_->stream()), "launching a CUDA graph");
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,79 @@
+// A fake CUDA driver and NVRTC for tests on machines with no GPU.
+//
+// It is reached the way the real driver is: through a bootstrap table and cuGetProcAddress, so the same resolution
+// code runs (and the versions and flags it asks for are recorded). It simulates:
+//  * devices, primary contexts and the calling thread's current context (calls without one fail, as they do on a
+//    GPU), with configurable count, compute capability, memory size and driver version;
+//  * device memory as host memory (a CUdeviceptr is a host address, readable by tests), with a size limit that
+//    makes cuMemAlloc fail with CUDA_ERROR_OUT_OF_MEMORY, and range checks on every copy;
+//  * streams as queues of deferred operations: a copy or launch runs only when something waits for it (an event,
+//    a stream synchronisation), so code that reads a staging buffer before waiting reads stale bytes;
+//  * modules from "fake CUBINs" (FAKECUBIN + CUDA source, as the fake NVRTC makes them), with the kernel parameter
+//    layout parsed from the source, so argument packing is checked byte for byte;
+//  * kernel launches and CUDA graphs, recorded (kernels do not compute anything);
+//  * failures on demand: the next N calls of an entry point return a chosen error.
+// Every call is recorded with its arguments for the tests to inspect.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_api.h"
+
+namespace tg::cuda::fake {
+
+struct Config {
+  int device_count = 1;
+  int driver_version = 12080;
+  std::uint64_t memory_bytes = std::uint64_t{1} << 30;  // per device
+  int cc_major = 9;
+  int cc_minor = 0;
+  bool param_info = true;  // offer cuFuncGetParamInfo (drivers >= 12.4 do)
+};
+
+// One recorded driver or NVRTC call. `args` holds its integer and handle arguments in order, `text` a string
+// argument (symbol name, kernel name, compile options joined by spaces), `data` bytes it passed (packed kernel
+// arguments).
+struct Call {
+  std::string name;
+  std::vector<std::uint64_t> args;
+  std::string text;
+  std::string data;
+};
+
+// One kernel execution as the fake saw it (from cuLaunchKernel or from each node of a launched graph).
+struct Launch {
+  std::string kernel;
+  unsigned grid[3];
+  unsigned block[3];
+  std::string args;  // the packed argument bytes
+  bool from_graph;
+};
+
+// Replaces the driver and NVRTC with a fresh fake (every previous fake's state is dropped). Devices opened before
+// keep the driver they were opened with.
+void install(const Config& config);
+// Back to the real driver and NVRTC.
+void uninstall();
+
+// The next `count` calls of entry point `call` (base name, e.g. "cuMemAlloc", "nvrtcCompileProgram") return
+// `status` instead of doing anything.
+void fail_next(const std::string& call, int status, int count);
+// The CUresult for a name such as "CUDA_ERROR_OUT_OF_MEMORY" (or an NVRTC one); -1 if unknown.
+int status_from_name(const std::string& name);
+
+std::vector<Call> calls();
+std::vector<Launch> launches();
+void clear_records();
+
+// Device memory, for tests to check copies: throws std::invalid_argument outside a live allocation.
+std::string read(std::uint64_t ptr, size_t nbytes);
+void write(std::uint64_t ptr, const std::string& bytes);
+// Operations queued on streams and not yet run; live device allocations (count, bytes); live pinned buffers.
+size_t pending_ops();
+std::pair<size_t, std::uint64_t> device_allocations();
+size_t pinned_allocations();
+
+}  // namespace tg::cuda::fake

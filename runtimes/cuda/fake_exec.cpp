@@ -1,0 +1,312 @@
+// The fake driver's execution entry points (see fake_driver.h): modules and kernel launches, streams and events,
+// CUDA graphs. Work on a stream is queued and runs only when something waits for it.
+#include <algorithm>
+#include <cstring>
+
+#include "fake_state.h"
+
+namespace tg::cuda::fake {
+namespace {
+
+// The packed argument bytes of a launch, checked against the kernel's layout as a real driver checks them.
+int gather_args(const KernelSignature& sig, void** params, void** extra, std::string* out) {
+  out->assign(sig.params_size, '\0');
+  if (extra != nullptr) {
+    const void* buf = nullptr;
+    const size_t* size = nullptr;
+    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = static_cast<const size_t*>(extra[i + 1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (buf == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (*size > sig.params_size) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;  // what the real driver answers
+    if (*size < sig.params_size) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(out->data(), buf, *size);
+  } else if (params != nullptr) {
+    for (size_t i = 0; i < sig.params.size(); ++i)
+      std::memcpy(out->data() + sig.params[i].first, params[i], sig.params[i].second);
+  } else if (sig.params_size != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+int node_from(State& s, const KernelNodeParams* p, State::Node* node) {
+  auto f = s.functions.find(u(p->func));
+  if (f == s.functions.end()) return CUDA_ERROR_INVALID_VALUE;
+  node->func = u(p->func);
+  unsigned dims[6] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ};
+  for (int i = 0; i < 3; ++i) {
+    node->grid[i] = dims[i];
+    node->block[i] = dims[3 + i];
+  }
+  return gather_args(f->second.sig, p->kernelParams, p->extra, &node->args);
+}
+
+void record_launch(State& s, const State::Node& n, bool from_graph) {
+  Launch l{s.functions[n.func].sig.name, {n.grid[0], n.grid[1], n.grid[2]}, {n.block[0], n.block[1], n.block[2]},
+           n.args, from_graph};
+  s.launches.push_back(std::move(l));
+}
+
+// ---- modules and launches ----
+CUresult f_cuModuleLoadData(CUmodule* m, const void* image) {
+  const char* text = static_cast<const char*>(image);
+  FAKE_ENTER("cuModuleLoadData", {}, std::string(text, strnlen(text, 64)));
+  int dev = current_device(s);
+  if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  size_t magic = std::strlen(kCubinMagic);
+  if (std::strncmp(text, kCubinMagic, magic) != 0) return CUDA_ERROR_INVALID_IMAGE;
+  std::uint64_t handle = s.handle();
+  s.modules[handle] = {dev, parse_kernels(text + magic)};
+  *m = h<CUmod_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  FAKE_ENTER("cuModuleGetFunction", {u(m)}, name);
+  auto it = s.modules.find(u(m));
+  if (it == s.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (const KernelSignature& k : it->second.kernels) {
+    if (k.name != name) continue;
+    std::uint64_t handle = s.handle();
+    s.functions[handle] = {u(m), k};
+    *f = h<CUfunc_st>(handle);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+CUresult f_cuModuleUnload(CUmodule m) {
+  FAKE_ENTER("cuModuleUnload", {u(m)});
+  if (s.modules.erase(u(m)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto it = s.functions.begin(); it != s.functions.end();)
+    it = it->second.module == u(m) ? s.functions.erase(it) : std::next(it);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuFuncGetAttribute(int* v, int attr, CUfunction f) {
+  FAKE_ENTER("cuFuncGetAttribute", {static_cast<std::uint64_t>(attr), u(f)});
+  auto it = s.functions.find(u(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) *v = it->second.sig.max_threads;
+  else if (attr == CU_FUNC_ATTRIBUTE_NUM_REGS) *v = 16;
+  else return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+CUresult f_cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  FAKE_ENTER("cuFuncGetParamInfo", {u(f), index});
+  auto it = s.functions.find(u(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (index >= it->second.sig.params.size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = it->second.sig.params[index].first;
+  *size = it->second.sig.params[index].second;
+  return CUDA_SUCCESS;
+}
+CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned smem, CUstream stream, void** params, void** extra) {
+  FAKE_ENTER("cuLaunchKernel", {u(f), gx, gy, gz, bx, by, bz, smem, u(stream)});
+  if (int r = stream_check(s, stream)) return r;
+  auto it = s.functions.find(u(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (std::uint64_t{bx} * by * bz > static_cast<std::uint64_t>(it->second.sig.max_threads))
+    return CUDA_ERROR_INVALID_VALUE;
+  State::Node n;
+  n.func = u(f);
+  unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+  for (int i = 0; i < 3; ++i) n.grid[i] = dims[i], n.block[i] = dims[3 + i];
+  if (int r = gather_args(it->second.sig, params, extra, &n.args)) return r;
+  s.calls.back().data = n.args;
+  record_launch(s, n, false);
+  State* sp = &s;
+  enqueue(s, u(stream), [sp] { sp->clock_ms += 0.002; });
+  return CUDA_SUCCESS;
+}
+
+// ---- streams and events ----
+CUresult f_cuStreamCreate(CUstream* stream, unsigned int flags) {
+  FAKE_ENTER("cuStreamCreate", {flags});
+  int dev = current_device(s);
+  if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  std::uint64_t handle = s.handle();
+  s.streams[handle].device = dev;
+  *stream = h<CUstream_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuStreamDestroy(CUstream stream) {
+  FAKE_ENTER("cuStreamDestroy", {u(stream)});
+  if (s.streams.count(u(stream)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  run_until(s, u(stream), s.seq);
+  s.streams.erase(u(stream));
+  return CUDA_SUCCESS;
+}
+CUresult f_cuStreamSynchronize(CUstream stream) {
+  FAKE_ENTER("cuStreamSynchronize", {u(stream)});
+  if (s.streams.count(u(stream)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  run_until(s, u(stream), s.seq);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  FAKE_ENTER("cuStreamWaitEvent", {u(stream), u(event), flags});
+  auto ev = s.events.find(u(event));
+  if (s.streams.count(u(stream)) == 0 || ev == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (ev->second.recorded) {
+    std::uint64_t other = ev->second.stream, seq = ev->second.seq;
+    State* sp = &s;
+    enqueue(s, u(stream), [sp, other, seq] { run_until(*sp, other, seq); });
+  }
+  return CUDA_SUCCESS;
+}
+CUresult f_cuEventCreate(CUevent* event, unsigned int flags) {
+  FAKE_ENTER("cuEventCreate", {flags});
+  if (current_device(s) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  std::uint64_t handle = s.handle();
+  s.events[handle] = State::Event{(flags & CU_EVENT_DISABLE_TIMING) == 0};
+  *event = h<CUevent_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuEventDestroy(CUevent event) {
+  FAKE_ENTER("cuEventDestroy", {u(event)});
+  return s.events.erase(u(event)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult f_cuEventRecord(CUevent event, CUstream stream) {
+  FAKE_ENTER("cuEventRecord", {u(event), u(stream)});
+  if (int r = stream_check(s, stream)) return r;
+  auto it = s.events.find(u(event));
+  if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  State* sp = &s;
+  std::uint64_t handle = u(event);
+  std::uint64_t seq = enqueue(s, u(stream), [sp, handle] {
+    auto e = sp->events.find(handle);
+    if (e != sp->events.end()) e->second.done = true, e->second.time_ms = sp->clock_ms;
+  });
+  it->second = State::Event{it->second.timing, true, false, u(stream), seq, 0};
+  return CUDA_SUCCESS;
+}
+CUresult f_cuEventQuery(CUevent event) {
+  FAKE_ENTER("cuEventQuery", {u(event)});
+  auto it = s.events.find(u(event));
+  if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  return !it->second.recorded || it->second.done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult f_cuEventSynchronize(CUevent event) {
+  FAKE_ENTER("cuEventSynchronize", {u(event)});
+  auto it = s.events.find(u(event));
+  if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it->second.recorded) run_until(s, it->second.stream, it->second.seq);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  FAKE_ENTER("cuEventElapsedTime", {u(start), u(end)});
+  auto a = s.events.find(u(start)), b = s.events.find(u(end));
+  if (a == s.events.end() || b == s.events.end() || !a->second.timing || !b->second.timing)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->second.done || !b->second.done) return CUDA_ERROR_NOT_READY;
+  *ms = static_cast<float>(b->second.time_ms - a->second.time_ms);
+  return CUDA_SUCCESS;
+}
+
+// ---- graphs ----
+CUresult f_cuGraphCreate(CUgraph* g, unsigned int flags) {
+  FAKE_ENTER("cuGraphCreate", {flags});
+  std::uint64_t handle = s.handle();
+  s.graphs[handle];
+  *g = h<CUgraph_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuGraphAddKernelNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t ndeps,
+                                const KernelNodeParams* p) {
+  std::vector<std::uint64_t> args = {u(g), ndeps};
+  for (size_t i = 0; i < ndeps; ++i) args.push_back(u(deps[i]));
+  FAKE_ENTER("cuGraphAddKernelNode", std::move(args));
+  auto it = s.graphs.find(u(g));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; i < ndeps; ++i)
+    if (std::find(it->second.begin(), it->second.end(), u(deps[i])) == it->second.end())
+      return CUDA_ERROR_INVALID_VALUE;
+  State::Node n;
+  if (int r = node_from(s, p, &n)) return r;
+  s.calls.back().data = n.args;
+  std::uint64_t handle = s.handle();
+  s.nodes[handle] = n;
+  it->second.push_back(handle);
+  *node = h<CUgraphNode_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph g, unsigned long long flags) {
+  FAKE_ENTER("cuGraphInstantiateWithFlags", {u(g), flags});
+  auto it = s.graphs.find(u(g));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  State::Exec e;
+  e.order = it->second;
+  for (std::uint64_t n : e.order) e.nodes[n] = s.nodes[n];
+  std::uint64_t handle = s.handle();
+  s.execs[handle] = std::move(e);
+  *exec = h<CUgraphExec_st>(handle);
+  return CUDA_SUCCESS;
+}
+CUresult f_cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node, const KernelNodeParams* p) {
+  FAKE_ENTER("cuGraphExecKernelNodeSetParams", {u(exec), u(node)});
+  auto e = s.execs.find(u(exec));
+  if (e == s.execs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  auto n = e->second.nodes.find(u(node));
+  if (n == e->second.nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+  State::Node updated;
+  if (int r = node_from(s, p, &updated)) return r;
+  if (updated.func != n->second.func) return CUDA_ERROR_INVALID_VALUE;  // the function cannot change
+  s.calls.back().data = updated.args;
+  n->second = updated;
+  return CUDA_SUCCESS;
+}
+CUresult f_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  FAKE_ENTER("cuGraphLaunch", {u(exec), u(stream)});
+  if (int r = stream_check(s, stream)) return r;
+  auto e = s.execs.find(u(exec));
+  if (e == s.execs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (std::uint64_t n : e->second.order) record_launch(s, e->second.nodes[n], true);
+  State* sp = &s;
+  double cost = 0.001 * static_cast<double>(e->second.order.size());
+  enqueue(s, u(stream), [sp, cost] { sp->clock_ms += cost; });
+  return CUDA_SUCCESS;
+}
+CUresult f_cuGraphExecDestroy(CUgraphExec exec) {
+  FAKE_ENTER("cuGraphExecDestroy", {u(exec)});
+  return s.execs.erase(u(exec)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult f_cuGraphDestroy(CUgraph g) {
+  FAKE_ENTER("cuGraphDestroy", {u(g)});
+  auto it = s.graphs.find(u(g));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (std::uint64_t n : it->second) s.nodes.erase(n);
+  s.graphs.erase(it);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+void add_exec_entry_points(std::map<std::string, void*>& table) {
+  table["cuModuleLoadData"] = reinterpret_cast<void*>(&f_cuModuleLoadData);
+  table["cuModuleGetFunction"] = reinterpret_cast<void*>(&f_cuModuleGetFunction);
+  table["cuModuleUnload"] = reinterpret_cast<void*>(&f_cuModuleUnload);
+  table["cuFuncGetAttribute"] = reinterpret_cast<void*>(&f_cuFuncGetAttribute);
+  table["cuFuncGetParamInfo"] = reinterpret_cast<void*>(&f_cuFuncGetParamInfo);
+  table["cuLaunchKernel"] = reinterpret_cast<void*>(&f_cuLaunchKernel);
+  table["cuStreamCreate"] = reinterpret_cast<void*>(&f_cuStreamCreate);
+  table["cuStreamDestroy"] = reinterpret_cast<void*>(&f_cuStreamDestroy);
+  table["cuStreamSynchronize"] = reinterpret_cast<void*>(&f_cuStreamSynchronize);
+  table["cuStreamWaitEvent"] = reinterpret_cast<void*>(&f_cuStreamWaitEvent);
+  table["cuEventCreate"] = reinterpret_cast<void*>(&f_cuEventCreate);
+  table["cuEventDestroy"] = reinterpret_cast<void*>(&f_cuEventDestroy);
+  table["cuEventRecord"] = reinterpret_cast<void*>(&f_cuEventRecord);
+  table["cuEventQuery"] = reinterpret_cast<void*>(&f_cuEventQuery);
+  table["cuEventSynchronize"] = reinterpret_cast<void*>(&f_cuEventSynchronize);
+  table["cuEventElapsedTime"] = reinterpret_cast<void*>(&f_cuEventElapsedTime);
+  table["cuGraphCreate"] = reinterpret_cast<void*>(&f_cuGraphCreate);
+  table["cuGraphAddKernelNode"] = reinterpret_cast<void*>(&f_cuGraphAddKernelNode);
+  table["cuGraphInstantiateWithFlags"] = reinterpret_cast<void*>(&f_cuGraphInstantiateWithFlags);
+  table["cuGraphExecKernelNodeSetParams"] = reinterpret_cast<void*>(&f_cuGraphExecKernelNodeSetParams);
+  table["cuGraphLaunch"] = reinterpret_cast<void*>(&f_cuGraphLaunch);
+  table["cuGraphExecDestroy"] = reinterpret_cast<void*>(&f_cuGraphExecDestroy);
+  table["cuGraphDestroy"] = reinterpret_cast<void*>(&f_cuGraphDestroy);
+}
+
+}  // namespace tg::cuda::fake

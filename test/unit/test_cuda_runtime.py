@@ -1,0 +1,764 @@
+"""The CUDA runtime without a GPU: tinygrad.runtime._cuda against its fake driver and NVRTC (runtimes/cuda/fake_*),
+the CUDA device's Python layer (ops_cuda, graph_cuda) on top of it, and the ABI of the hand-written driver
+declarations against NVIDIA's headers where a toolkit is installed.
+
+The fake runs copies and launches only when something waits for them, so code that reads a staging buffer before
+its copy has completed reads stale bytes here too. Kernels compute nothing: launches are checked by the bytes of
+their packed arguments. Also here: the CUDA renderer (rendered kernels compile with NVRTC or nvcc where either is
+installed) and the grid planning of tinygrad/codegen/gpu_dims.py. test/test_cuda_device.py runs the numbers on a GPU.
+"""
+import gc
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinygrad.runtime import _cuda
+
+T = _cuda._testing
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = 'extern "C" __global__ void __launch_bounds__(64) k(float* a, const float* b, int n, int m) { }\n'
+
+
+@pytest.fixture
+def fake():
+    T.install_fake()
+    yield T
+    gc.collect()  # devices made in the test go while their driver is still installed
+    T.uninstall()
+
+
+@pytest.fixture
+def dev(fake):
+    return _cuda.Device(0)
+
+
+def calls(prefix: str = "") -> list:
+    return T.calls(prefix)
+
+
+def names(prefix: str = "") -> list[str]:
+    return [c[0] for c in T.calls(prefix)]
+
+
+def program(dev, src: str = KERNEL, name: str = "k"):
+    image, _ = _cuda.nvrtc_compile(src, name, ["--gpu-architecture=sm_90"])
+    return _cuda.Program(dev, name, image)
+
+
+# --- loading the driver -------------------------------------------------------------------------------------------
+
+
+def test_module_imports_and_device_module_imports_without_gpu():
+    code = "import tinygrad.runtime.ops_cuda as m; print(m.CUDADevice.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "CUDADevice", out.stderr
+
+
+def test_missing_driver_library_is_named_with_dlerror():
+    with pytest.raises(RuntimeError, match="libtg-no-such-driver.so.1") as e:
+        T.load_driver_library("libtg-no-such-driver.so.1")
+    assert e.value.call == "dlopen" and "cannot open shared object file" in e.value.driver_error
+
+
+def _have_driver() -> bool:
+    try:
+        _cuda.driver_version()
+        return True
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(_have_driver(), reason="this machine has a CUDA driver")
+def test_cuda_default_device_without_driver_names_libcuda():
+    code = "from tinygrad import Tensor; Tensor([1.0, 2.0]).numpy()"
+    env = {k: v for k, v in os.environ.items() if k not in ("CLANG", "CPU")}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "CUDA": "1"}, capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode != 0
+    assert "RuntimeError" in out.stderr and "libcuda.so.1" in out.stderr and "cannot open shared object" in out.stderr
+
+
+def test_entry_points_resolved_at_pinned_version_with_legacy_stream(fake):
+    lookups = {c[2]: c[1] for c in calls("cuGetProcAddress")}
+    assert {"cuMemAlloc", "cuLaunchKernel", "cuGraphInstantiateWithFlags", "cuGraphExecKernelNodeSetParams",
+            "cuEventElapsedTime", "cuStreamCreate"} <= set(lookups)
+    assert not [s for s in lookups if s.endswith(("_v2", "_ptsz", "_ptds"))], "base names: the version picks the ABI"
+    assert "cuGraphInstantiate" not in lookups  # that name resolves to a different signature
+    for symbol, (version, flags) in lookups.items():
+        assert flags == 1, f"{symbol}: CU_GET_PROC_ADDRESS_LEGACY_STREAM"
+        assert version == (12040 if symbol == "cuFuncGetParamInfo" else 12000), symbol
+
+
+def test_driver_older_than_12_is_refused_clearly():
+    T.install_fake(driver_version=11080)
+    try:
+        with pytest.raises(RuntimeError, match=r"supports CUDA 11\.8; tinygrad needs CUDA 12\.0"):
+            _cuda.Device(0)
+    finally:
+        T.uninstall()
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/include/cudaTypedefs.h").exists() or shutil.which("c++") is None,
+                    reason="needs the CUDA toolkit's headers and a C++ compiler")
+def test_driver_declarations_match_cuda_headers():
+    # signatures of every slot at the pinned version, constants, and the kernel-node struct layout
+    out = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-I/usr/local/cuda/include",
+                          f"-I{ROOT / 'runtimes/cuda'}", str(ROOT / "runtimes/cuda/abi_check.cpp")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+# --- devices and errors ---------------------------------------------------------------------------------------------
+
+
+def test_device_opens_primary_context_and_nonblocking_stream(fake):
+    d = _cuda.Device(0)
+    assert (d.name, d.arch, d.product_name, d.ordinal) == ("CUDA", "sm_90", "Fake GPU 0", 0)
+    assert d.attribute(1) == 1024 and d.driver_version == 12080 and d.driver_source == "fake driver"
+    assert "cuDevicePrimaryCtxRetain" in names() and "cuCtxCreate" not in names()
+    assert [c[1] for c in calls("cuStreamCreate")] == [(1,)]  # CU_STREAM_NON_BLOCKING
+    del d
+    gc.collect()
+    assert {"cuStreamDestroy", "cuDevicePrimaryCtxRelease"} <= set(names())
+
+
+def test_device_arch_and_ordinals():
+    T.install_fake(device_count=2, compute_capability=(8, 6))
+    try:
+        assert _cuda.Device(1).arch == "sm_86" and _cuda.Device(1).name == "CUDA:1"
+        with pytest.raises(ValueError, match="no GPU CUDA:2: .* reports 2 GPU"):
+            _cuda.Device(2)
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+def test_driver_errors_carry_their_name_and_call(dev):
+    T.fail_next("cuMemAlloc", "CUDA_ERROR_INVALID_VALUE")
+    with pytest.raises(RuntimeError) as e:
+        _cuda.DeviceBuffer(dev, 16)
+    assert (e.value.device, e.value.call, e.value.driver_error) == ("CUDA", "cuMemAlloc_v2", "CUDA_ERROR_INVALID_VALUE")
+    assert str(e.value).startswith("[CUDA] cuMemAlloc_v2:") and "(CUDA_ERROR_INVALID_VALUE)" in str(e.value)
+    T.fail_next("cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS")
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        dev.synchronize()
+
+
+# --- memory -------------------------------------------------------------------------------------------------------
+
+
+def test_out_of_memory_is_memoryerror_and_the_process_keeps_working():
+    T.install_fake(memory_bytes=1 << 20)
+    try:
+        d = _cuda.Device(0)
+        with pytest.raises(MemoryError, match=r"allocating 2097152 bytes .*CUDA_ERROR_OUT_OF_MEMORY") as e:
+            _cuda.DeviceBuffer(d, 2 << 20)
+        assert (e.value.call, e.value.driver_error) == ("cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY")
+        assert _cuda.DeviceBuffer(d, 1000).ptr != 0
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+def test_out_of_memory_frees_the_cache_and_retries():
+    T.install_fake(memory_bytes=1 << 20)
+    try:
+        d = _cuda.Device(0)
+        bufs = [_cuda.DeviceBuffer(d, 300_000) for _ in range(3)]
+        for b in bufs:
+            b.free()
+        assert d.cached_bytes == 900_000 and not calls("cuMemFree")
+        big = _cuda.DeviceBuffer(d, 500_000)  # only fits once the cached 900 kB go back to the driver
+        assert big.ptr != 0 and len(calls("cuMemFree")) == 3 and d.cached_bytes == 0
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+def test_freed_memory_is_reused_by_size(dev):
+    a = _cuda.DeviceBuffer(dev, 1000)
+    ptr = a.ptr
+    a.free()
+    assert _cuda.DeviceBuffer(dev, 1000).ptr == ptr and len(calls("cuMemAlloc")) == 1
+    assert _cuda.DeviceBuffer(dev, 0).ptr not in (0, ptr)  # zero bytes still get an address of their own
+    assert dev.free_cache() == 1000 + 1  # both temporaries went back to the cache; 0 bytes are held as 1
+
+
+def test_freed_buffer_refuses_use(dev):
+    b = _cuda.DeviceBuffer(dev, 8)
+    b.free()
+    with pytest.raises(ValueError, match="was freed"):
+        _ = b.ptr
+    with pytest.raises(ValueError, match="was freed"):
+        _cuda.copyin(b, bytearray(8))
+
+
+def _staged(slots: int, slot_bytes: int):
+    return _cuda.Device(0, staging_slots=slots, staging_slot_bytes=slot_bytes)
+
+
+def test_copyin_goes_through_pinned_slots_in_chunks(fake):
+    d = _staged(3, 100)
+    buf = _cuda.DeviceBuffer(d, 250)
+    data = bytes(range(250))
+    fake.clear_records()
+    _cuda.copyin(buf, data)
+    copies = calls("cuMemcpyHtoDAsync")
+    assert [(c[1][0] - buf.ptr, c[1][2], c[1][4]) for c in copies] == [(0, 100, 1), (100, 100, 1), (200, 50, 1)]
+    assert names("cuEventRecord") == ["cuEventRecord"] * 3 and d.pinned_staging_slots == 3
+    assert fake.pending_ops() > 0, "copyin returns once the host bytes are staged, not when the DMA is done"
+    d.synchronize()
+    assert fake.read(buf.ptr, 250) == data
+
+
+def test_a_slot_is_reused_only_after_its_copy_completed(fake):
+    d = _staged(2, 100)
+    buf = _cuda.DeviceBuffer(d, 450)
+    data = np.random.default_rng(0).integers(0, 256, 450, dtype=np.uint8)
+    fake.clear_records()
+    _cuda.copyin(buf, data)
+    order = [n for n in names() if n in ("cuMemcpyHtoDAsync", "cuEventSynchronize")]
+    assert order == ["cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync"] + ["cuEventSynchronize", "cuMemcpyHtoDAsync"] * 3
+    out = np.zeros_like(data)
+    _cuda.copyout(out, buf)  # ordered after the copyin on the stream, through the same two slots
+    np.testing.assert_array_equal(out, data)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(slots=st.integers(1, 4), slot_bytes=st.integers(1, 64), sizes=st.lists(st.integers(0, 300), min_size=1,
+                                                                              max_size=4))
+def test_staging_ring_roundtrips(slots, slot_bytes, sizes):
+    T.install_fake()
+    try:
+        d = _staged(slots, slot_bytes)
+        rng = np.random.default_rng(sum(sizes))
+        bufs = [(_cuda.DeviceBuffer(d, n), rng.integers(0, 256, n, dtype=np.uint8)) for n in sizes]
+        for buf, data in bufs:
+            _cuda.copyin(buf, data)
+        for buf, data in reversed(bufs):
+            out = np.zeros_like(data)
+            _cuda.copyout(out, buf)
+            np.testing.assert_array_equal(out, data)
+        assert all(c[1][-1] == 1 for c in calls("cuMemcpy") if c[0] != "cuMemcpyDtoDAsync"), "pinned host side"
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+def test_transfer_on_one_gpu(dev):
+    a, b = _cuda.DeviceBuffer(dev, 64), _cuda.DeviceBuffer(dev, 64)
+    _cuda.copyin(a, bytes(range(64)))
+    _cuda.transfer(b, a, 64)
+    assert names("cuMemcpyDtoDAsync") == ["cuMemcpyDtoDAsync"]
+    dev.synchronize()
+    assert T.read(b.ptr, 64) == bytes(range(64))
+    with pytest.raises(ValueError, match="does not fit"):
+        _cuda.transfer(b, a, 65)
+
+
+def test_transfer_between_gpus_orders_both_streams():
+    T.install_fake(device_count=2)
+    try:
+        d0, d1 = _cuda.Device(0), _cuda.Device(1)
+        a, b = _cuda.DeviceBuffer(d0, 32), _cuda.DeviceBuffer(d1, 32)
+        _cuda.copyin(a, bytes(range(32)))
+        T.clear_records()
+        _cuda.transfer(b, a, 32)
+        seq = [n for n in names() if n in ("cuStreamWaitEvent", "cuMemcpyPeerAsync", "cuCtxEnablePeerAccess")]
+        assert seq == ["cuStreamWaitEvent", "cuCtxEnablePeerAccess", "cuMemcpyPeerAsync", "cuStreamWaitEvent"]
+        d1.synchronize()  # runs the copy, which first waits for d0's queued copyin
+        assert T.read(b.ptr, 32) == bytes(range(32))
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+# --- programs and launches ------------------------------------------------------------------------------------------
+
+
+def test_arguments_packed_at_the_kernels_parameter_offsets(dev):
+    prg = program(dev)
+    assert prg.params == [(0, 8), (8, 8), (16, 4), (20, 4)] and prg.max_threads_per_block == 64
+    a, b = _cuda.DeviceBuffer(dev, 16), _cuda.DeviceBuffer(dev, 16)
+    prg.launch((3, 2, 1), (32, 1, 1), False, a, b, 7, -3)
+    kernel, grid, block, args, from_graph = T.launches()[-1]
+    assert (kernel, grid, block, from_graph) == ("k", (3, 2, 1), (32, 1, 1), False)
+    assert args == struct.pack("<QQii", a.ptr, b.ptr, 7, -3)  # 24 bytes, no trailing padding
+
+
+def test_padding_between_an_int_and_a_pointer(dev):
+    prg = program(dev, 'extern "C" __global__ void k(int n, float* a) { }', "k")
+    a = _cuda.DeviceBuffer(dev, 4)
+    prg.launch(None, None, False, 5, a)
+    assert prg.params == [(0, 4), (8, 8)] and T.launches()[-1][3] == struct.pack("<iiQ", 5, 0, a.ptr)
+
+
+def test_packing_without_param_info_uses_natural_alignment():
+    T.install_fake(driver_version=12020)  # before cuFuncGetParamInfo
+    try:
+        d = _cuda.Device(0)
+        assert "cuFuncGetParamInfo" not in [c[2] for c in calls("cuGetProcAddress")]
+        prg = program(d)
+        assert prg.params is None
+        a = _cuda.DeviceBuffer(d, 4)
+        prg.launch(None, None, False, a, a, 1, 2)
+        assert T.launches()[-1][3] == struct.pack("<QQii", a.ptr, a.ptr, 1, 2)
+    finally:
+        gc.collect()
+        T.uninstall()
+
+
+def test_bad_arguments_and_dimensions_are_refused(dev):
+    prg = program(dev)
+    a = _cuda.DeviceBuffer(dev, 4)
+    with pytest.raises(ValueError, match="takes 4 argument"):
+        prg.launch(None, None, False, a, a, 1)
+    with pytest.raises(ValueError, match="32-bit int; 4294967296 does not fit"):
+        prg.launch(None, None, False, a, a, 1, 2**32)
+    with pytest.raises(ValueError, match="not a pointer"):
+        prg.launch(None, None, False, a, a, a, 1)
+    with pytest.raises(TypeError, match="DeviceBuffers and ints"):
+        prg.launch(None, None, False, np.zeros(4), a, 1, 1)
+    with pytest.raises(ValueError, match="allows at most 64"):
+        prg.launch((1, 1, 1), (128, 1, 1), False, a, a, 1, 1)
+    with pytest.raises(ValueError, match="between 1 and"):
+        prg.launch((0, 1, 1), None, False, a, a, 1, 1)
+    with pytest.raises(ValueError, match="more than 3"):
+        prg.launch((1, 1, 1, 1), None, False, a, a, 1, 1)
+    a.free()
+    with pytest.raises(ValueError, match="was freed"):
+        prg.launch(None, None, False, a, a, 1, 1)
+    assert not T.launches()
+
+
+def test_launch_errors_name_the_kernel_and_the_driver_error(dev):
+    prg = program(dev)
+    a = _cuda.DeviceBuffer(dev, 4)
+    T.fail_next("cuLaunchKernel", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+    with pytest.raises(RuntimeError, match=r"launching k with grid \(1, 1, 1\).*CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        prg.launch(None, None, False, a, a, 1, 1)
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_IMAGE") as e:
+        _cuda.Program(dev, "k", b"not a cubin")
+    assert e.value.call == "cuModuleLoadData"
+    image, _ = _cuda.nvrtc_compile(KERNEL, "k", ["--gpu-architecture=sm_90"])
+    with pytest.raises(RuntimeError, match="no kernel named 'nope'.*CUDA_ERROR_NOT_FOUND"):
+        _cuda.Program(dev, "nope", image)
+
+
+def test_timed_launch_returns_gpu_seconds_from_events(dev):
+    prg = program(dev)
+    a = _cuda.DeviceBuffer(dev, 4)
+    assert prg.launch(None, None, False, a, a, 1, 1) is None
+    secs = prg.launch(None, None, True, a, a, 1, 1)
+    assert secs == pytest.approx(2e-6, rel=0.1)  # the fake's clock: 2 us per kernel
+    assert {"cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime"} <= set(names())
+
+
+# --- graphs -------------------------------------------------------------------------------------------------------
+
+
+def test_graph_is_built_once_then_patched_node_by_node(dev):
+    prg = program(dev)
+    a, b, c = (_cuda.DeviceBuffer(dev, 4) for _ in range(3))
+    g = _cuda.Graph(dev)
+    for i in range(3):
+        assert g.add(prg, [a, b, i, 0], (1, 1, 1), (32, 1, 1)) == i
+    g()
+    assert names("cuGraph") == ["cuGraphCreate"] + ["cuGraphAddKernelNode"] * 3 + ["cuGraphInstantiateWithFlags",
+                                                                                   "cuGraphLaunch"]
+    nodes = calls("cuGraphAddKernelNode")
+    assert [n[1][1] for n in nodes] == [0, 1, 1]  # a chain: each kernel after the one before
+    T.clear_records()
+    g()
+    assert names("cuGraph") == ["cuGraphLaunch"], "nothing changed: no node updates"
+    g.set_arg(1, 0, c)
+    g.set_arg(2, 2, 2)  # the value it already has
+    g()
+    updates = calls("cuGraphExecKernelNodeSetParams")
+    assert len(updates) == 1 and updates[0][3] == struct.pack("<QQii", c.ptr, b.ptr, 1, 0)
+    assert g.instantiations == 1 and g.node_updates == 1
+    g.set_dims(0, (4, 1, 1), (64, 1, 1))
+    g()
+    assert T.launches()[-3][1:3] == ((4, 1, 1), (64, 1, 1))
+
+
+def test_graph_replay_launches_what_eager_launches(dev):
+    prg = program(dev)
+    bufs = [_cuda.DeviceBuffer(dev, 4) for _ in range(4)]
+    plan = [((2, 1, 1), (16, 1, 1), [bufs[0], bufs[1], 3, 4]), ((1, 1, 1), (64, 1, 1), [bufs[2], bufs[3], -1, 9])]
+    for grid, block, args in plan:
+        prg.launch(grid, block, False, *args)
+    eager = [launch[:4] for launch in T.launches()]
+    T.clear_records()
+    g = _cuda.Graph(dev)
+    for grid, block, args in plan:
+        g.add(prg, args, grid, block)
+    g()
+    assert [launch[:4] for launch in T.launches()] == eager and all(launch[4] for launch in T.launches())
+
+
+def test_graph_refuses_misuse(fake):
+    d0 = _cuda.Device(0)
+    other = _cuda.Device(0)  # another device object: another context owner and stream
+    prg, a = program(d0), _cuda.DeviceBuffer(d0, 4)
+    g = _cuda.Graph(other)
+    with pytest.raises(ValueError, match="is for device"):
+        g.add(prg, [a, a, 1, 1])
+    g = _cuda.Graph(d0)
+    with pytest.raises(ValueError, match="takes 4 argument"):
+        g.add(prg, [a, a, 1])
+    g.add(prg, [a, a, 1, 1])
+    with pytest.raises(ValueError, match="cannot change its kind"):
+        g.set_arg(0, 2, a)
+    with pytest.raises(ValueError, match="out of range"):
+        g.set_arg(1, 0, a)
+    with pytest.raises(TypeError, match="DeviceBuffers and ints"):
+        g.set_arg(0, 0, bytearray(4))
+    a.free()
+    with pytest.raises(ValueError, match="was freed"):
+        g()
+    assert not calls("cuGraphLaunch")
+
+
+# --- the CUDA device's Python layer on the fake ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def cuda(fake, monkeypatch):
+    """A CUDADevice on the fake driver, registered as "CUDA" for the test only (no disk cache, no leftovers)."""
+    from tinygrad.engine.plan import clear_plans
+
+    from tinygrad.device import Device
+    from tinygrad.engine import realize
+    from tinygrad.helpers import Context
+    from tinygrad.runtime.ops_cuda import CUDADevice
+    d = CUDADevice("CUDA")
+    monkeypatch.setitem(Device._opened, "CUDA", d)
+    with Context(CACHELEVEL=0):
+        yield d
+    for key in [k for k in realize.method_cache if k[0].startswith("CUDA")]:
+        del realize.method_cache[key]
+    clear_plans()
+
+
+def test_tensors_copy_through_the_device_and_kernels_launch(cuda):
+    from tinygrad import Tensor
+    data = np.arange(6, dtype=np.float32)
+    t = Tensor(data, device="CUDA").realize()
+    np.testing.assert_array_equal(t.numpy(), data)
+    T.clear_records()
+    out = (t * 2).realize()
+    kernel, grid, block, args, _ = T.launches()[-1]
+    assert (kernel, grid, block) == ("E_6", (1, 1, 1), (32, 1, 1))  # the launch the renderer wrote on line 1
+    assert args == struct.pack("<QQ", out.lazydata.base.realized._buf.ptr, t.lazydata.base.realized._buf.ptr)
+
+
+def test_device_describes_the_gpu_to_the_code_generator(cuda):
+    opts = cuda.linearizer_opts
+    assert (opts.device, opts.has_local, opts.has_shared) == ("CUDA", True, True)
+    assert opts.global_max == (2**31 - 1, 65535, 65535) and opts.local_max == (1024, 1024, 64)
+    assert cuda.arch == "sm_90"
+
+
+def test_allocator_caches_in_python_and_frees_after_queued_work(cuda):
+    from tinygrad import dtypes
+    from tinygrad.device import Buffer, LRUAllocator
+    assert isinstance(cuda.allocator, LRUAllocator)
+    buf = Buffer("CUDA", 1000, dtypes.float32).ensure_allocated()
+    ptr = buf._buf.ptr
+    del buf
+    assert cuda.allocator.cached_bytes >= 4000
+    assert Buffer("CUDA", 1000, dtypes.float32).ensure_allocated()._buf.ptr == ptr
+    T.clear_records()
+    cuda.allocator.free_cache()  # the C++ allocator does not cache for it: memory goes back to the driver
+    assert names()[-2:] == ["cuStreamSynchronize", "cuMemFree"]
+
+
+def test_buffers_and_transfer_through_the_allocator_interface(cuda):
+    from tinygrad import dtypes
+    from tinygrad.device import Buffer
+    a, b = Buffer("CUDA", 10, dtypes.float32), Buffer("CUDA", 10, dtypes.float32)
+    a.copyin(memoryview(np.arange(10, dtype=np.float32)))
+    cuda.allocator.transfer(b.ensure_allocated()._buf, a._buf, 40)
+    np.testing.assert_array_equal(np.frombuffer(b.as_buffer(), np.float32), np.arange(10, dtype=np.float32))
+
+
+def test_compiler_options_cachekey_and_fallbacks(fake):
+    from tinygrad.helpers import Context
+    from tinygrad.runtime.ops_cuda import CUDACompiler
+    c = CUDACompiler("sm_90")
+    with Context(CACHELEVEL=0):
+        c.compile_cached(KERNEL)
+    assert calls("nvrtcCompileProgram")[-1][2] == "--gpu-architecture=sm_90 --minimal"
+    assert c.cachekey == "compile_cuda_fake_sm_90_nvrtc13.0_--gpu-architecture=sm_90_--minimal"
+    newer = CUDACompiler("sm_95")  # unknown to this NVRTC: PTX for the newest it knows below, JIT-compiled at load
+    newer.compile(KERNEL)
+    assert newer.options[0] == "--gpu-architecture=compute_90" and newer.ptx
+    with pytest.raises(RuntimeError, match="cannot compile for sm_70"):
+        CUDACompiler("sm_70").compile(KERNEL)
+    with pytest.raises(ValueError, match="look like 'sm_90'"):
+        CUDACompiler("ampere")
+
+
+def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
+    from tinygrad.runtime.ops_clang import CompileError
+    from tinygrad.runtime.ops_cuda import CUDACompiler
+    with pytest.raises(CompileError, match="NVRTC_ERROR_COMPILATION") as e:
+        CUDACompiler("sm_90").compile(KERNEL + "#error something is off\n")
+    assert "k.cu(2): error: something is off" in str(e.value) and "--- source ---" in str(e.value)
+
+
+def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
+    from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
+    assert unpack_lib(pack_lib(b"CUBIN", ((5, 1, 1), (256, 1, 1)))) == (b"CUBIN", ((5, 1, 1), (256, 1, 1)))
+    assert unpack_lib(pack_lib(b"CUBIN", None)) == (b"CUBIN", None)
+    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None)
+
+
+def test_nvrtc_is_looked_for_by_soname_then_env(monkeypatch):
+    from tinygrad.runtime.ops_cuda import nvrtc_candidates
+    monkeypatch.delenv("NVRTC_PATH", raising=False)
+    assert nvrtc_candidates()[:2] == ["libnvrtc.so.13", "libnvrtc.so.12"]
+    monkeypatch.setenv("NVRTC_PATH", "/opt/nvrtc/libnvrtc.so.13")
+    assert nvrtc_candidates() == ["/opt/nvrtc/libnvrtc.so.13"]
+
+
+def test_debug2_times_each_kernel_with_events(cuda):
+    from tinygrad import Tensor
+    from tinygrad.helpers import Context
+    t = Tensor(np.ones(4, np.float32), device="CUDA").realize()
+    with Context(DEBUG=2):
+        T.clear_records()
+        (t + 1).realize()
+    assert "cuEventElapsedTime" in names()
+
+
+def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monkeypatch):
+    from tinygrad import Tensor, TinyJit, Variable
+    from tinygrad.runtime import graph_cuda
+    monkeypatch.setattr(graph_cuda, "MAX_NODES", 4)
+
+    def f(a, n):
+        for _ in range(10):
+            a = (a * 2 + n).contiguous()
+        return a
+
+    jf = TinyJit(f)
+    for v in (1, 2):
+        jf(Tensor(np.ones(8, np.float32), device="CUDA"), Variable("n", 0, 9).bind(v))
+    assert graph_cuda.CUDAGraph.supports(jf.jit_cache) and not graph_cuda.CUDAGraph.supports([])
+    graph = graph_cuda.CUDAGraph(jf.jit_cache, jf.input_replace)
+    assert [len(g) for g in graph.graphs] == [4, 4, 2]
+    x = Tensor(np.ones(8, np.float32), device="CUDA").realize()
+    T.clear_records()
+    graph([x.lazydata.base.realized], {Variable("n", 0, 9): 7})
+    launched = T.launches()
+    assert len(launched) == 10 and all(launch[4] for launch in launched)
+    assert struct.unpack_from("<Q", launched[0][3], 8)[0] == x.lazydata.base.realized._buf.ptr  # the new input
+    assert all(struct.unpack_from("<i", launch[3], 16)[0] == 7 for launch in launched)  # n, after 2 pointers
+    T.clear_records()
+    graph([x.lazydata.base.realized], {Variable("n", 0, 9): 7})
+    assert not calls("cuGraphExecKernelNodeSetParams") and len(calls("cuGraphLaunch")) == 3
+
+
+# --- the renderer ---------------------------------------------------------------------------------------------------
+
+
+def _render_all(*tensors) -> list[str]:
+    from tinygrad.codegen.linearizer import Linearizer
+    from tinygrad.engine.schedule import create_schedule_with_vars
+
+    from tinygrad.codegen.kernel import LinearizerOptions
+    from tinygrad.ops import BufferOps
+    from tinygrad.renderer.cuda import CUDARenderer
+    opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True)
+    out = []
+    for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
+        if si.ast[0].op is BufferOps.STORE:
+            lin = Linearizer(si.ast, opts).linearize()
+            out.append(CUDARenderer(lin.name, lin.uops))
+    return out
+
+
+def _kernels() -> dict[str, str]:
+    from tinygrad import Tensor, Variable, dtypes
+    a = Tensor.empty(40, 300).realize()
+    v = Variable("width", 1, 300).bind(100)
+    srcs = {
+        "elementwise": _render_all(a * 2 + a.exp2()),
+        "reduce_rows": _render_all(a.max(axis=1)),
+        "reduce_all_big": _render_all(Tensor.empty(1 << 17).realize().sum() / 2),
+        "reduce_all_small": _render_all(Tensor.empty(10).realize().sum()),
+        "half": _render_all((a.cast(dtypes.float16) * 3).sqrt()),
+        "bfloat16": _render_all((a.cast(dtypes.bfloat16) + 1).cast(dtypes.float32)),
+        "int_where": _render_all(((a * 10).cast(dtypes.int32) % 7 < 3).where(a, -a)),
+        "symbolic": _render_all((Tensor.empty(40, 300).realize().shrink(((0, 40), (0, v))) * 2).sum(axis=1)),
+        "bitcast": _render_all(a.bitcast(dtypes.int32) + 1),
+    }
+    return {k: v[-1] for k, v in srcs.items()}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return _kernels()
+
+
+def test_rendered_kernels_look_like_cuda(kernels):
+    from tinygrad.renderer.cuda import launch_dims
+    e = kernels["elementwise"]
+    assert e.startswith("// tinygrad launch: grid=(47,1,1) block=(256,1,1)")
+    assert launch_dims(e) == ((47, 1, 1), (256, 1, 1))
+    assert 'extern "C" __global__ void __launch_bounds__(256) E_40_300(float* __restrict__ data0, ' \
+           'const float* __restrict__ data1)' in e
+    assert "blockIdx.x*blockDim.x+threadIdx.x" in e and "gridDim.x*blockDim.x" in e and "exp2f(" in e
+    r = kernels["reduce_rows"]  # few outputs, long rows: a block per row, combined in shared memory
+    assert "__shared__ float tg_red[1024];" in r and "__syncthreads();" in r and "if (threadIdx.x == 0) {" in r
+    assert "__uint_as_float(0xff800000u)" in r  # max starts at -inf
+    g = kernels["reduce_all_big"]  # one output: the whole grid, then the last block to finish
+    assert "atomicAdd(&tg_done, 1u)" in g and "__threadfence();" in g and "tg_done = 0;" in g
+    assert launch_dims(kernels["reduce_all_small"]) == ((1, 1, 1), (1, 1, 1))
+    h = kernels["half"]
+    assert "unsigned short* __restrict__ data0" in h and "tg_f16_to_f32(" in h and "cvt.rn.f16.f32" in h
+    assert "sqrtf(" in h and "tg_f16_round(" in h
+    assert "tg_bf16_to_f32" in kernels["bfloat16"] or "tg_f32_to_bf16" in kernels["bfloat16"]
+    assert "const int width" in kernels["symbolic"]
+    assert "tg_bitcast<int>" in kernels["bitcast"]
+
+
+def _compile_with():
+    """A real CUDA compiler on this machine: ("nvrtc", None), ("nvcc", path) or None."""
+    from tinygrad.runtime.ops_cuda import nvrtc_candidates
+    try:
+        _cuda.nvrtc_load(nvrtc_candidates())
+        return ("nvrtc", None)
+    except RuntimeError:
+        nvcc = shutil.which("nvcc")
+        return ("nvcc", nvcc) if nvcc else None
+
+
+def test_rendered_kernels_compile(kernels, tmp_path):
+    how = _compile_with()
+    if how is None:
+        pytest.skip("no NVRTC and no nvcc on this machine: the text checks above stand in")
+    for name, src in kernels.items():
+        if how[0] == "nvrtc":
+            binary, _ = _cuda.nvrtc_compile(src, name, ["--gpu-architecture=sm_90"])
+            assert binary[:4] == b"\x7fELF", name
+        else:
+            path = tmp_path / f"{name}.cu"
+            path.write_text(src)
+            out = subprocess.run([how[1], "-cubin", "-arch=sm_90", str(path), "-o", str(tmp_path / f"{name}.cubin")],
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, f"{name}:\n{out.stderr}\n{src}"
+
+
+def test_specials_shared_memory_and_barriers_render():
+    from tinygrad import Variable, dtypes
+    from tinygrad.codegen.uops import UOp, UOps
+    from tinygrad.dtype import PtrDType
+    from tinygrad.ops import BinaryOps
+    from tinygrad.renderer.cuda import CUDARenderer
+    f32 = dtypes.float32
+    out = UOp(UOps.DEFINE_GLOBAL, PtrDType(f32), (), (0, "data0", True))
+    n = UOp(UOps.DEFINE_VAR, dtypes.int32, (), Variable("n", 1, 64))
+    gidx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "gidx0", 4))
+    lidx = UOp(UOps.SPECIAL, dtypes.int32, (), (1, "lidx1", 16))
+    tmp = UOp(UOps.DEFINE_LOCAL, PtrDType(f32), (), ("temp", 16))
+    alu = UOp(UOps.ALU, dtypes.int32, (gidx, n), BinaryOps.ADD)
+    val = UOp(UOps.CAST, f32, (alu,))
+    load = UOp(UOps.LOAD, f32, (tmp, lidx))
+    uops = [out, n, gidx, lidx, tmp, alu, val, UOp(UOps.STORE, None, (tmp, lidx, val)), UOp(UOps.BARRIER), load,
+            UOp(UOps.STORE, None, (out, gidx, load))]
+    src = CUDARenderer("k", uops)
+    assert "tinygrad launch" not in src  # the linearizer gives the launch sizes of SPECIAL kernels
+    assert "__launch_bounds__(16)" in src and "int gidx0 = blockIdx.x;" in src and "int lidx1 = threadIdx.y;" in src
+    assert "__shared__ float temp[16];" in src and "__syncthreads();" in src and "const int n" in src
+    idx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "idx0", 1000, 256))
+    one = UOp(UOps.CONST, f32, (), 1.0)
+    guarded = CUDARenderer("g", [out, idx, one, UOp(UOps.STORE, None, (out, idx, one))])
+    assert "int idx0 = blockIdx.x*blockDim.x+threadIdx.x;" in guarded and "if (idx0 >= 1000) return;" in guarded
+    assert "__launch_bounds__(256)" in guarded
+    extent = UOp(UOps.ALU, dtypes.int32, (n, UOp(UOps.CONST, dtypes.int32, (), 4)), BinaryOps.MUL)
+    sym_idx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "idx0", extent, 128))
+    sym = CUDARenderer("s", [out, n, extent.vin[1], extent, sym_idx, one, UOp(UOps.STORE, None, (out, sym_idx, one))])
+    assert "if (idx0 >= (n*4)) return;" in sym  # a symbolic extent: guarded by its value at run time
+    with pytest.raises(NotImplementedError, match="barriers"):
+        CUDARenderer("b", [out, idx, UOp(UOps.BARRIER)])
+
+
+def test_constants_render_exactly():
+    from tinygrad import dtypes
+    from tinygrad.renderer.cuda import CUDALanguage
+    lang = CUDALanguage()
+    assert lang.render_const(float("inf"), dtypes.float32) == "__uint_as_float(0x7f800000u)"
+    assert lang.render_const(float("-inf"), dtypes.float32) == "__uint_as_float(0xff800000u)"
+    assert lang.render_const(float("nan"), dtypes.float16) == "__uint_as_float(0x7fc00000u)"
+    assert lang.render_const(float("inf"), dtypes.float64) == "__longlong_as_double((long long)0x7ff0000000000000ull)"
+    assert lang.render_const(0.1, dtypes.float16) == "0.0999755859375f"  # rounded to half before it is written
+    assert lang.render_const(0.1, dtypes.bfloat16) == "0.10009765625f"
+    assert lang.render_const(70000.0, dtypes.float16) == "__uint_as_float(0x7f800000u)"
+    assert lang.render_const(-2.5, dtypes.float64) == "(-2.5)" and lang.render_const(True, dtypes.bool) == "1"
+
+
+# --- grid planning (tinygrad/codegen/gpu_dims.py) --------------------------------------------------------------------
+
+
+def _check_limits(plan, shape):
+    from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
+    from tinygrad.helpers import prod
+    assert plan.threads <= 1024
+    assert all(1 <= lc <= m for lc, m in zip(plan.local_size, CUDA_LOCAL_MAX))
+    assert all(1 <= g <= m for g, m in zip(plan.global_size, CUDA_GLOBAL_MAX))
+    assert prod(plan.extents) == prod(s for s in shape if s != 1)
+    assert all(g * lc >= e for g, lc, e in zip(plan.global_size, plan.local_size, plan.extents))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.integers(1, 40), min_size=0, max_size=5).filter(lambda s: np.prod(s) <= 4000))
+def test_grid_plan_covers_every_element_once(shape):
+    from itertools import product
+
+    from tinygrad.codegen.gpu_dims import plan_grid
+    plan = plan_grid(shape)
+    _check_limits(plan, shape)
+    seen = []
+    for block in product(*[range(g) for g in plan.global_size]):
+        for thread in product(*[range(lc) for lc in plan.local_size]):
+            idx = plan.index(block, thread)
+            if idx is not None:
+                seen.append(idx + (0,) * (len(shape) - len(idx)))
+    assert sorted(seen) == sorted(product(*[range(s) for s in shape]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.integers(1, 1 << 20), min_size=1, max_size=6))
+def test_grid_plan_fits_the_limits_for_large_shapes(shape):
+    from tinygrad.codegen.gpu_dims import plan_grid
+    try:
+        plan = plan_grid(shape)
+    except ValueError as e:  # only when even x with 2**31-1 blocks cannot hold it
+        assert "more than the limit" in str(e) and np.prod(shape, dtype=object) > (2**31 - 1) * 1024
+        return
+    _check_limits(plan, shape)
+
+
+def test_grid_plan_details():
+    from tinygrad import Variable
+    from tinygrad.codegen.gpu_dims import plan_grid
+    p = plan_grid((4, 1000, 3))
+    assert p.global_size == (1, 20, 4) and p.local_size == (3, 50, 1) and p.guarded == (False, False, False)
+    assert plan_grid((1000003,)).guarded == (True, False, False)  # a prime: no divisor, so a guard
+    assert plan_grid((Variable("n", 1, 512), 8)).extents == (8, 512, 1)  # symbolic sizes plan at their maximum
+    assert plan_grid((7, 70000, 9)).global_size[1] == 1, "y over 65535 blocks moves into x"
+    with pytest.raises(ValueError, match="non-negative"):
+        plan_grid((-1,))
+    with pytest.raises(ValueError, match="more than the limit"):
+        plan_grid((1000,), global_max=(2, 1, 1), local_max=(4, 1, 1))

@@ -1,0 +1,184 @@
+"""The CUDA device: kernels rendered as CUDA C, compiled by NVRTC to CUBIN for the GPU's own architecture, loaded
+and launched through the CUDA driver API from C++ (tinygrad.runtime._cuda).
+
+Importing this module needs no GPU: the driver (libcuda.so.1) is loaded when a device is opened, and NVRTC
+(libnvrtc.so.13, then .12, or NVRTC_PATH) when the first kernel is compiled. Without a driver, opening `CUDA`
+raises a RuntimeError naming libcuda.so.1 and the loader's error.
+
+    >>> from tinygrad import Tensor                                      # doctest: +SKIP
+    >>> (Tensor([1.0, 2.0], device="CUDA") * 2).numpy()                   # doctest: +SKIP
+    array([2., 4.], dtype=float32)
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import struct
+import sys
+
+from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.device import BufferOptions, Compiled, Compiler, LRUAllocator
+from tinygrad.helpers import DEBUG, getenv
+from tinygrad.renderer.cuda import CUDARenderer, launch_dims
+from tinygrad.runtime import _cuda
+from tinygrad.runtime.graph_cuda import CUDAGraph
+from tinygrad.runtime.ops_clang import CompileError
+
+# the csrc/runtime.h version this Python layer was written against
+RUNTIME_ABI_VERSION = 1
+if _cuda.abi_version() != RUNTIME_ABI_VERSION:
+    raise ImportError(f"tinygrad.runtime._cuda was built for runtime ABI {_cuda.abi_version()}, this package expects "
+                      f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
+
+# A compiled kernel as kept in the caches: magic, the launch the renderer wrote it for (grid and block, 6 x uint32,
+# zeros when it has none), then the CUBIN (or PTX) image.
+LIB_MAGIC = b"TGCUDA1\0"
+_HEADER = struct.Struct("<8s6I")
+_KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
+
+
+def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None) -> bytes:
+    grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
+    return _HEADER.pack(LIB_MAGIC, *grid, *block) + image
+
+
+def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None]:
+    """(image, (grid, block) or None). A bare CUBIN/PTX (no header) is accepted as is."""
+    if not lib.startswith(LIB_MAGIC):
+        return lib, None
+    _, *dims = _HEADER.unpack_from(lib)
+    return lib[_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None
+
+
+def nvrtc_candidates() -> list[str]:
+    """Where NVRTC is looked for: NVRTC_PATH alone if set; else the sonames (the loader's search path), then the CUDA
+    toolkit's usual folders and the nvidia-cuda-nvrtc wheel's."""
+    path = getenv("NVRTC_PATH")
+    if path:
+        return [path]
+    names = ["libnvrtc.so.13", "libnvrtc.so.12"]
+    dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+            *sorted(glob.glob("/usr/local/cuda-1[23]*/targets/*/lib"), reverse=True)]
+    for site in sys.path:
+        dirs += [os.path.join(site, "nvidia", sub, "lib") for sub in ("cu13", "cuda_nvrtc")]
+    return names + [os.path.join(d, n) for n in names for d in dirs if os.path.exists(os.path.join(d, n))]
+
+
+class CUDACompiler(Compiler):
+    """CUDA C -> CUBIN for one architecture ("sm_90"), with NVRTC. Architectures this NVRTC cannot build machine
+    code for get PTX for the newest one it knows, which the driver compiles at load."""
+
+    def __init__(self, arch: str, linearizer_opts: LinearizerOptions | None = None):
+        super().__init__(None)  # the disk-cache key needs NVRTC's version: set when NVRTC is first loaded
+        if not re.fullmatch(r"sm_\d+[a-z]?", arch):
+            raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+        self.arch = arch
+        self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", supports_float4=False, has_local=True,
+                                                                    has_shared=True)
+        self.options: list[str] | None = None
+        self.ptx = False
+
+    def _setup(self) -> None:
+        if self.options is not None:
+            return
+        source = _cuda.nvrtc_load(nvrtc_candidates())
+        version = tuple(_cuda.nvrtc_version())
+        target, self.ptx = self.arch, False
+        supported = _cuda.nvrtc_supported_archs()
+        cc = int(re.sub(r"\D", "", self.arch))
+        if supported and cc not in supported:
+            older = [a for a in supported if a <= cc]
+            if not older:
+                raise RuntimeError(f"NVRTC {version[0]}.{version[1]} cannot compile for {self.arch} (it supports "
+                                   f"sm_{min(supported)} and newer): use an NVRTC that matches the GPU (NVRTC_PATH)")
+            target, self.ptx = f"compute_{max(older)}", True
+        # --minimal (NVRTC 12.4+) leaves out language features these kernels never use: compiles ~40% faster
+        self.options = [f"--gpu-architecture={target}"] + (["--minimal"] if version >= (12, 4) else [])
+        # the test driver's "CUBINs" are source text: they must never be served to a real GPU from the disk cache
+        kind = "fake_" if source == "fake nvrtc" else ""
+        self.cachekey = f"compile_cuda_{kind}{self.arch}_nvrtc{version[0]}.{version[1]}_{'_'.join(self.options)}"
+
+    def compile_cached(self, src: str) -> bytes:
+        self._setup()
+        return super().compile_cached(src)
+
+    def compile(self, src: str) -> bytes:
+        self._setup()
+        m = _KERNEL_NAME.search(src)
+        try:
+            image, log = _cuda.nvrtc_compile(src, m.group(1) if m else "kernel", self.options, self.ptx)
+        except RuntimeError as e:
+            raise CompileError(f"NVRTC failed to compile a kernel for {self.arch}:\n{e}\n--- source ---\n{src}") \
+                from None
+        if log and DEBUG >= 3:
+            print(f"NVRTC: {log}")
+        return pack_lib(image, launch_dims(src))
+
+
+class CUDAProgram:
+    """A compiled kernel on a CUDA device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`.
+
+    Launch sizes default to the ones the renderer wrote the kernel for. With `wait` (or DEBUG >= 2, so that the
+    per-kernel time printed covers the kernel itself) it waits and returns the kernel's GPU seconds."""
+
+    def __init__(self, device: CUDADevice, name: str, lib: bytes):
+        self.device, self.name, self.lib = device, name, lib
+        image, self.default_dims = unpack_lib(lib)
+        self._prg = _cuda.Program(device._dev, name, image)
+        # `direct(*buffers)`: the eager path's launch with no Python layer in between, for kernels that need neither
+        # sizes from the caller nor variables (the runner only uses it then)
+        if self.default_dims is not None:
+            self.direct = functools.partial(self._prg.launch, *self.default_dims, False)
+
+    def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait: bool = False) -> float | None:
+        if global_size is None and local_size is None and self.default_dims is not None:
+            global_size, local_size = self.default_dims
+        return self._prg.launch(global_size, local_size, wait or DEBUG >= 2, *bufs, *vals)
+
+
+class CUDAAllocator(LRUAllocator):
+    """Device memory (`_cuda.DeviceBuffer`), cached for reuse by LRUAllocator. Freed memory is reused right away:
+    every copy and kernel of the device is queued on one stream, in order, so a later user of the memory runs after
+    every earlier one. Memory the cache gives back is freed once the queued work is done (the C++ allocator waits)."""
+
+    def __init__(self, device: CUDADevice):
+        super().__init__()
+        self.device = device
+
+    def _alloc(self, size: int, options: BufferOptions | None):
+        return _cuda.DeviceBuffer(self.device._dev, size)
+
+    def _free(self, opaque, options: BufferOptions | None) -> None:
+        opaque.free()
+
+    def copyin(self, dest, src: memoryview) -> None:
+        _cuda.copyin(dest, src)
+
+    def copyout(self, dest: memoryview, src) -> None:
+        _cuda.copyout(dest, src)
+
+    def transfer(self, dest, src, sz: int, src_dev=None, dest_dev=None) -> None:
+        """Device-to-device copy of `sz` bytes, on one GPU or between two, ordered with the work of both."""
+        _cuda.transfer(dest, src, sz)
+
+
+class CUDADevice(Compiled):
+    """`CUDA` (GPU 0) or `CUDA:n`."""
+
+    def __init__(self, device: str):
+        ordinal = int(device.split(":")[1]) if ":" in device else 0
+        self._dev = _cuda.Device(ordinal, cache_freed=False)  # CUDAAllocator caches
+        self.arch = self._dev.arch
+        a = self._dev.attribute
+        # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
+        opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True,
+                                 global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)))
+        super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
+                         functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)
+        if DEBUG >= 1:
+            print(f"{device}: {self._dev.product_name} ({self.arch}), driver {self._dev.driver_version}")
+
+    def synchronize(self) -> None:
+        self._dev.synchronize()
