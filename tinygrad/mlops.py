@@ -14,6 +14,8 @@ from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import sint
 
+Tensor = None
+
 
 class Function:
     """One application of a differentiable op: remembers its parents so `backward` can reach them."""
@@ -40,7 +42,9 @@ class Function:
     @classmethod
     def apply(cls, *x, **kwargs):
         """Run forward on the inputs' LazyBuffers and wrap the result in a Tensor that remembers this Function."""
-        from tinygrad.tensor import Tensor
+        global Tensor
+        if Tensor is None:  # NOTE: tensor.py imports this module, so Tensor is looked up on first use
+            from tinygrad.tensor import Tensor
         ctx = cls(x[0].device, *x)
         ret = Tensor.__new__(Tensor)
         ret.lazydata = ctx.forward(*[t.lazydata for t in x], **kwargs)

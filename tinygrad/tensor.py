@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, ClassVar, Sequence, Union
 
 import numpy as np
@@ -26,6 +27,8 @@ from tinygrad.tensor_processing import ProcessingMixin
 from tinygrad.tensor_reduce import ReduceMixin
 
 TensorLike = Union["Tensor", ConstType]
+# tensors backward() ran from, to be realized with the next schedule (see backward)
+_realize_with_next: list[weakref.ref] = []
 
 
 class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, ProcessingMixin):
@@ -155,14 +158,19 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         raise TypeError("the truth value of a Tensor is ambiguous: use .item() or .numpy()")
 
     # ---- realization ----
-    def realize(self) -> Tensor:
-        """Compute this tensor's data now (scheduling, compiling and running its kernels)."""
-        Tensor.corealize([self])
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Compute this tensor's data now (scheduling, compiling and running its kernels), and that of the tensors
+        in `lst` in the same schedule (tinygrad 0.9's `Tensor.realize(loss, *opt.schedule_step())`)."""
+        Tensor.corealize([self, *lst])
         return self
 
     @staticmethod
     def corealize(lst: Sequence[Tensor]) -> None:
-        realize_lazybuffers([t.lazydata for t in lst])
+        outs = [t.lazydata for t in lst]
+        if _realize_with_next:
+            outs += [lb for lb in (r() for r in _realize_with_next) if lb is not None]
+            _realize_with_next.clear()
+        realize_lazybuffers(outs)
 
     def schedule(self):
         from tinygrad.engine.schedule import create_schedule
@@ -270,6 +278,10 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 t.grad = g if t.grad is None else (t.grad + g)
             del t0._ctx
             t0._ctx = None
+        # the loss is usually read after the optimizer step overwrote the weights it was computed from: it is
+        # realized with the next schedule (the step's), which runs every read of a buffer before writing it
+        if self.lazydata.base.realized is None:
+            _realize_with_next.append(weakref.ref(self.lazydata))
         return self
 
     # ---- reductions ----

@@ -26,6 +26,9 @@ _CUM_BLOCK = 256
 
 def _acc_dtype(dt: DType) -> DType:
     """The dtype a sum or product of `dt` accumulates in (PyTorch's: int64 for bool and ints)."""
+    hit = _ACC.get(dt)
+    if hit is not None:
+        return hit
     if dt == dtypes.bool or (dtypes.is_int(dt) and dt != dtypes.uint64):
         return dtypes.int64
     if dt in (dtypes.float16, dtypes.bfloat16):
@@ -36,6 +39,12 @@ def _acc_dtype(dt: DType) -> DType:
 def _out_dtype(dt: DType) -> DType:
     """The dtype of a sum or product of `dt`: half and bfloat16 come back as themselves."""
     return dt if dt in (dtypes.float16, dtypes.bfloat16) else _acc_dtype(dt)
+
+
+# every reduction asks: the answers for the common dtypes, looked up instead of worked out
+_ACC: dict[DType, DType] = {}
+_ACC.update({dt: _acc_dtype(dt) for dt in (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64,
+                                           dtypes.int32, dtypes.int64, dtypes.bool)})
 
 
 class ReduceMixin:

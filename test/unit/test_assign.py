@@ -49,3 +49,21 @@ def test_assign_checks_shape_dtype_device():
         t.assign(Tensor([1, 2]))
     with pytest.raises(RuntimeError, match="device"):
         t.assign(Tensor([1.0, 2.0], device="CPU"))
+
+
+def test_loss_read_after_the_optimizer_step_is_the_loss_before_it():
+    # the weights are overwritten in place by the step; the lazy loss must still be the one they gave before it
+    from tinygrad import nn
+    rng = np.random.default_rng(0)
+    l1, l2 = nn.Linear(16, 32), nn.Linear(32, 4)
+    x = Tensor(rng.standard_normal((8, 16), dtype=np.float32))
+    y = Tensor(rng.integers(0, 4, 8).astype(np.int32))
+    opt = nn.optim.SGD([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.5)
+    with Tensor.train():
+        for _ in range(3):
+            loss = l2(l1(x).relu()).sparse_categorical_crossentropy(y)
+            before = l2(l1(x).relu()).sparse_categorical_crossentropy(y).item()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            assert loss.item() == before

@@ -155,6 +155,10 @@ def create_schedule_with_vars(outs, seen=None):
             realizes.discard(id(r))
             fused_reduce[id(target)] = r
 
+    # ---- 3b. what fusing would make too costly or impossible ----
+    _realize_expanded_inputs(order, realizes, fused_reduce)
+    _split_wide_kernels(order, realizes, fused_reduce)
+
     # ---- 4. one ScheduleItem per realized base, in dependency order ----
     schedule, var_vals, reads_of = [], {}, []
     for b in order:
@@ -169,6 +173,87 @@ def create_schedule_with_vars(outs, seen=None):
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals
+
+
+# the most buffers one kernel may read: host kernels take at most 64 arguments (outputs and variables included)
+MAX_KERNEL_INPUTS = 48
+
+
+cdef inline bint _computes(object b, set realizes):
+    """A base fused into the kernel that reads it: computed, not stored, not inlined."""
+    return _needs_compute(b) and id(b) not in realizes
+
+
+cdef void _unfuse(object b, set realizes, dict fused_reduce):
+    realizes.add(id(b))
+    for k, r in list(fused_reduce.items()):
+        if r is b:
+            del fused_reduce[k]
+
+
+# ops costly enough that computing them once per reader of an expanded view is worse than storing them
+_EXPENSIVE = frozenset((UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT))
+
+
+cdef void _realize_expanded_inputs(list order, set realizes, dict fused_reduce) except *:
+    """An elementwise result that a reduce reads through an expanding view (a matmul's operand, a convolution's
+    window) would be computed again for every element that reads it: a GELU fused into the next matmul runs once
+    per output column. Such results get a buffer of their own when they hold a costly op (cheap ones, like the
+    one-hot comparison of an index, are cheaper to recompute than to store)."""
+    for r in order:
+        if not isinstance(r.op, ReduceOps):
+            continue
+        stack, seen = [r], set()
+        while stack:
+            b = stack.pop()
+            if id(b) in seen:
+                continue
+            seen.add(id(b))
+            for s in b.srcs:
+                sb = s.base
+                if not _computes(sb, realizes) or isinstance(sb.op, ReduceOps):
+                    continue
+                if s is not sb and _is_elementwise(sb.op) and isinstance(s.size, int) and \
+                        isinstance(sb.size, int) and s.size > sb.size and _region_has(sb, realizes, _EXPENSIVE, {}):
+                    _unfuse(sb, realizes, fused_reduce)
+                else:
+                    stack.append(sb)
+
+
+cdef int _count_inputs(object b, set realizes) except -1:
+    """How many buffers the kernel storing base `b` reads."""
+    cdef set inputs = set()
+    cdef set seen = set()
+    stack = [b]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        for s in (x.srcs[:1] if x.op is LoadOps.ASSIGN else x.srcs):
+            sb = s.base
+            if _computes(sb, realizes):
+                stack.append(sb)
+            elif sb.op is not LoadOps.CONST and sb.op is not LoadOps.IOTA or sb.realized is not None:
+                inputs.add(id(sb))
+    return len(inputs)
+
+
+cdef void _split_wide_kernels(list order, set realizes, dict fused_reduce) except *:
+    """A kernel fusing more than MAX_KERNEL_INPUTS buffers (a long chain of residual additions, a concatenation of
+    many tensors) stores the fused parts it computes from first, until every kernel fits."""
+    changed = True
+    while changed:
+        changed = False
+        for b in order:
+            if id(b) not in realizes or isinstance(b.op, LoadOps) and b.op is not LoadOps.ASSIGN:
+                continue
+            if _count_inputs(b, realizes) <= MAX_KERNEL_INPUTS:
+                continue
+            for s in (b.srcs[:1] if b.op is LoadOps.ASSIGN else b.srcs):
+                if _computes(s.base, realizes):
+                    _unfuse(s.base, realizes, fused_reduce)
+                    changed = True
 
 
 cdef list _order_assigns(list items, list reads_of):
