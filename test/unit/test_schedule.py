@@ -112,3 +112,26 @@ def test_iota_is_inlined_and_linear():
     assert not any(op.op in ReduceOps for op in ks[0].ast[0].toposort())
     np.testing.assert_array_equal(Tensor.arange(3, 15, 4).reshape(3, 1).expand(3, 2).numpy(),
                                   np.arange(3, 15, 4).reshape(3, 1).repeat(2, 1))
+
+
+def test_wide_graphs_are_split_into_kernels_the_runtime_can_launch():
+    # host kernels take at most 64 arguments: a sum of 100 distinct buffers must not become one kernel
+    arrs = [np.full(4, i, np.float32) for i in range(100)]
+    ts = [Tensor(a).realize() for a in arrs]
+    total = ts[0]
+    for t in ts[1:]:
+        total = total + t
+    sched = create_schedule([total.lazydata])
+    assert all(len(si.bufs) <= 49 for si in sched) and len(sched) > 1
+    np.testing.assert_array_equal(total.numpy(), np.sum(arrs, axis=0))
+
+
+def test_costly_results_read_by_a_matmul_are_stored_once():
+    # exp fused into the matmul would be recomputed for every output column: it gets a kernel of its own
+    a = Tensor(np.random.default_rng(0).standard_normal((8, 16), dtype=np.float32)).realize()
+    b = Tensor(np.random.default_rng(1).standard_normal((16, 4), dtype=np.float32)).realize()
+    sched = create_schedule([(a.exp() @ b).lazydata])
+    assert len(sched) == 2
+    cheap = create_schedule([((a * 2) @ b).lazydata])
+    assert len(cheap) == 1
+    np.testing.assert_allclose((a.exp() @ b).numpy(), np.exp(a.numpy()) @ b.numpy(), rtol=1e-5)
