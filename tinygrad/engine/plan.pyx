@@ -124,7 +124,7 @@ cdef object _walk(list outs, list nodes, list leaves):
                         if _needs_compute(sb):
                             srcs_key.append((index[_id(sb)], edge))
                         elif sb.op is _CONST or sb.op is _IOTA:
-                            if sb.buffer is not None and sb.buffer._buf is not None:
+                            if sb.buffer is not None and sb.buffer._buf is not None or _symbolic(sb.st):
                                 return None
                             ck = _const_key(sb)
                             if ck is None:
