@@ -4,9 +4,17 @@ Rows: elementwise add and full sum of 64M floats (GB/s, beside the bandwidth of 
 a 4096x4096 fp16 matmul (TFLOP/s), the per-kernel cost of replaying a jitted 100-kernel function (CUDA graph), and
 the host cost of one small fused op run eagerly. Kernel rows are GPU time from events, best of several runs.
 Run: python extra/bench_cuda.py   (needs an NVIDIA GPU, its driver and NVRTC; about a minute)
+
+`--sweep` also times the add and sum kernels for each block size (and the sum for each vector unroll) the CUDA
+renderer can be set to, at several launch grids, each checked against numpy; `--old FILE` adds the kernels of
+another version of tinygrad/renderer/cuda.py (say, the last commit's) at the launch written on their first line.
 """
 from __future__ import annotations
 
+import argparse
+import functools
+import importlib.util
+import sys
 import time
 
 import numpy as np
@@ -14,6 +22,7 @@ import numpy as np
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
+from tinygrad.runtime.ops_cuda import CUDAProgram
 
 N = 64 * 1024 * 1024
 MATMUL = 4096
@@ -137,9 +146,79 @@ def torch_rows() -> dict[str, float]:
     return rows
 
 
+def rendered(renderer, out: Tensor) -> tuple[str, str]:
+    """(name, CUDA source) of the one kernel that computes `out` from realized inputs, by `renderer`."""
+    from tinygrad.codegen.linearizer import Linearizer
+    from tinygrad.engine.schedule import create_schedule_with_vars
+
+    from tinygrad.codegen.kernel import LinearizerOptions
+    from tinygrad.ops import BufferOps
+    opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True)
+    items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
+    lin = Linearizer(items[-1].ast, opts).linearize()
+    return lin.name, renderer(lin.name, lin.uops)
+
+
+def sweep(dev, old: str | None) -> None:
+    import tinygrad.renderer.cuda as cuda_renderer
+    from tinygrad.renderer.cuda import launch_dims
+    rng = np.random.default_rng(1)
+    a_np, b_np = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
+    a, b = Tensor(a_np, device="CUDA").realize(), Tensor(b_np, device="CUDA").realize()
+    out = Tensor.empty(N, device="CUDA").realize()
+    a_buf, b_buf, out_buf = (t.lazydata.base.realized._buf for t in (a, b, out))
+    want_add, want_sum = a_np + b_np, a_np.astype(np.float64).sum()
+    x, y = Tensor.empty(N), Tensor.empty(N)  # for rendering only: a kernel does not depend on the device
+    cases = {"add": (x + y, (out_buf, a_buf, b_buf), 3 * N * 4), "sum": (x.sum(), (out_buf, a_buf), N * 4)}
+    variants = []
+    if old:
+        spec = importlib.util.spec_from_file_location("tg_old_cuda_renderer", old)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+        variants.append(("before", module.CUDARenderer, None, None))
+    variants += [(f"t{t} u{u}", cuda_renderer.CUDARenderer, t, u) for t in (256, 512) for u in (1, 2, 4, 8)]
+    saved = cuda_renderer.THREADS, cuda_renderer.VEC_UNROLL
+    sms = dev.sms
+    print(f"sweep: GB/s (GPU time from events, best of {REPS}); grid in blocks; {sms} multiprocessors")
+    for label, renderer, threads, unroll in variants:
+        if threads is not None:
+            cuda_renderer.THREADS, cuda_renderer.VEC_UNROLL = threads, unroll
+        try:
+            for kind, (tensor, bufs, nbytes) in cases.items():
+                if kind == "add" and unroll not in (None, saved[1]):
+                    continue  # elementwise kernels take a vector a thread: the unroll is the reductions'
+                name, src = rendered(renderer, tensor)
+                prg = CUDAProgram(dev, name, dev.compiler.compile(src))
+                written, block = launch_dims(src)
+                prg(*bufs, wait=True)
+                got = np.empty(N if kind == "add" else 1, dtype=np.float32)
+                _cuda.copyout(got, out_buf)
+                ok = (got == want_add).all() if kind == "add" else abs(got[0] - want_sum) <= 1e-5 * np.abs(a_np).sum()
+                grids = sorted({written[0], prg.default_dims[0][0], *(sms * k for k in (1, 2, 4, 8, 16))})
+                if label == "before":
+                    grids = [written[0]]  # as it was launched
+                row = []
+                for g in grids:
+                    launch = functools.partial(prg, *bufs, global_size=(g, 1, 1), local_size=block, wait=True)
+                    secs = best(launch)
+                    mark = "*" if g == prg.default_dims[0][0] and label != "before" else ""
+                    row.append(f"{g}{mark}:{nbytes / secs / 1e9:.0f}")
+                print(f"  {label:10s} {kind:4s} regs={prg._prg.num_regs:3d} {'ok ' if ok else 'BAD'} {' '.join(row)}")
+        finally:
+            cuda_renderer.THREADS, cuda_renderer.VEC_UNROLL = saved
+    print("  (* the launch tinygrad uses by default)")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="time the renderer's knobs and launch grids too")
+    parser.add_argument("--old", help="another tinygrad/renderer/cuda.py to compare in the sweep")
+    args = parser.parse_args()
     dev = Device["CUDA"]
     print(f"{dev._dev.product_name} ({dev.arch}), CUDA driver {dev._dev.driver_version}")
+    if args.sweep or args.old:
+        sweep(dev, args.old)
     ours = tinygrad_rows(dev)
     dev.allocator.free_cache()  # give PyTorch the memory back
     try:
@@ -150,6 +229,9 @@ def main() -> None:
     print(f"{'':24s} {'tinygrad':>12s} {'PyTorch':>12s}")
     for k, v in ours.items():
         print(f"{k:24s} {v:12.2f} {theirs.get(k, float('nan')):12.2f}")
+    for k in ("add GB/s", "sum GB/s"):
+        print(f"{k[:3]} / copy: tinygrad {ours[k] / ours['copy GB/s']:.1%}"
+              + (f", PyTorch {theirs[k] / theirs['copy GB/s']:.1%}" if theirs else ""))
     print(f"(add and sum are {N // 2**20}M floats; GB/s count bytes read and written; copy is a device-to-device copy; "
           f"the jit row replays {CHAIN} dependent kernels on 1024 floats as one CUDA graph, PyTorch's as "
           f"{2 * CHAIN} kernels of its graph divided by {CHAIN})")

@@ -169,6 +169,103 @@ def test_grid_reduction_is_right_launch_after_launch():
         np.testing.assert_allclose(Tensor(a, device="CUDA").sum().item(), a.astype(np.float64).sum(), rtol=1e-4)
 
 
+# --- sums and elementwise ops: sizes, views and dtypes through the vector, remainder and scalar paths ------------
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", [1, 31, 1000003, 64 << 20])
+def test_sum_sizes_match_numpy_and_clang(n):
+    a = rng(n % 1009).random(n, dtype=np.float32)  # all positive: a wrong or missing element shows
+    got = Tensor(a, device="CUDA").sum().item()
+    np.testing.assert_allclose(got, a.astype(np.float64).sum(), rtol=1e-5)
+    if n <= 1000003:  # a float32 sum of 64M in one sequential loop (CLANG's) is itself off by more than that
+        np.testing.assert_allclose(got, Tensor(a, device="CLANG").sum().item(), rtol=1e-4)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", [1, 31, 1000003, 64 << 20])
+def test_add_sizes_match_numpy(n):
+    a, b = rng(n % 1009).standard_normal((2, n), dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(a, device="CUDA") + Tensor(b, device="CUDA")).numpy(), a + b)
+
+
+VIEWS = {
+    "offset_1": lambda t: t[1:],
+    "offset_3_tail_5": lambda t: t[3:-5],
+    "offset_4": lambda t: t[4:],  # 16 bytes in: aligned again
+    "strided_2": lambda t: t[::2],
+    "strided_3_offset": lambda t: t[1::3],
+    "flipped": lambda t: t.flip(0),
+    "rows_of_odd_length": lambda t: t[:999 * 1001].reshape(999, 1001)[:, 1:],
+    "permuted": lambda t: t[:1000 * 1000].reshape(1000, 1000).permute(1, 0),
+}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_sum_and_add_of_views(view):
+    a = rng(7).random(1000003, dtype=np.float32)
+    want = VIEWS[view](Tensor(a, device="CLANG"))
+    got = VIEWS[view](Tensor(a, device="CUDA"))
+    np.testing.assert_allclose(got.sum().item(), want.sum().item(), rtol=1e-4)
+    np.testing.assert_allclose(got.sum(axis=-1).numpy(), want.sum(axis=-1).numpy(), rtol=1e-4)
+    np.testing.assert_array_equal((got * 2 + 1).numpy(), (want * 2 + 1).numpy())
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", [31, 1000003])
+@pytest.mark.parametrize("dtype", ["float16", "int32", "int8", "float64"])
+def test_sum_and_add_of_narrow_and_wide_dtypes(dtype, n):
+    r = rng(3)
+    if dtype in ("int32", "int8"):
+        a = r.integers(-100, 100, n).astype(dtype)
+    else:
+        a = (r.random(n) * (0.01 if dtype == "float16" else 1)).astype(dtype)
+    t = Tensor(a, device="CUDA")[1:]  # an offset view too: a vector a thread, then the tail
+    want = a[1:].astype(np.float64 if dtype.startswith("float") else np.int64).sum()
+    if dtype.startswith("int"):
+        assert t.sum().item() == want and Tensor(a, device="CUDA").sum().item() == a.astype(np.int64).sum()
+    else:
+        np.testing.assert_allclose(t.sum().item(), want, rtol=2e-3 if dtype == "float16" else 1e-9)
+    np.testing.assert_array_equal((t + t).numpy(), a[1:] + a[1:])
+    np.testing.assert_array_equal(t.max().item(), a[1:].max())
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("fn", ["sum", "add", "rows"])
+def test_kernels_are_right_for_any_launch_grid(fn):
+    # the renderer's kernels loop over their work: any grid gives the same result (the runtime picks its own)
+    a = rng(5).random(1 << 22, dtype=np.float32)
+    ops = {"sum": lambda x: x.sum(), "add": lambda x: x + 1, "rows": lambda x: x.reshape(1024, 4096).max(axis=1)}
+    jf = TinyJit(ops[fn])
+    for _ in range(2):
+        want = jf(Tensor(a, device="CUDA").realize()).numpy()
+    (ei,) = jf.jit_cache
+    block = ei.prg.clprg.default_dims[1]
+    for grid in (1, 3, 131, 5000):
+        out = ei.bufs[0]
+        _cuda.copyin(out._buf, np.zeros(out.nbytes, np.uint8))
+        ei.prg.clprg(*[b._buf for b in ei.bufs], global_size=(grid, 1, 1), local_size=block, wait=True)
+        got = np.frombuffer(out.as_buffer(), dtype=want.dtype).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@needs_nvrtc
+def test_default_launch_is_what_the_gpu_holds(dev):
+    from tinygrad.runtime.ops_cuda import GRID_WAVES, resident_blocks
+    jf = TinyJit(lambda x: x.sum())
+    for _ in range(2):
+        jf(Tensor(rng().random(64 << 20, dtype=np.float32), device="CUDA").realize())
+    prg = jf.jit_cache[0].prg.clprg
+    (grid, _, _), block = prg.default_dims
+    assert grid <= GRID_WAVES * resident_blocks(dev.arch, dev.sms, block[0], prg._prg.num_regs)
+    assert grid >= dev.sms  # and fills every multiprocessor
+    jf = TinyJit(lambda x: x + 1)  # elementwise: a block per 256 vectors of 4 floats, as written
+    for _ in range(2):
+        jf(Tensor(rng().random(64 << 20, dtype=np.float32), device="CUDA").realize())
+    assert jf.jit_cache[0].prg.clprg.default_dims == ((65536, 1, 1), (256, 1, 1))
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32", "int8", "float64", "bool"])
 def test_dtypes_match_clang(dtype):

@@ -10,9 +10,17 @@ Kernels with SPECIAL uops are launched with the linearizer's global/local sizes.
 linearizer emits only loops) are made parallel here, until the linearizer maps axes to the grid itself
 (tinygrad/codegen/gpu_dims.py): the outer loops over output elements become a grid-stride loop over all threads;
 for reductions with few outputs, a loop over blocks, each block's threads splitting the reduction and combining
-in shared memory; for one large reduction, the whole grid splits it and the last block to finish combines the
-blocks' results. Such a kernel is correct for any launch size; the launch it was written for is given on its first
-line (`// tinygrad launch: grid=(..) block=(..)`), which the compiler keeps with the binary.
+with warp shuffles; for one large reduction, the whole grid splits it and the last block to finish combines the
+blocks' results. Such a kernel is correct for any grid (and any block of whole warps); the launch it was written
+for is given on its first line (`// tinygrad launch: grid=(..) block=(..)`, then `persistent` for the reductions,
+which the runtime launches with no more blocks than the GPU holds at once), and the compiler keeps it with the
+binary.
+
+Loads and stores whose index runs along such a loop (the loop's flat index plus an offset fixed for the loop)
+move 16 bytes at a time: the loop's body is written for one element, and runs over the lanes of whole vectors
+(for reductions, several a thread, loaded together) while every such pointer is aligned, which is checked at run
+time; the elements after the last whole vector, and all of them where a pointer is misaligned, go one at a time.
+Loops whose body has a loop of its own, or reads memory with a stride, keep a thread per element.
 
 SPECIAL uops: arg = (dim, name, size[, threads]), dim 0/1/2 for x/y/z; the name's prefix picks the index:
   gidx*: blockIdx (size: blocks in the grid), lidx*: threadIdx (size: threads in the block; their product is the
@@ -34,7 +42,8 @@ from tinygrad.ops import BinaryOps, UnaryOps
 from tinygrad.renderer.cstyle import MAX_INLINE, CStyleLanguage
 
 LAUNCH_MARKER = "// tinygrad launch:"
-_LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)", re.M)
+_LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
+                        re.M)
 
 HALF_PRELUDE = """__device__ __forceinline__ float tg_f16_to_f32(unsigned short h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
@@ -165,19 +174,42 @@ _PURE = (UOps.CONST, UOps.ALU, UOps.CAST, UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_INPUTS = 256
 # a single output of at least this many inputs is reduced by the whole grid (the last block to finish folds the
-# blocks' partial results), in blocks of THREADS, each thread taking at least GRID_REDUCE_PER_THREAD inputs
+# blocks' partial results), in blocks of THREADS, each thread taking at least GRID_REDUCE_PER_THREAD inputs; the
+# runtime launches fewer blocks than written where fewer fit on the GPU at once (see launch_persistent)
 GRID_REDUCE_MIN_INPUTS = 1 << 16
 GRID_REDUCE_PER_THREAD = 16
-GRID_REDUCE_MAX_BLOCKS = 1024
+GRID_REDUCE_MAX_BLOCKS = 2048
 THREADS = 256
 MAX_GRID = 1 << 17
+# loads and stores that run along a flat loop move VEC_BYTES per access (one 128-bit instruction), and each thread of
+# a reduction has VEC_UNROLL of them in flight: a streaming kernel needs both to come near the memory's bandwidth
+# (an elementwise kernel gets a thread per vector instead, which measured as fast, with a third of the code)
+VEC_BYTES = 16
+VEC_UNROLL = 4
+
+VEC_PRELUDE = """template <class T, int W> struct alignas(sizeof(T) * W) tg_vec { T e[W]; };
+"""
+
+
+@dataclass
+class _Vec:
+    """A flat nest whose body is rendered for one element and run `width` elements at a time: `loads` and `stores`
+    index their buffers at the flat index plus a loop-invariant `offsets[id(uop)]` (affine terms), so they move out
+    of the body as whole vectors where every such pointer is aligned (the rest go one element at a time). `unroll`:
+    vectors a thread loads together."""
+    width: int
+    loads: list[UOp]
+    stores: list[UOp]
+    offsets: dict[int, dict]
+    unroll: int = 1
 
 
 @dataclass
 class _Parallel:
     """How a loop-only kernel is spread over the GPU: `mode` is "threads" (each output element to one thread of a
     grid-stride loop), "blocks" (each output to one block, its reduction across the block's threads), "grid" (one
-    output, its reduction across all threads of the grid) or "single"."""
+    output, its reduction across all threads of the grid) or "single". `vec`: the vectorised nests, by the id of
+    their innermost loop."""
     mode: str = "single"
     global_loops: list = field(default_factory=list)
     reduce_loops: list = field(default_factory=list)
@@ -185,6 +217,7 @@ class _Parallel:
     reduce_op: object = None
     grid: int = 1
     block: int = 1
+    vec: dict = field(default_factory=dict)
 
 
 def _depends_on_loop(u: UOp, memo: dict[int, bool]) -> bool:
@@ -219,6 +252,79 @@ def _eval_max(u: UOp) -> int | None:
     return None
 
 
+def _affine(u: UOp, memo: dict[int, dict | None]) -> dict | None:
+    """An int uop as {id(term): coefficient}, its terms LOOP and DEFINE_VAR uops and None for the constant; None
+    where it is not a sum of integer multiples of those."""
+    if id(u) in memo:
+        return memo[id(u)]
+    out = None
+    if u.uop is UOps.CONST and dtypes.is_int(u.dtype):
+        out = {None: int(u.arg)}
+    elif u.uop in (UOps.LOOP, UOps.DEFINE_VAR):
+        out = {id(u): 1}
+    elif u.uop is UOps.ALU and len(u.vin) == 2 and u.arg in (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL):
+        a, b = _affine(u.vin[0], memo), _affine(u.vin[1], memo)
+        if a is not None and b is not None and u.arg is BinaryOps.MUL:
+            if set(a) <= {None}:
+                a, b = b, a
+            out = {t: c * b.get(None, 0) for t, c in a.items()} if set(b) <= {None} else None
+        elif a is not None and b is not None:
+            out = dict(a)
+            for t, c in b.items():
+                out[t] = out.get(t, 0) + (c if u.arg is BinaryOps.ADD else -c)
+    memo[id(u)] = out
+    return out
+
+
+def _plan_vector(uops: list[UOp], nest: list[UOp], memo: dict) -> _Vec | None:
+    """Which loads and stores of the flat nest's body run along it (see _Vec), or None if none do or the body is
+    not safe to split into elements that way."""
+    lo = next(i for i, u in enumerate(uops) if u is nest[-1])
+    hi = next(i for i in range(lo + 1, len(uops)) if uops[i].uop is UOps.ENDLOOP and uops[i].vin[0] is nest[-1])
+    extents = [_affine(lp.vin[1], memo) for lp in nest]
+    if any(e is None or (k and set(e) - {None}) for k, e in enumerate(extents)):
+        return None  # the flat index is row-major in the extents: all but the outermost must be constants
+    strides = [math.prod(e[None] for e in extents[k + 1:]) for k in range(len(nest))]
+    loads, stores, loaded, stored, offsets = [], [], set(), [], {}
+    # an offset must be known before the nest opens: made of variables, loops around the nest and constants
+    outer = {id(u) for u in uops[:lo] if u.uop in (UOps.LOOP, UOps.DEFINE_VAR)}
+
+    def offset(idx: UOp) -> dict | None:
+        aff = _affine(idx, memo)
+        if aff is None:
+            return None
+        aff = dict(aff)
+        if any(aff.pop(id(lp), 0) != s for lp, s in zip(nest, strides)):
+            return None
+        return aff if all(t is None or t in outer for t in aff) else None
+
+    for u in uops[lo + 1:hi]:
+        if u.uop in (UOps.LOOP, UOps.BARRIER, UOps.DEFINE_LOCAL, UOps.SPECIAL):
+            # an inner loop (a matmul's, say) reads strided memory that only a thread per element keeps coalesced
+            return None
+        if u.uop is UOps.LOAD:
+            loaded.add(id(u.vin[0]))
+            if len(u.vin) == 2 and (off := offset(u.vin[1])) is not None:
+                loads.append(u)
+                offsets[id(u)] = off
+                continue
+            # a load left in the body reads, for a thread's consecutive elements, what neighbouring threads would:
+            # fine where those are next to each other or the same (a broadcast), not where they are strided
+            aff = _affine(u.vin[1], memo)
+            if aff is None or abs(aff.get(id(nest[-1]), 0)) > 1:
+                return None
+        elif u.uop is UOps.STORE:
+            stored.append(id(u.vin[0]))
+            if len(u.vin) == 3 and (off := offset(u.vin[1])) is not None:
+                stores.append(u)
+                offsets[id(u)] = off
+    stores = [s for s in stores if stored.count(id(s.vin[0])) == 1]
+    if loaded & set(stored) or not (loads or stores):
+        return None  # a buffer written and read in one body keeps its order only one element at a time
+    widest = max(u.vin[0].dtype.base.itemsize for u in loads + stores)
+    return _Vec(VEC_BYTES // widest, loads, stores, offsets) if VEC_BYTES // widest > 1 else None
+
+
 def _nest(uops: list[UOp], start: int, memo: dict[int, bool]) -> tuple[list[UOp], int]:
     """The perfect nest of loops from position `start`: consecutive LOOPs starting at 0 with only loop-independent
     arithmetic between them. Returns the loops and the position after the last one."""
@@ -243,6 +349,35 @@ def _closes_last(uops: list[UOp], loops: list[UOp], end: int) -> bool:
                                            for t, lp in zip(tail, reversed(loops)))
 
 
+def _plan_reduce(uops: list[UOp], plan: _Parallel, after: int, outputs: int, memo: dict) -> bool:
+    """A block per output, or the whole grid for one output: DEFINE_ACC, a perfect nest of reduce loops whose PHI
+    folds with ADD/MAX/MUL, then the rest. Fills `plan` and returns True where the kernel has that form."""
+    accs = [i for i, u in enumerate(uops) if u.uop is UOps.DEFINE_ACC]
+    if len(accs) != 1 or accs[0] < after or not all(u.uop in _PURE for u in uops[after:accs[0]]):
+        return False
+    red, red_after = _nest(uops, accs[0] + 1, memo)
+    phi = uops[red_after] if red and red_after < len(uops) else None
+    while phi is not None and phi.uop is not UOps.PHI and red_after < len(uops) - 1:
+        red_after += 1
+        phi = uops[red_after]
+    if not (red and phi is not None and phi.uop is UOps.PHI and phi.vin[0] is uops[accs[0]] and len(phi.vin) == 3
+            and phi.vin[2] is red[-1] and phi.vin[1].uop is UOps.ALU and len(phi.vin[1].vin) == 2
+            and phi.vin[1].vin[1] is phi.vin[0] and phi.vin[1].arg in (BinaryOps.ADD, BinaryOps.MAX, BinaryOps.MUL)
+            and _closes_last(uops, red, red_after + 1 + len(red))):
+        return False
+    inputs = math.prod(_eval_max(lp.vin[1]) or 0 for lp in red)
+    if not plan.global_loops and inputs >= GRID_REDUCE_MIN_INPUTS:
+        plan.mode, plan.block = "grid", THREADS
+        plan.grid = max(2, min(GRID_REDUCE_MAX_BLOCKS, inputs // (THREADS * GRID_REDUCE_PER_THREAD)))
+    elif 0 < outputs <= BLOCK_REDUCE_MAX_OUTPUTS and inputs >= BLOCK_REDUCE_MIN_INPUTS:
+        plan.mode, plan.block = "blocks", 1024 if outputs < 128 else THREADS
+        plan.grid = min(outputs, MAX_GRID)
+    else:
+        return False
+    plan.reduce_loops, plan.acc, plan.reduce_op = red, uops[accs[0]], phi.vin[1].arg
+    return True
+
+
 def _plan_parallel(uops: list[UOp]) -> _Parallel:
     memo: dict[int, bool] = {}
     start = next((i for i, u in enumerate(uops) if u.uop not in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)), len(uops))
@@ -251,38 +386,22 @@ def _plan_parallel(uops: list[UOp]) -> _Parallel:
         glob, after = [], start
     outputs = math.prod(_eval_max(lp.vin[1]) or 0 for lp in glob) if glob else 1
     plan = _Parallel(global_loops=glob)
-    # a block per output: DEFINE_ACC, a perfect nest of reduce loops whose PHI folds with ADD/MAX/MUL, then the rest
-    accs = [i for i, u in enumerate(uops) if u.uop is UOps.DEFINE_ACC]
-    if len(accs) == 1 and accs[0] >= after and all(u.uop in _PURE for u in uops[after:accs[0]]):
-        red, red_after = _nest(uops, accs[0] + 1, memo)
-        phi = uops[red_after] if red and red_after < len(uops) else None
-        while phi is not None and phi.uop is not UOps.PHI and red_after < len(uops) - 1:
-            red_after += 1
-            phi = uops[red_after]
-        if (red and phi is not None and phi.uop is UOps.PHI and phi.vin[0] is uops[accs[0]] and len(phi.vin) == 3
-                and phi.vin[2] is red[-1] and phi.vin[1].uop is UOps.ALU and len(phi.vin[1].vin) == 2
-                and phi.vin[1].vin[1] is phi.vin[0]
-                and phi.vin[1].arg in (BinaryOps.ADD, BinaryOps.MAX, BinaryOps.MUL)
-                and _closes_last(uops, red, red_after + 1 + len(red))):
-            inputs = math.prod(_eval_max(lp.vin[1]) or 0 for lp in red)
-            if not glob and inputs >= GRID_REDUCE_MIN_INPUTS:
-                plan.mode, plan.reduce_loops, plan.acc, plan.reduce_op = "grid", red, uops[accs[0]], phi.vin[1].arg
-                plan.block = THREADS
-                plan.grid = max(2, min(GRID_REDUCE_MAX_BLOCKS, inputs // (THREADS * GRID_REDUCE_PER_THREAD)))
-                return plan
-            if 0 < outputs <= BLOCK_REDUCE_MAX_OUTPUTS and inputs >= BLOCK_REDUCE_MIN_INPUTS:
-                plan.mode, plan.reduce_loops, plan.acc, plan.reduce_op = "blocks", red, uops[accs[0]], phi.vin[1].arg
-                plan.block = 1024 if outputs < 128 else THREADS
-                plan.grid = min(outputs, MAX_GRID)
-                return plan
-    if glob and outputs > 0:
+    affine: dict = {}
+    if _plan_reduce(uops, plan, after, outputs, memo):
+        vec = _plan_vector(uops, plan.reduce_loops, affine)
+        if vec is not None:
+            vec.unroll = VEC_UNROLL
+            plan.vec[id(plan.reduce_loops[-1])] = vec
+    elif glob:
         plan.mode = "threads"
-        plan.block = THREADS if outputs >= THREADS else max(32, -(-outputs // 32) * 32)
-        plan.grid = max(1, min(-(-outputs // plan.block), MAX_GRID))
-    elif glob:  # sizes unknown: enough blocks to fill a big GPU, the grid-stride loop does the rest
-        plan.mode, plan.block, plan.grid = "threads", THREADS, 1024
-    else:
-        plan.global_loops = []
+        vec = _plan_vector(uops, glob, affine)
+        if vec is not None:
+            plan.vec[id(glob[-1])] = vec
+        # a thread takes a vector of elements at a time
+        steps = -(-outputs // vec.width) if vec is not None else outputs
+        plan.block = THREADS if steps >= THREADS or outputs == 0 else max(32, -(-steps // 32) * 32)
+        # sizes unknown: enough blocks to fill a big GPU, the grid-stride loop does the rest
+        plan.grid = max(1, min(-(-steps // plan.block), MAX_GRID)) if outputs > 0 else 1024
     return plan
 
 
@@ -291,8 +410,17 @@ def launch_dims(src: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] |
     m = _LAUNCH_RE.search(src)
     if m is None:
         return None
-    v = tuple(int(x) for x in m.groups())
+    v = tuple(int(x) for x in m.groups()[:6])
     return v[:3], v[3:]
+
+
+def launch_persistent(src: str) -> bool:
+    """Is the kernel a reduction whose blocks loop over the work with a grid stride, so that its grid is best no
+    larger than what the GPU holds at once? (Its first line ends in "persistent".) A second, partial wave of such
+    blocks doubles the time of a wave whose blocks each do the same share; elementwise kernels instead run fastest
+    with a block per 256 vectors, the hardware balancing many short blocks."""
+    m = _LAUNCH_RE.search(src)
+    return m is not None and m.group(7) is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,6 +445,9 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     depth = 1
     counters: dict[str, int] = {}
     dts: set[DType] = set()
+    # per open vectorised nest (by the id of its outermost loop): what its closing needs
+    open_vec: dict[int, dict] = {}
+    hoisted: dict[int, str] = {}  # id of a moved load or store -> the variable standing for its element
 
     def fresh(prefix: str) -> str:
         n = counters.get(prefix, 0)
@@ -334,12 +465,32 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(f"{lang.render_dtype(u.dtype)} {var} = {expr};")
             r[id(u)] = var
 
+    def buf_type(buf: UOp) -> str:
+        return lang.buffer_type_map.get(buf.dtype.base) or lang.render_dtype(buf.dtype.base)
+
     def open_flat(loops: list[UOp], first: str, stride: str) -> None:
-        """One loop over the flattened nest `loops`, each loop variable recovered by division and modulo."""
+        """One loop over the flattened nest `loops`, each loop variable recovered by division and modulo. The body
+        of a vectorised nest is rendered once, for one element `flat`, and placed by close_vec."""
         nonlocal depth
         extents = [f"({r[id(lp.vin[1])]})" for lp in loops]
         flat = fresh("flat")
-        emit(f"for (int {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
+        vec: _Vec | None = par.vec.get(id(loops[-1]))
+        if vec is None:
+            emit(f"for (int {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
+        else:
+            emit("{")
+            depth += 1
+            state = {"vec": vec, "first": first, "stride": f"({stride})", "flat": flat, "n": fresh("tg_n"), "off": {}}
+            emit(f"const int {state['n']} = {'*'.join(extents)};")
+            for u in vec.loads + vec.stores:
+                terms = [f"{r[t]}*{c}" if c != 1 else r[t] for t, c in vec.offsets[id(u)].items() if t and c]
+                const = vec.offsets[id(u)].get(None, 0)
+                # "+offset" or "" after the buffer's name
+                state["off"][id(u)] = "+(" + "+".join(terms + [str(const)] * bool(const)) + ")" if terms else \
+                    f"+{const}" if const else ""
+                hoisted[id(u)] = fresh("tg_ld" if u.uop is UOps.LOAD else "tg_st")
+            state["start"] = len(body)
+            open_vec[id(loops[0])] = state
         depth += 1
         for k, lp in enumerate(loops):
             var = fresh("ridx")
@@ -348,8 +499,89 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(f"int {var} = {expr}%{extents[k]};" if k else f"int {var} = {expr};")
             r[id(lp)] = var
 
+    def close_vec(state: dict) -> None:
+        """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
+        pointer is aligned, their loads issued together; then one vector at a time; then single elements."""
+        nonlocal depth
+        lines = [line[2 * (depth + 1):] for line in body[state["start"]:]]
+        del body[state["start"]:]
+        vec, n, first, stride, flat = state["vec"], state["n"], state["first"], state["stride"], state["flat"]
+        w, unroll, moved = vec.width, vec.unroll, vec.loads + vec.stores
+        ptr = {id(u): f"{r[id(u.vin[0])]}{state['off'][id(u)]}" for u in moved}
+        vt = {id(u): f"tg_vec<{buf_type(u.vin[0])}, {w}>" for u in moved}
+        names = {id(u): fresh("tg_vl" if u.uop is UOps.LOAD else "tg_vs") for u in moved}
+
+        def element(index: str, lane: str) -> None:
+            """The body for lane tg_j of the vectors, `lane` spelling a vector's element from its name."""
+            nonlocal depth
+            emit("#pragma unroll")
+            emit(f"for (int tg_j = 0; tg_j < {w}; tg_j++) {{")
+            depth += 1
+            emit(f"const int {flat} = {index};")
+            for u in moved:
+                kind = ("const ", "") if u.uop is UOps.LOAD else ("", "&")
+                emit(f"{kind[0]}{buf_type(u.vin[0])}{kind[1]} {hoisted[id(u)]} = {lane.format(names[id(u)])};")
+            for line in lines:
+                emit(line)
+            depth -= 1
+            emit("}")
+
+        aligned = " && ".join(f"((unsigned long long)({ptr[id(u)]}) & {w * u.vin[0].dtype.base.itemsize - 1}ull) == 0"
+                              for u in moved)
+        nv, v = fresh("tg_nv"), fresh("tg_v")
+        emit(f"const int {nv} = ({aligned}) ? {n}/{w} : 0;")
+        emit(f"int {v} = {first};")
+        if unroll > 1:
+            emit(f"for (; {v}+{unroll - 1}*{stride} < {nv}; {v} += {unroll}*{stride}) {{")
+            depth += 1
+            at = f"({v}+tg_u*{stride})*{w}"
+            for u in moved:
+                emit(f"{vt[id(u)]} {names[id(u)]}[{unroll}];")
+            if vec.loads:
+                emit("#pragma unroll")
+                emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
+                for u in vec.loads:
+                    emit(f"  {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
+                emit("}")
+            emit("#pragma unroll")
+            emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
+            depth += 1
+            element(f"{at}+tg_j", "{}[tg_u].e[tg_j]")
+            for u in vec.stores:
+                emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}[tg_u];")
+            depth -= 1
+            emit("}")
+            depth -= 1
+            emit("}")
+        emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
+        depth += 1
+        for u in vec.loads:
+            emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
+        for u in vec.stores:
+            emit(f"{vt[id(u)]} {names[id(u)]};")
+        element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
+        for u in vec.stores:
+            emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
+        depth -= 1
+        emit("}")
+        # after the last whole vector, or everything where a pointer is misaligned
+        emit(f"for (int {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
+        depth += 1
+        for u in vec.loads:
+            emit(f"const {buf_type(u.vin[0])} {hoisted[id(u)]} = {r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}];")
+        for u in vec.stores:
+            emit(f"{buf_type(u.vin[0])} {hoisted[id(u)]};")
+        for line in lines:
+            emit(line)
+        for u in vec.stores:
+            emit(f"{r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}] = {hoisted[id(u)]};")
+        depth -= 1
+        emit("}")
+        depth -= 1
+        emit("}")
+
     if par.mode in ("blocks", "grid"):
-        emit(f"__shared__ {lang.render_dtype(par.acc.dtype)} tg_red[{par.block}];")
+        emit(f"__shared__ {lang.render_dtype(par.acc.dtype)} tg_red[32];  // a partial result per warp")
     if par.mode == "grid":
         # launched with more blocks than there are partial slots, the extra blocks sit out
         emit("__shared__ bool tg_last;")
@@ -414,7 +646,10 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
                 depth -= 1
                 emit("}")  # the `if (threadIdx.x == 0)` around the stores
             depth -= 1
-            emit("}")
+            if id(nest[0]) in open_vec:
+                close_vec(open_vec.pop(id(nest[0])))
+            else:
+                emit("}")
             if nest is par.reduce_loops:
                 _emit_block_combine(lang, par, r[id(par.acc)], emit)
                 if par.mode == "grid":
@@ -431,7 +666,8 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(f"{lang.render_dtype(dt)} {var} = {lang.render_const(u.arg, dt)};")
             r[id(u)] = var
         elif op is UOps.LOAD:
-            access = lang.render_load(f"{r[id(vin[0])]}[{r[id(vin[1])]}]", vin[0].dtype.base)
+            access = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
+            access = lang.render_load(access, vin[0].dtype.base)
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
@@ -445,7 +681,8 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
             r[id(u)] = r[id(vin[0])]
         elif op is UOps.STORE:
-            line = f"{r[id(vin[0])]}[{r[id(vin[1])]}] = {lang.render_store(r[id(vin[2])], vin[0].dtype.base)};"
+            target = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
+            line = f"{target} = {lang.render_store(r[id(vin[2])], vin[0].dtype.base)};"
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         else:
             raise NotImplementedError(f"the CUDA renderer has no rule for {op}")
@@ -455,7 +692,9 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     bounds = _launch_bounds(specials, par)
     kernel = lang.render_kernel(name, body, params, bounds)
     prelude = lang.prelude(dts) + (BITCAST_PRELUDE if any(u.uop is UOps.BITCAST for u in uops) else "")
-    marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1)\n"
+    prelude += VEC_PRELUDE if par.vec else ""
+    persistent = " persistent" if par.mode in ("blocks", "grid") else ""
+    marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     if par.mode == "grid":
         # per module (each kernel is a module of its own): the blocks' partial results and how many are done
         prelude += f"__device__ {lang.render_dtype(par.acc.dtype)} tg_part[{par.grid}];\n"
@@ -464,16 +703,26 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
 
 
 def _emit_block_combine(lang: CUDALanguage, par: _Parallel, acc: str, emit: Callable[[str], None]) -> None:
-    """Folds the block's partial results into every thread's `acc` with a tree in shared memory."""
+    """Folds the block's partial results into every thread's `acc`: a shuffle tree in each warp, the warps' results
+    through shared memory, a shuffle tree in the first warp. Needs a block of whole warps (every launch's is)."""
     dt = par.acc.dtype
-    combined = lang.render_result(lang.code_for_op[par.reduce_op]("tg_red[threadIdx.x+s]", "tg_red[threadIdx.x]", dt),
-                                  dt)
-    emit(f"tg_red[threadIdx.x] = {acc};")
+    ty = lang.render_dtype(dt)
+    folded = lang.render_result(lang.code_for_op[par.reduce_op]("tg_o", acc, dt), dt)
+
+    def warp_tree(indent: str = "") -> None:
+        emit(f"{indent}for (int tg_s = 16; tg_s > 0; tg_s >>= 1) {{")
+        emit(f"{indent}  const {ty} tg_o = ({ty})__shfl_down_sync(0xffffffffu, {acc}, tg_s);")
+        emit(f"{indent}  {acc} = {folded};")
+        emit(f"{indent}}}")
+    warp_tree()
+    emit(f"if ((threadIdx.x & 31u) == 0) tg_red[threadIdx.x >> 5] = {acc};")
     emit("__syncthreads();")
-    emit(f"for (int s = {par.block // 2}; s > 0; s >>= 1) {{")
-    emit(f"  if (threadIdx.x < s) tg_red[threadIdx.x] = {combined};")
-    emit("  __syncthreads();")
+    emit("if (threadIdx.x < 32) {")
+    emit(f"  {acc} = threadIdx.x < (blockDim.x >> 5) ? tg_red[threadIdx.x] : {lang.render_const(par.acc.arg, dt)};")
+    warp_tree("  ")
+    emit(f"  if (threadIdx.x == 0) tg_red[0] = {acc};")
     emit("}")
+    emit("__syncthreads();")
     emit(f"{acc} = tg_red[0];")
     emit("__syncthreads();  // tg_red is reused by the next output")
 
@@ -483,6 +732,7 @@ def _emit_grid_combine(lang: CUDALanguage, par: _Parallel, acc: str, emit: Calla
     folds all of them into `acc`; the other blocks return. Launches of one kernel are ordered on the stream, so one
     set of partial slots per module suffices."""
     dt = par.acc.dtype
+    ty = lang.render_dtype(dt)
     emit("if (threadIdx.x == 0) {")
     emit(f"  tg_part[blockIdx.x] = {acc};")
     emit("  __threadfence();  // the partial is visible to every block before the count says so")
@@ -491,9 +741,10 @@ def _emit_grid_combine(lang: CUDALanguage, par: _Parallel, acc: str, emit: Calla
     emit("__syncthreads();")
     emit("if (!tg_last) return;")
     emit(f"{acc} = {lang.render_const(par.acc.arg, dt)};")
-    volatile = f"((volatile {lang.render_dtype(dt)}*)tg_part)[tg_i]"
-    combined = lang.render_result(lang.code_for_op[par.reduce_op](volatile, acc, dt), dt)
-    emit(f"for (unsigned int tg_i = threadIdx.x; tg_i < tg_blocks; tg_i += blockDim.x) {acc} = {combined};")
+    emit("for (unsigned int tg_i = threadIdx.x; tg_i < tg_blocks; tg_i += blockDim.x) {")
+    emit(f"  const {ty} tg_p = ((volatile {ty}*)tg_part)[tg_i];")
+    emit(f"  {acc} = {lang.render_result(lang.code_for_op[par.reduce_op]('tg_p', acc, dt), dt)};")
+    emit("}")
     _emit_block_combine(lang, par, acc, emit)
 
 

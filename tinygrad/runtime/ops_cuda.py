@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import math
 import os
 import re
 import struct
@@ -21,7 +22,7 @@ import sys
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import BufferOptions, Compiled, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
-from tinygrad.renderer.cuda import CUDARenderer, launch_dims
+from tinygrad.renderer.cuda import CUDARenderer, launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
 from tinygrad.runtime.ops_clang import CompileError
@@ -33,23 +34,44 @@ if _cuda.abi_version() != RUNTIME_ABI_VERSION:
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
 # A compiled kernel as kept in the caches: magic, the launch the renderer wrote it for (grid and block, 6 x uint32,
-# zeros when it has none), then the CUBIN (or PTX) image.
-LIB_MAGIC = b"TGCUDA1\0"
-_HEADER = struct.Struct("<8s6I")
+# zeros when it has none), 1 if that grid may be lowered to what the GPU holds at once (a persistent reduction),
+# then the CUBIN (or PTX) image. Libraries of the first layout (no flag) still load.
+LIB_MAGIC = b"TGCUDA2\0"
+_HEADER = struct.Struct("<8s7I")
+_OLD_MAGIC, _OLD_HEADER = b"TGCUDA1\0", struct.Struct("<8s6I")
 _KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
+# resident threads per multiprocessor by compute capability (the CUDA programming guide's table of compute
+# capabilities); every one of them has 64K registers per multiprocessor, in four banks
+THREADS_PER_SM = {75: 1024, 80: 2048, 86: 1536, 87: 2048, 89: 1536, 90: 2048, 100: 2048, 103: 2048, 120: 1536,
+                  121: 1536}
+# the renderer's persistent reductions are launched with at most this many waves of resident blocks
+GRID_WAVES = 1
 
 
-def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None) -> bytes:
+def resident_blocks(arch: str, sms: int, block: int, regs: int) -> int:
+    """How many blocks of `block` threads, each thread using `regs` registers, the GPU holds at once (at least one
+    per multiprocessor). Shared memory is not counted: the renderer's kernels use at most a few hundred bytes."""
+    threads = THREADS_PER_SM.get(int(re.sub(r"\D", "", arch)), 1536)
+    warps = -(-block // 32)
+    per_warp = -(-max(regs, 1) * 32 // 256) * 256  # registers are given to a warp 256 at a time
+    by_regs = 4 * (16384 // per_warp) // warps
+    return sms * max(1, min(threads // (warps * 32), by_regs, 32))
+
+
+def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None, persistent: bool = False) -> bytes:
     grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
-    return _HEADER.pack(LIB_MAGIC, *grid, *block) + image
+    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent)) + image
 
 
-def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None]:
-    """(image, (grid, block) or None). A bare CUBIN/PTX (no header) is accepted as is."""
+def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool]:
+    """(image, (grid, block) or None, persistent). A bare CUBIN/PTX (no header) is accepted as is."""
+    if lib.startswith(_OLD_MAGIC):
+        _, *dims = _OLD_HEADER.unpack_from(lib)
+        return lib[_OLD_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, False
     if not lib.startswith(LIB_MAGIC):
-        return lib, None
-    _, *dims = _HEADER.unpack_from(lib)
-    return lib[_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None
+        return lib, None, False
+    _, *dims, persistent = _HEADER.unpack_from(lib)
+    return lib[_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(persistent)
 
 
 def nvrtc_candidates() -> list[str]:
@@ -114,22 +136,28 @@ class CUDACompiler(Compiler):
                 from None
         if log and DEBUG >= 3:
             print(f"NVRTC: {log}")
-        return pack_lib(image, launch_dims(src))
+        return pack_lib(image, launch_dims(src), launch_persistent(src))
 
 
 class CUDAProgram:
     """A compiled kernel on a CUDA device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`.
 
-    Launch sizes default to the ones the renderer wrote the kernel for. With `wait` (or DEBUG >= 2, so that the
-    per-kernel time printed covers the kernel itself) it waits and returns the kernel's GPU seconds."""
+    Launch sizes default to the ones the renderer wrote the kernel for; a persistent reduction gets no more blocks
+    than GRID_WAVES times what the GPU holds at once (its blocks loop over the work with a grid stride, so blocks
+    that would wait for a free multiprocessor only add a second, partial wave). With `wait` (or DEBUG >= 2, so that
+    the per-kernel time printed covers the kernel itself) it waits and returns the kernel's GPU seconds."""
 
     def __init__(self, device: CUDADevice, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
-        image, self.default_dims = unpack_lib(lib)
+        image, self.default_dims, persistent = unpack_lib(lib)
         self._prg = _cuda.Program(device._dev, name, image)
-        # `direct(*buffers)`: the eager path's launch with no Python layer in between, for kernels that need neither
-        # sizes from the caller nor variables (the runner only uses it then)
         if self.default_dims is not None:
+            if persistent:
+                (gx, gy, gz), block = self.default_dims
+                cap = GRID_WAVES * resident_blocks(device.arch, device.sms, math.prod(block), self._prg.num_regs)
+                self.default_dims = ((max(1, min(gx, cap)), gy, gz), block)
+            # `direct(*buffers)`: the eager path's launch with no Python layer in between, for kernels that need
+            # neither sizes from the caller nor variables (the runner only uses it then)
             self.direct = functools.partial(self._prg.launch, *self.default_dims, False)
 
     def __call__(self, *bufs, global_size=None, local_size=None, vals=(), wait: bool = False) -> float | None:
@@ -172,6 +200,7 @@ class CUDADevice(Compiled):
         self._dev = _cuda.Device(ordinal, cache_freed=False)  # CUDAAllocator caches
         self.arch = self._dev.arch
         a = self._dev.attribute
+        self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
         opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)))
