@@ -16,11 +16,13 @@ ConstType = Union[float, int, bool]
 
 class DType:
     """A scalar type: `priority` orders promotion, `itemsize` is in bytes, `fmt` is the struct/memoryview code."""
-    __slots__ = ("priority", "itemsize", "name", "fmt", "count", "_key")
+    __slots__ = ("priority", "itemsize", "name", "fmt", "count", "_key", "_scalar")
 
     def __init__(self, priority: int, itemsize: int, name: str, fmt: str | None, count: int = 1):
         self.priority, self.itemsize, self.name, self.fmt, self.count = priority, itemsize, name, fmt, count
         self._key = (priority, itemsize, name, fmt, count)
+        # a vector's lane type (set by vec)
+        self._scalar: DType | None = None
 
     def __repr__(self) -> str:
         return f"dtypes.{INVERSE_NAMES[self.name]}" if self.count == 1 else f"dtypes.{self.name}"
@@ -45,10 +47,17 @@ class DType:
         """The vector type of `sz` lanes of this scalar type (used by vectorizing renderers)."""
         if self.count != 1 or sz <= 1:
             raise ValueError(f"can't vectorize {self} with size {sz}")
-        return DType(self.priority, self.itemsize * sz, f"{INVERSE_NAMES[self.name]}{sz}", None, sz)
+        # NOTE: "x" keeps names apart: float32 x 16 must not read as float16
+        ret = DType(self.priority, self.itemsize * sz, f"{INVERSE_NAMES[self.name]}x{sz}", None, sz)
+        ret._scalar = self
+        return ret
 
     def scalar(self) -> DType:
-        return self if self.count == 1 else _BY_NAME[self.name.rstrip("0123456789")]
+        if self.count == 1:
+            return self
+        if self._scalar is None:  # a vector made without vec(): its name says the lane type
+            return _BY_NAME[self.name.rstrip("0123456789").removesuffix("x")]
+        return self._scalar
 
     @property
     def np(self) -> np.dtype | None:

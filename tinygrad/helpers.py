@@ -25,12 +25,15 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "CUDA": (0, "1: make CUDA the default device (when its runtime is available)"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
-    "CACHELEVEL": (2, "0: no on-disk cache; 1 and up: compiled kernels are kept on disk (2: later also schedules)"),
+    "CACHELEVEL": (2, "0: no on-disk cache; 1: compiled kernels are kept on disk; 2: also schedules and rendered "
+                      "kernels"),
     "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
     "BEAM": (0, "width of the kernel optimisation search (0: heuristics only)"),
     "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
+    "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
+                            "default: the CPUs this process may use, at most 8"),
 }
 
 

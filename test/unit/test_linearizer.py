@@ -67,3 +67,23 @@ def test_kernels_render_run_and_match_numpy():
     np.testing.assert_allclose(tx.max(axis=0).numpy(), x.max(axis=0))
     np.testing.assert_allclose(tx.permute(1, 0)[::2, 1:4].numpy(), x.T[::2, 1:4])
     np.testing.assert_allclose(tx.flip(0).pad(((1, 2), (0, 1))).numpy(), np.pad(x[::-1], ((1, 2), (0, 1))))
+
+
+def test_the_reduce_input_is_not_reloaded_after_the_reduce():
+    a = Tensor(np.ones((4, 6), np.float32)).realize()
+    lin = linearize(a.sum(axis=1) * 2)
+    k = kinds(lin)
+    last_endloop = len(k) - 1 - k[::-1].index(UOps.ENDLOOP)
+    reduce_end = max(i for i, u in enumerate(lin.uops) if u.uop is UOps.ENDLOOP and i != last_endloop)
+    assert UOps.LOAD not in k[reduce_end:], "the summed buffer is only read inside the reduce loop"
+
+
+def test_upcast_tiles_hold_one_accumulator_per_output():
+    from tinygrad.codegen.kernel import Opt, OptOps
+    a = Tensor(np.ones((8, 6), np.float32)).realize()
+    sched = create_schedule([a.sum(axis=1).lazydata])
+    lin = Linearizer(sched[-1].ast, ClangCompiler.linearizer_opts).apply_opt(Opt(OptOps.UPCAST, 0, 4)).linearize()
+    assert lin.applied_opts == [Opt(OptOps.UPCAST, 0, 4)]
+    assert kinds(lin).count(UOps.DEFINE_ACC) == 4 and kinds(lin).count(UOps.STORE) == 4
+    outer = next(u for u in lin.uops if u.uop is UOps.LOOP)
+    assert outer.vin[1].arg == 2, "8 rows in steps of 4"

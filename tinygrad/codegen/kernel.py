@@ -1,13 +1,30 @@
-"""What a device tells the code generator about itself."""
+"""What a device tells the code generator about itself, and the optimisations a kernel can be given.
+
+An optimisation (`Opt`) reshapes how the linearizer walks a kernel's iteration space without changing what it
+computes: `UPCAST` and `UNROLL` expand part of a dimension into copies held side by side in registers (an output
+tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value.
+
+>>> from tinygrad.codegen.kernel import Opt, OptOps
+>>> Opt(OptOps.UPCAST, 0, 4)
+Opt(op=OptOps.UPCAST, axis=0, amt=4)
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum, auto
 
 
 @dataclass(frozen=True)
 class LinearizerOptions:
     """Capabilities of a device's code generation. CPUs loop over every dimension; GPUs map the outer
-    dimensions to a grid of threads (`has_local`, `global_max`, `local_max`)."""
+    dimensions to a grid of threads (`has_local`, `global_max`, `local_max`).
+
+    `supports_upcast`: the renderer handles expanded kernels (several accumulators, unrolled bodies) and the
+    vector uops (VECTORIZE, GEP, vector LOAD/STORE/ALU/DEFINE_ACC/PHI, see `tinygrad.codegen.uops`); only then
+    does the linearizer apply its heuristic optimisations. `max_vector_bytes`: the widest vector value worth
+    making (0: no vectors); `vector_registers`: how many such values the target keeps in registers; `threads`:
+    how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`).
+    """
     device: str = ""
     suffix: str = ""
     supports_float4: bool = True
@@ -15,3 +32,28 @@ class LinearizerOptions:
     has_shared: bool = True
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
+    supports_upcast: bool = False
+    max_vector_bytes: int = 0
+    vector_registers: int = 16
+    threads: int = 1
+
+
+class OptOps(Enum):
+    """The kinds of kernel optimisation. `axis` is a dimension of the kernel's full shape."""
+    UPCAST = auto()      # an output dimension: `amt` consecutive outputs per loop step, each with its own registers
+    UNROLL = auto()      # a reduced dimension: `amt` consecutive reduction steps per loop step
+    VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
+
+    def __repr__(self) -> str:
+        return f"OptOps.{self.name}"
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One optimisation: `op` on dimension `axis` of the full shape by `amt` (0: the whole remaining dimension)."""
+    op: OptOps
+    axis: int
+    amt: int
+
+    def __repr__(self) -> str:
+        return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"

@@ -9,14 +9,29 @@ cdef class Linearizer:
     cdef readonly object reduceop
     cdef readonly tuple output_shape
     cdef readonly tuple full_shape
+    cdef readonly tuple reduce_axes
+    # per dim of the full shape: how many consecutive indices one loop step covers (vector lanes included)
+    cdef readonly list upcasts
+    # the output dims' loops, outermost first (None: chosen by linearize)
+    cdef public object loop_order
+    # how many threads the outermost output loop is split across (1: none)
+    cdef public int threads
+    cdef readonly int vector_axis
+    cdef readonly int vector_width
+    # id(LazyOp) -> the dims of the full shape its value varies along
+    cdef readonly dict op_dims
+    # id(LazyOp) -> the dtype of its value
+    cdef readonly dict op_dtypes
     cdef public str name
     cdef public dict buf_uops
+    cdef bint _decided
+    cdef object _lane
     # CSE table and the keys made in each open loop scope
     cdef dict _cse
     cdef list _scope
     cdef dict _var_uops
     cdef list _loop_vars
-    cdef list _out_idxs
+    cdef dict _topos
 
     cdef object _uop(self, object uop, object dtype, tuple vin, object arg, bint cachable=*)
     cdef object _const(self, object val, object dtype)
@@ -24,8 +39,18 @@ cdef class Linearizer:
     cdef void _close_scope(self)
     cdef object _lower_node(self, object node)
     cdef object _alu(self, object op, object dtype, tuple vin)
-    cdef object _loop(self, int axis)
-    cdef object _lower_reduce(self, list reduce_axes)
-    cdef dict _dtypes_of(self, object root)
-    cdef object _lower_ast(self, object root, list idxs, object acc_val)
-    cdef object _lower_leaf(self, object op, list idxs)
+    cdef object _loop(self, int axis, int threads=*)
+    cdef list _combos(self, list axes)
+    cdef int _copies(self, int d)
+    cdef list _idx_nodes(self, tuple combo, bint post)
+    cdef bint _vec_ok(self, object dtype)
+    cdef object _as_vec(self, object v, object dtype)
+    cdef object _lane_of(self, object v, int lane)
+    cdef object _alu_any(self, object op, object dtype, tuple srcs)
+    cdef object _lower_reduce(self, list global_axes, list gcombos)
+    cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop)
+    cdef object _horizontal(self, object acc, object op, object dtype)
+    cdef object _lower_ast(self, object root, tuple combo, bint post, object red, dict memo)
+    cdef object _lower_leaf(self, object op, tuple combo, bint post)
+    cdef object _leaf_scalar(self, object op, object idx, object valid)
+    cdef void _store(self, object mb, tuple combo, object val)

@@ -5,13 +5,29 @@ The kernel iterates over its full shape (the reduce's input shape when it has a 
 the output dimensions are outer loops (or GPU grid indices), the reduced dimensions inner loops around an
 accumulator. Index arithmetic comes from each buffer's ShapeTracker as symbolic expressions, lowered to ALU uops.
 Identical uops are made once (CSE), scoped so that nothing defined inside a loop is used after it.
+
+Optimisations (`kernel.Opt`, chosen by `tinygrad.codegen.opt` where the device allows) expand part of a dimension:
+a dim of size s with upcast u loops s/u times, and one loop step covers the u indices `loop*u + copy`. Each node
+of the AST is lowered once per combination of the copies of the dims it varies along, so a value shared by a
+tile of outputs (a row of a matmul operand) is loaded once and reused from registers, with one accumulator per
+output of the tile. The vector dim's copies are split further into lanes (`loop*u + copy*W + lane`): values
+that vary along it are vectors (contiguous loads, whole-vector ALU) or, where that is not possible, tuples of W
+scalar lanes. A vector along a reduced dim gives each lane its own partial result, summed across lanes at the
+end: that reassociates the reduction (as PyTorch's vectorised sums do); elementwise results stay bit-exact.
 """
-from tinygrad.codegen.uops import UOp, UOps
+from itertools import product
+
+from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
-from tinygrad.helpers import DEBUG, to_function_name
-from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.helpers import DEBUG, NOOPT, to_function_name
+from tinygrad.ops import _const_identity, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import (AndNode, DivNode, LtNode, ModNode, MulNode, Node, NumNode, SumNode,
                                      Variable)
+
+# the binary op that folds one more element into a reduction
+_REDUCE_ALU = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}
+_LEAVES = (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA)
 
 
 cdef object _out_dtype(object op, dict dts):
@@ -27,9 +43,54 @@ cdef object _out_dtype(object op, dict dts):
     return dts[id(op.src[0])]
 
 
+cdef dict _op_dims(tuple roots, tuple reduce_axes):
+    """id(op) -> the dims of the full shape along which the op's value can change: a leaf varies along the dims
+    with a nonzero (or unknown) stride or a mask, an op along its sources' dims, a reduce not along reduced dims."""
+    cdef dict dims = {}
+    red = frozenset(reduce_axes)
+    for root in roots:
+        for op in root.toposort():
+            if id(op) in dims:
+                continue
+            if op.op in _LEAVES:
+                st = op.arg.st
+                rs = st.real_strides()
+                dims[id(op)] = frozenset([i for i, s in enumerate(st.shape) if not _is_one(s) and not _is_zero(rs[i])])
+            elif isinstance(op.op, ReduceOps):
+                dims[id(op)] = dims[id(op.src[0])] - red
+            else:
+                acc = frozenset()
+                for s in op.src:
+                    acc = acc | dims[id(s)]
+                dims[id(op)] = acc
+    return dims
+
+
+cdef list _topo_to_reduce(object root):
+    """The nodes of `root` once each, sources first, not descending into a reduce (its value is the accumulator)."""
+    cdef list order = []
+    cdef set seen = set()
+    cdef list stack = [(root, False)]
+    while stack:
+        op, expanded = stack.pop()
+        if expanded:
+            order.append(op)
+            continue
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        stack.append((op, True))
+        if not isinstance(op.op, ReduceOps):
+            for s in reversed(op.src):
+                if id(s) not in seen:
+                    stack.append((s, False))
+    return order
+
+
 cdef class Linearizer:
     """`Linearizer(ast, opts).linearize()` fills `uops`; `name`, `global_size`, `local_size` and `vars` describe
-    how the rendered kernel is called."""
+    how the rendered kernel is called. `apply_opt` (before `linearize`) sets optimisations by hand; otherwise
+    `linearize` applies `hand_coded_optimizations` when the device's options allow it."""
 
     def __init__(self, ast, opts=None):
         self.ast = ast if isinstance(ast, tuple) else (ast,)
@@ -44,19 +105,32 @@ cdef class Linearizer:
         self.applied_opts = []
         # the single reduce, and the shapes the kernel iterates over
         self.reduceop = None
+        self.op_dtypes = {}
         for root in self.ast:
             for op in root.toposort():
                 if isinstance(op.op, ReduceOps):
                     if self.reduceop is not None and self.reduceop is not op:
                         raise ValueError("a kernel can hold at most one reduce")
                     self.reduceop = op
+                if id(op) not in self.op_dtypes:
+                    self.op_dtypes[id(op)] = _out_dtype(op, self.op_dtypes)
         self.output_shape = tuple(self.ast[0].arg.st.shape)
         self.full_shape = self._reduce_input_shape() if self.reduceop is not None else self.output_shape
+        full, out = self.full_shape, self.output_shape
+        self.reduce_axes = tuple([i for i in range(len(full))
+                                  if self.reduceop is not None and not _same(out[i], full[i])])
+        self.upcasts = [1] * len(full)
+        self.loop_order = None
+        self.threads = 1
+        self.vector_axis = -1
+        self.vector_width = 1
+        self._decided = False
+        self.op_dims = _op_dims(self.ast, self.reduce_axes)
         self.name = self._make_name()
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
-            if op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA):
+            if op.op in _LEAVES:
                 return tuple(op.arg.st.shape)
         raise ValueError("a reduce with no input")
 
@@ -64,9 +138,54 @@ cdef class Linearizer:
         dims = "_".join(str(s) if isinstance(s, int) else s.render() for s in self.full_shape)
         return to_function_name(("r_" if self.reduceop is not None else "E_") + (dims or "0"))
 
+    # ---- optimisations ----
+    def apply_opt(self, opt):
+        """Apply one `Opt` (before `linearize`). Raises ValueError when it does not fit this kernel."""
+        if self.uops:
+            raise RuntimeError("optimisations must be applied before linearize()")
+        if not isinstance(opt, Opt):
+            raise TypeError(f"apply_opt takes an Opt, got {type(opt).__name__}")
+        full = self.full_shape
+        if not 0 <= opt.axis < len(full):
+            raise ValueError(f"{opt}: no axis {opt.axis} in the full shape {full}")
+        s = full[opt.axis]
+        if not isinstance(s, int):
+            raise ValueError(f"{opt}: axis {opt.axis} has the symbolic size {s.render()}")
+        left = s // self.upcasts[opt.axis]
+        amt = left if opt.amt == 0 else opt.amt
+        if amt < 1 or left % amt != 0:
+            raise ValueError(f"{opt}: {amt} does not divide the {left} indices left of axis {opt.axis} (size {s})")
+        is_reduce = opt.axis in self.reduce_axes
+        if opt.op is OptOps.UPCAST and is_reduce:
+            raise ValueError(f"{opt}: axis {opt.axis} is reduced; UNROLL it instead")
+        if opt.op is OptOps.UNROLL and not is_reduce:
+            raise ValueError(f"{opt}: axis {opt.axis} is not reduced; UPCAST it instead")
+        if opt.op is OptOps.VECTORIZE:
+            if self.vector_axis != -1:
+                raise ValueError(f"{opt}: axis {self.vector_axis} is already the kernel's vector axis")
+            if amt < 2 or amt & (amt - 1):
+                raise ValueError(f"{opt}: a vector width must be a power of two >= 2, got {amt}")
+            self.vector_axis = opt.axis
+            self.vector_width = amt
+        self.upcasts[opt.axis] *= amt
+        self.applied_opts.append(opt)
+        self._decided = True
+        return self
+
+    def hand_coded_optimizations(self):
+        """Apply the heuristic's choice (`tinygrad.codegen.opt.choose_opts`) unless the device does not support
+        optimised kernels, NOOPT is set, or optimisations were already applied."""
+        if not self._decided and self.opts is not None and getattr(self.opts, "supports_upcast", False) and \
+                not NOOPT:
+            from tinygrad.codegen.opt import choose_opts
+            for o in choose_opts(self):
+                self.apply_opt(o)
+        self._decided = True
+        return self
+
     # ---- uop construction with CSE ----
     cdef object _uop(self, object uop, object dtype, tuple vin, object arg, bint cachable=True):
-        key = (uop, dtype, tuple([id(v) for v in vin]), arg if uop is not UOps.CONST else (type(arg), arg))
+        key = (uop, dtype, tuple([id(v) for v in vin]), arg if uop is not UOps.CONST else _const_identity(arg))
         if cachable:
             hit = self._cse.get(key)
             if hit is not None:
@@ -150,9 +269,14 @@ cdef class Linearizer:
     def linearize(self):
         if self.uops:
             return self
+        if not self._decided:
+            self.hand_coded_optimizations()
+        if DEBUG >= 5 and self.applied_opts:
+            print(f"{self.name}: {self.applied_opts}")
         self._cse = {}
         self._scope = [[]]
         self._var_uops = {}
+        self._topos = {}
         # arguments: buffers in index order, then symbolic variables by name
         mems = {}
         variables = set()
@@ -177,31 +301,32 @@ cdef class Linearizer:
         for v in self.vars:
             self._var_uops[v] = self._uop(UOps.DEFINE_VAR, dtypes.int32, (), v, False)
 
-        full, out = self.full_shape, self.output_shape
-        reduce_axes = [i for i in range(len(full)) if self.reduceop is not None and
-                       not _same(out[i], full[i])]
-        global_axes = [i for i in range(len(full)) if i not in reduce_axes]
-        # the index variable of each dimension of the full shape (size-1 dims are constant 0)
-        self._loop_vars = [NumNode(0) if _is_one(s) else Variable(f"ridx{i}", 0, _max_index(s))
-                           for i, s in enumerate(full)]
-        loops = []
-        for i in global_axes:
-            if not _is_one(full[i]):
-                loops.append(self._loop(i))
-        if self.reduceop is not None:
-            acc_val = self._lower_reduce(reduce_axes)
-        else:
-            acc_val = None
+        full = self.full_shape
+        self._lane = Variable("_lane", 0, self.vector_width - 1) if self.vector_axis != -1 else None
+        # the loop index of each dim (None where the loop would have one step: a size-1 or fully expanded dim)
+        self._loop_vars = []
+        for i, s in enumerate(full):
+            steps = s // self.upcasts[i] if isinstance(s, int) else s
+            self._loop_vars.append(None if _is_one(steps) else Variable(f"ridx{i}", 0, _max_index(steps)))
+        global_axes = [i for i in range(len(full)) if i not in self.reduce_axes]
+        if self.loop_order is None:
+            self.loop_order = list(global_axes)
+            if self.applied_opts:
+                from tinygrad.codegen.opt import global_loop_order, parallel_threads
+                self.loop_order = global_loop_order(self)
+                self.threads = parallel_threads(self)
+        if sorted(self.loop_order) != global_axes:
+            raise ValueError(f"loop_order {self.loop_order} is not an order of the output dims {global_axes}")
+        # the outermost loop may be split across threads: each step writes outputs of its own
+        looped = [i for i in self.loop_order if self._loop_vars[i] is not None]
+        loops = [self._loop(i, self.threads if j == 0 else 1) for j, i in enumerate(looped)]
+        gcombos = self._combos(global_axes)
+        red = self._lower_reduce(global_axes, gcombos) if self.reduceop is not None else None
         # everything after the reduce reads through the output shape: reduced dims are index 0 there
-        self._out_idxs = [self._loop_vars[i] if i in global_axes else NumNode(0) for i in range(len(full))]
-        for root in self.ast:
-            val = self._lower_ast(root.src[0], self._out_idxs, acc_val)
-            mb = root.arg
-            idx, valid = mb.st.expr_idxs(list(self._out_idxs))
-            vin = (self.buf_uops[mb.idx], self._lower_node(idx), val)
-            if not _is_true(valid):
-                vin = vin + (self._lower_node(valid),)
-            self._uop(UOps.STORE, None, vin, None, False)
+        memo = {}
+        for g in gcombos:
+            for root in self.ast:
+                self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
         for lp in reversed(loops):
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)
@@ -210,105 +335,305 @@ cdef class Linearizer:
             print(print_uops(self.uops))
         return self
 
-    cdef object _loop(self, int axis):
+    cdef object _loop(self, int axis, int threads=1):
         size = self.full_shape[axis]
-        lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(size)), None, False)
+        steps = size // self.upcasts[axis] if isinstance(size, int) else size
+        lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
+                       threads if threads > 1 else None, False)
         self._var_uops[self._loop_vars[axis]] = lp
         self._open_scope()
         return lp
 
-    cdef object _lower_reduce(self, list reduce_axes):
+    cdef list _combos(self, list axes):
+        """Every tile position over `axes`: per dim of the full shape, which copy (0 for dims not in `axes`).
+
+        The dim with the most copies varies slowest: a value that varies only along the fastest dims is reused
+        by every step of the slow ones and stays live throughout, so those should be the dims with few copies."""
+        n = len(self.full_shape)
+        order = sorted([d for d in axes if self._copies(d) > 1], key=lambda d: -self._copies(d))
+        out = []
+        for pos in product(*[range(self._copies(d)) for d in order]):
+            combo = [0] * n
+            for d, c in zip(order, pos):
+                combo[d] = c
+            out.append(tuple(combo))
+        return out
+
+    cdef int _copies(self, int d):
+        return self.upcasts[d] // (self.vector_width if d == self.vector_axis else 1)
+
+    cdef list _idx_nodes(self, tuple combo, bint post):
+        """The index of each dim of the full shape at tile position `combo`; the vector dim adds the lane Variable.
+        After the reduce (`post`) the reduced dims are 0."""
+        cdef list out = []
+        for d, s in enumerate(self.full_shape):
+            if _is_one(s) or (post and d in self.reduce_axes):
+                out.append(NumNode(0))
+                continue
+            lv = self._loop_vars[d]
+            u = self.upcasts[d]
+            node = NumNode(0) if lv is None else (lv if u == 1 else lv * u)
+            if d == self.vector_axis:
+                node = node + combo[d] * self.vector_width + self._lane
+            elif u != 1:
+                node = node + combo[d]
+            out.append(node)
+        return out
+
+    # ---- values of a tile: a scalar uop (the same in every lane), a vector uop, or a tuple of lane uops ----
+    cdef bint _vec_ok(self, object dtype):
+        """Whether values of `dtype` can be whole vectors here (else they are computed lane by lane)."""
+        if self.vector_axis == -1 or self.opts is None or not getattr(self.opts, "supports_upcast", False):
+            return False
+        return dtype in VECTOR_DTYPES and dtype.itemsize * self.vector_width <= self.opts.max_vector_bytes
+
+    cdef object _as_vec(self, object v, object dtype):
+        if isinstance(v, tuple):
+            return self._uop(UOps.VECTORIZE, dtype.vec(self.vector_width), v, None)
+        if v.dtype.count > 1:
+            return v
+        return self._uop(UOps.VECTORIZE, dtype.vec(self.vector_width), (v,) * self.vector_width, None)
+
+    cdef object _lane_of(self, object v, int lane):
+        if isinstance(v, tuple):
+            return v[lane]
+        if v.dtype.count == 1:
+            return v
+        if v.uop is UOps.VECTORIZE:
+            return v.vin[lane]
+        return self._uop(UOps.GEP, v.dtype.scalar(), (v,), lane)
+
+    cdef object _alu_any(self, object op, object dtype, tuple srcs):
+        """An AST ALU op on tile values: scalar if every source is, a vector op where the op and dtype allow one,
+        else lane by lane."""
+        scalar = True
+        for s in srcs:
+            if isinstance(s, tuple) or s.dtype.count > 1:
+                scalar = False
+        if scalar:
+            return self._uop(UOps.ALU, dtype, srcs, op)
+        if op in VECTOR_ALU_OPS and self._vec_ok(dtype) and all(_scalar_dtype(s) == dtype for s in srcs):
+            return self._uop(UOps.ALU, dtype.vec(self.vector_width), tuple([self._as_vec(s, dtype) for s in srcs]),
+                             op)
+        return tuple([self._uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)
+                      for i in range(self.vector_width)])
+
+    cdef object _lower_reduce(self, list global_axes, list gcombos):
+        """The reduce loops around one accumulator per output of the tile; returns (the output dims that pick
+        an accumulator, {their copies: the reduced value})."""
         rop = self.reduceop
-        dtype = self._dtypes_of(rop)[id(rop)]
+        dtype = self.op_dtypes[id(rop)]
+        src = rop.src[0]
+        src_dims = self.op_dims[id(src)]
         # the identity of the reduction: x+0, x*1, max(x, smallest)
         if rop.op is ReduceOps.MAX:
             start = dtypes.min(dtype)
         else:
             start = 0 if rop.op is ReduceOps.SUM else 1
         start = dtypes.as_const(start, dtype)
-        acc = self._uop(UOps.DEFINE_ACC, dtype, (), start, False)
-        loops = []
-        for i in reduce_axes:
-            if not _is_one(self.full_shape[i]):
-                loops.append(self._loop(i))
-        val = self._lower_ast(rop.src[0], self._loop_vars, None)
-        alu_op = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}[rop.op]
-        new = self._uop(UOps.ALU, dtype, (val, acc), alu_op, False)
-        phi = self._uop(UOps.PHI, dtype, (acc, new) + ((loops[len(loops) - 1],) if loops else ()), None, False)
+        vax = self.vector_axis
+        # outputs of the tile that hold the same value share an accumulator
+        acc_axes = [d for d in global_axes if d in src_dims and self._copies(d) > 1]
+        lanes = vax != -1 and (vax in self.reduce_axes or vax in src_dims)
+        accs, reps = {}, []
+        for g in gcombos:
+            key = tuple([g[d] for d in acc_axes])
+            if key in accs:
+                continue
+            reps.append((key, g))
+            if not lanes:
+                accs[key] = self._uop(UOps.DEFINE_ACC, dtype, (), start, False)
+            elif self._vec_ok(dtype):
+                accs[key] = self._uop(UOps.DEFINE_ACC, dtype.vec(self.vector_width), (), start, False)
+            else:
+                accs[key] = tuple([self._uop(UOps.DEFINE_ACC, dtype, (), start, False)
+                                   for _ in range(self.vector_width)])
+        loops = [self._loop(i) for i in self.reduce_axes if self._loop_vars[i] is not None]
+        loop = loops[len(loops) - 1] if loops else None
+        alu_op = _REDUCE_ALU[rop.op]
+        memo = {}
+        for r in self._combos(list(self.reduce_axes)):
+            for key, g in reps:
+                combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
+                val = self._lower_ast(src, combo, False, None, memo)
+                accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
         for lp in reversed(loops):
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)
-        return phi
+        if vax != -1 and vax in self.reduce_axes:
+            # each lane summed its share of the reduced dim: combine the lanes
+            accs = {key: self._horizontal(a, alu_op, dtype) for key, a in accs.items()}
+        return (acc_axes, accs)
 
-    cdef dict _dtypes_of(self, object root):
-        cdef dict dts = {}
-        for op in root.toposort():
-            dts[id(op)] = _out_dtype(op, dts)
-        return dts
+    cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop):
+        """cur <- cur `op` val, as a PHI per accumulator (in place: the renderer assigns the accumulator)."""
+        tail = (loop,) if loop is not None else ()
+        if isinstance(cur, tuple):
+            return tuple([self._uop(UOps.PHI, dtype, (cur[i], self._uop(UOps.ALU, dtype, (self._lane_of(val, i),
+                                                                                       cur[i]), op, False)) + tail,
+                                    None, False) for i in range(len(cur))])
+        if cur.dtype.count > 1:
+            new = self._uop(UOps.ALU, cur.dtype, (self._as_vec(val, dtype), cur), op, False)
+            return self._uop(UOps.PHI, cur.dtype, (cur, new) + tail, None, False)
+        if isinstance(val, tuple) or val.dtype.count > 1:
+            raise RuntimeError("internal error: a scalar accumulator got a value that differs between lanes")
+        new = self._uop(UOps.ALU, dtype, (val, cur), op, False)
+        return self._uop(UOps.PHI, dtype, (cur, new) + tail, None, False)
 
-    cdef object _lower_ast(self, object root, list idxs, object acc_val):
-        """Lower an elementwise AST (stopping at the reduce, whose value is `acc_val`) at indices `idxs`."""
-        dts = self._dtypes_of(root)
+    cdef object _horizontal(self, object acc, object op, object dtype):
+        """Fold the lanes of an accumulator into one scalar, pairwise."""
+        vals = [self._lane_of(acc, i) for i in range(self.vector_width)]
+        while len(vals) > 1:
+            vals = [self._uop(UOps.ALU, dtype, (vals[i], vals[i + 1]), op) for i in range(0, len(vals), 2)]
+        return vals[0]
+
+    cdef object _lower_ast(self, object root, tuple combo, bint post, object red, dict memo):
+        """Lower an elementwise AST (stopping at the reduce, whose value comes from `red`) at tile position `combo`.
+        `memo` keeps each node's value per combination of the copies of the dims it varies along."""
+        order = self._topos.get(id(root))
+        if order is None:
+            order = self._topos[id(root)] = _topo_to_reduce(root)
         cdef dict done = {}
-        for op in root.toposort():
+        for op in order:
+            key = (id(op), tuple([combo[d] for d in self.op_dims[id(op)] if self.upcasts[d] > 1]))
+            hit = memo.get(key)
+            if hit is not None:
+                done[id(op)] = hit
+                continue
             if isinstance(op.op, ReduceOps):
-                done[id(op)] = acc_val
-                continue
-            if id(op) in done:
-                continue
-            if op.op is BufferOps.LOAD or op.op is BufferOps.CONST or op.op is BufferOps.IOTA:
-                done[id(op)] = self._lower_leaf(op, idxs)
-                continue
-            src = tuple([done[id(s)] for s in op.src])
-            if op.op is UnaryOps.CAST:
-                done[id(op)] = self._uop(UOps.CAST, op.arg[0], src, None)
-            elif op.op is UnaryOps.BITCAST:
-                done[id(op)] = self._uop(UOps.BITCAST, op.arg[0], src, None)
-            elif op.op is TernaryOps.MULACC:
-                mul = self._uop(UOps.ALU, dts[id(op)], src[:2], BinaryOps.MUL)
-                done[id(op)] = self._uop(UOps.ALU, dts[id(op)], (mul, src[2]), BinaryOps.ADD)
+                val = red[1][tuple([combo[d] for d in red[0]])]
+            elif op.op in _LEAVES:
+                val = self._lower_leaf(op, combo, post)
             else:
-                done[id(op)] = self._uop(UOps.ALU, dts[id(op)], src, op.op)
+                dt = self.op_dtypes[id(op)]
+                src = tuple([done[id(s)] for s in op.src])
+                if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
+                    kind = UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST
+                    if all(not isinstance(s, tuple) and s.dtype.count == 1 for s in src):
+                        val = self._uop(kind, op.arg[0], src, None)
+                    else:
+                        val = tuple([self._uop(kind, op.arg[0], (self._lane_of(src[0], i),), None)
+                                     for i in range(self.vector_width)])
+                elif op.op is TernaryOps.MULACC:
+                    val = self._alu_any(BinaryOps.ADD, dt, (self._alu_any(BinaryOps.MUL, dt, src[:2]), src[2]))
+                else:
+                    val = self._alu_any(op.op, dt, src)
+            memo[key] = val
+            done[id(op)] = val
         return done[id(root)]
 
-    cdef object _lower_leaf(self, object op, list idxs):
+    cdef object _lower_leaf(self, object op, tuple combo, bint post):
         st = op.arg.st
-        dtype = op.arg.dtype
+        idxs = self._idx_nodes(combo, post)
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
         idx, valid = st.expr_idxs(my_idxs)
-        if op.op is BufferOps.IOTA:
-            # the element's own index into the (virtual) buffer is its value
-            c = self._lower_node(idx)
-            if dtype != dtypes.int32:
-                c = self._uop(UOps.CAST, dtype, (c,), None)
-            if _is_true(valid):
-                return c
-            return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, self._const(dtypes.as_const(0, dtype),
-                                                                                     dtype)), TernaryOps.WHERE)
-        if op.op is BufferOps.CONST:
-            if isinstance(op.arg.val, Node):
-                c = self._lower_node(op.arg.val)
-                if dtype != dtypes.int32:
-                    c = self._uop(UOps.CAST, dtype, (c,), None)
-            else:
-                c = self._const(op.arg.val, dtype)
-            if _is_true(valid):
-                return c
-            if _is_false(valid):
-                return self._const(dtypes.as_const(0, dtype), dtype)
-            return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, self._const(dtypes.as_const(0, dtype),
-                                                                                     dtype)), TernaryOps.WHERE)
-        buf = self.buf_uops[op.arg.idx]
+        lane = self._lane
+        if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
+            return self._leaf_scalar(op, idx, valid)
+        dtype = op.arg.dtype
+        if op.op is BufferOps.LOAD and self._vec_ok(dtype) and lane not in valid.vars():
+            base = _lane_base(idx, lane)
+            if base is not None:
+                # consecutive lanes read consecutive elements: one vector load
+                vdt = dtype.vec(self.vector_width)
+                vin = (self.buf_uops[op.arg.idx], self._lower_node(base))
+                if not _is_true(valid):
+                    vin = vin + (self._lower_node(valid), self._as_vec(self._const(dtypes.as_const(0, dtype), dtype),
+                                                                       dtype))
+                return self._uop(UOps.LOAD, vdt, vin, None)
+        # lanes that read scattered or partly masked elements: one scalar read each
+        out = []
+        for i in range(self.vector_width):
+            sub = {lane: NumNode(i)}
+            out.append(self._leaf_scalar(op, idx.substitute(sub), valid.substitute(sub)))
+        return tuple(out)
+
+    cdef object _leaf_scalar(self, object op, object idx, object valid):
+        """A leaf at one index: a load, a constant or the index itself (IOTA); 0 where `valid` is false."""
+        dtype = op.arg.dtype
+        # NOTE: the 0 is made only where it is used: an unused CONST would still be a uop of the kernel
         if _is_false(valid):
             return self._const(dtypes.as_const(0, dtype), dtype)
+        if op.op is BufferOps.LOAD:
+            vin = (self.buf_uops[op.arg.idx], self._lower_node(idx))
+            if _is_true(valid):
+                return self._uop(UOps.LOAD, dtype, vin, None)
+            zero = self._const(dtypes.as_const(0, dtype), dtype)
+            return self._uop(UOps.LOAD, dtype, vin + (self._lower_node(valid), zero), None)
+        if op.op is BufferOps.IOTA or isinstance(op.arg.val, Node):
+            # an index (the element's own, for IOTA) or a symbolic value, computed in int32
+            c = self._lower_node(idx if op.op is BufferOps.IOTA else op.arg.val)
+            if dtype != dtypes.int32:
+                c = self._uop(UOps.CAST, dtype, (c,), None)
+        else:
+            c = self._const(op.arg.val, dtype)
         if _is_true(valid):
-            return self._uop(UOps.LOAD, dtype, (buf, self._lower_node(idx)), None)
-        return self._uop(UOps.LOAD, dtype, (buf, self._lower_node(idx), self._lower_node(valid),
-                                            self._const(dtypes.as_const(0, dtype), dtype)), None)
+            return c
+        zero = self._const(dtypes.as_const(0, dtype), dtype)
+        return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, zero), TernaryOps.WHERE)
+
+    cdef void _store(self, object mb, tuple combo, object val):
+        idx, valid = mb.st.expr_idxs(self._idx_nodes(combo, True))
+        buf = self.buf_uops[mb.idx]
+        lane = self._lane
+        if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
+            if isinstance(val, tuple) or val.dtype.count > 1:
+                raise RuntimeError("internal error: lanes with different values stored to one address")
+            vin = (buf, self._lower_node(idx), val)
+            if not _is_true(valid):
+                vin = vin + (self._lower_node(valid),)
+            self._uop(UOps.STORE, None, vin, None, False)
+            return
+        if self._vec_ok(mb.dtype) and lane not in valid.vars():
+            base = _lane_base(idx, lane)
+            if base is not None:
+                vin = (buf, self._lower_node(base), self._as_vec(val, mb.dtype))
+                if not _is_true(valid):
+                    vin = vin + (self._lower_node(valid),)
+                self._uop(UOps.STORE, None, vin, None, False)
+                return
+        for i in range(self.vector_width):
+            sub = {lane: NumNode(i)}
+            li, lvalid = idx.substitute(sub), valid.substitute(sub)
+            if _is_false(lvalid):
+                continue
+            vin = (buf, self._lower_node(li), self._lane_of(val, i))
+            if not _is_true(lvalid):
+                vin = vin + (self._lower_node(lvalid),)
+            self._uop(UOps.STORE, None, vin, None, False)
+
+
+cdef object _scalar_dtype(object v):
+    if isinstance(v, tuple):
+        return v[0].dtype
+    return v.dtype.scalar() if v.dtype.count > 1 else v.dtype
+
+
+cdef object _lane_base(object idx, object lane):
+    """The index of lane 0 when `idx` is that plus the lane (consecutive lanes, consecutive elements), else None."""
+    terms = idx.nodes if isinstance(idx, SumNode) else (idx,)
+    rest = []
+    found = False
+    for t in terms:
+        if isinstance(t, Variable) and t.expr == lane.expr:
+            if found:
+                return None
+            found = True
+        elif lane in t.vars():
+            return None
+        else:
+            rest.append(t)
+    if not found:
+        return None
+    return Node.sum(rest) if rest else NumNode(0)
 
 
 cdef bint _is_one(object s):
     return isinstance(s, int) and s == 1
+
+
+cdef bint _is_zero(object s):
+    return (isinstance(s, int) and s == 0) or (isinstance(s, NumNode) and s.b == 0)
 
 
 cdef bint _same(object a, object b):

@@ -1,10 +1,26 @@
-"""The linear IR a kernel is lowered to: a list of UOps, each naming its inputs, in an order a renderer can emit."""
+"""The linear IR a kernel is lowered to: a list of UOps, each naming its inputs, in an order a renderer can emit.
+
+Values are scalars, or vectors when the dtype has `count > 1` (`dtypes.float32.vec(8)`). Vector uops appear only
+for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a device must handle:
+
+- VECTORIZE (lanes -> vector) and GEP (vector -> one lane);
+- LOAD/STORE of a vector dtype: `count` consecutive elements starting at the (scalar) index, at any alignment;
+  a gated vector LOAD has a scalar condition and a vector alternative;
+- ALU of a vector dtype for the ops in VECTOR_ALU_OPS: lane by lane, every operand of the same vector dtype;
+- DEFINE_ACC of a vector dtype (every lane starts at the scalar `arg`) and PHI of a vector dtype.
+
+A LOOP whose `arg` is a number > 1 (only where LinearizerOptions.threads allows) may have its iterations split
+across that many threads: they write disjoint outputs, and nothing declared outside the loop is written inside.
+
+Only the scalar types in VECTOR_DTYPES are ever vectorized; everything else is computed lane by lane in scalars.
+"""
 from __future__ import annotations
 
 from enum import Enum, auto
 from typing import Any
 
-from tinygrad.dtype import DType
+from tinygrad.dtype import DType, dtypes
+from tinygrad.ops import BinaryOps, UnaryOps
 
 
 class UOps(Enum):
@@ -14,7 +30,7 @@ class UOps(Enum):
     DEFINE_ACC = auto()      # an accumulator for a reduce: arg = its start value
     CONST = auto()           # arg = the value
     SPECIAL = auto()         # a GPU thread/block index: arg = (dim, name, size)
-    LOOP = auto()            # vin = (start, end): for (i = start; i < end; i++)
+    LOOP = auto()            # vin = (start, end): for (i = start; i < end; i++); arg: threads to split it across
     ENDLOOP = auto()         # vin = (the LOOP,)
     LOAD = auto()            # vin = (buffer, index) or (buffer, index, valid, alternative)
     STORE = auto()           # vin = (buffer, index, value) or (buffer, index, value, valid)
@@ -23,6 +39,14 @@ class UOps(Enum):
     BITCAST = auto()         # vin = (value,), dtype = the target, same size
     PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
     BARRIER = auto()         # GPU renderers
+    VECTORIZE = auto()       # vin = the lanes (scalars), dtype = the vector type
+    GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
+
+
+# the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands
+# vectors of one dtype; MAX keeps its NaN-propagating meaning). Everything else is computed lane by lane.
+VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
+VECTOR_ALU_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, BinaryOps.MAX, UnaryOps.NEG})
 
 
 class UOp:

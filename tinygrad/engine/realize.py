@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from tinygrad.device import Buffer, Device
 from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
-from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, colored
+from tinygrad.helpers import BEAM, CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
@@ -125,7 +125,8 @@ def _render(dname: str, ast: tuple) -> Rendered:
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
-    key = f"{dname}\n{dev.linearizer_opts!r}\n{code_version()}\n{ast_key(ast)}" if CACHELEVEL >= 2 else None
+    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value} BEAM={BEAM.value}\n{code_version()}\n" \
+        f"{ast_key(ast)}" if CACHELEVEL >= 2 else None
     # DEBUG=6 shows the uops, which only linearizing makes
     if key is not None and DEBUG < 6:
         hit = diskcache_get("program", key)

@@ -3,13 +3,17 @@
 A language is a table: how each op, type and constant is spelled, and how the kernel's signature looks. The one
 loop in `uops_to_cstyle` walks the uops in order; single-use arithmetic is inlined into its user, everything
 else gets a named variable.
+
+Vector values (dtypes with `count > 1`, see `tinygrad.codegen.uops`) are GCC/Clang vector extensions: a typedef
+per vector type (alignment lowered to the element's, so a vector can be read at any element index), infix
+arithmetic lane by lane, `v[i]` for a lane, compound literals to build one.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.codegen.uops import VECTOR_ALU_OPS, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
 
@@ -86,6 +90,8 @@ class CStyleLanguage:
     }
 
     def render_dtype(self, dt: DType) -> str:
+        if dt.count > 1:
+            return self.vector_type_name(dt)
         if dt not in self.type_map:
             raise NotImplementedError(f"{dt} is not supported by the {type(self).__name__} renderer yet")
         return self.type_map[dt]
@@ -137,7 +143,51 @@ class CStyleLanguage:
         return expr
 
     def prelude(self, dts: set[DType]) -> str:
-        return BF16_PRELUDE if dtypes.bfloat16 in dts else ""
+        vecs = sorted((dt for dt in dts if dt.count > 1 and not isinstance(dt, PtrDType)), key=lambda d: d.name)
+        return (BF16_PRELUDE if dtypes.bfloat16 in dts else "") + "".join(self.vector_prelude(dt) for dt in vecs)
+
+    # ---- vectors ----
+    def vector_type_name(self, dt: DType) -> str:
+        return f"{self.render_dtype(dt.scalar()).replace(' ', '_')}_v{dt.count}"
+
+    def vector_prelude(self, dt: DType) -> str:
+        """The typedef of vector type `dt`, and the lane-wise max the op table has no infix form for."""
+        name, scalar = self.vector_type_name(dt), dt.scalar()
+        mask = f"tg_mask{scalar.itemsize * 8}_v{dt.count}"
+        mask_scalar = {4: "int", 8: "long long"}[scalar.itemsize]
+        # NOTE: max(a, b) is a where a is NaN or larger, else b: a bit select on the comparison masks
+        return (f"typedef {self.render_dtype(scalar)} {name} __attribute__((vector_size({dt.itemsize}), "
+                f"aligned({scalar.itemsize})));\n"
+                f"typedef {mask_scalar} {mask} __attribute__((vector_size({dt.itemsize})));\n"
+                f"static inline {name} tg_max_{name}({name} a, {name} b) {{\n"
+                f"  {mask} m = (a != a) | (a > b);\n"
+                f"  return ({name})((({mask})a & m) | (({mask})b & ~m));\n}}\n")
+
+    def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
+        if op is BinaryOps.MAX:
+            return f"tg_max_{self.vector_type_name(dt)}({operands[0]}, {operands[1]})"
+        if op not in VECTOR_ALU_OPS:
+            raise NotImplementedError(f"{op} on vectors is not supported by the {type(self).__name__} renderer")
+        return self.code_for_op[op](*operands, dt)
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"(({self.render_dtype(dt)}){{{', '.join(lanes)}}})"
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}[{lane}]" if vec.isidentifier() else f"({vec})[{lane}]"
+
+    def render_parallel(self, threads: int) -> str:
+        """The line before a loop whose iterations may run on `threads` threads (OpenMP; a compiler without it
+        ignores the pragma and runs the loop serially). The loop stays serial while the OpenMP runtime allows one
+        thread: that is how a forked child, which has no worker threads, is kept from waiting for them."""
+        return f"#pragma omp parallel for num_threads({threads}) if(omp_get_max_threads() > 1)"
+
+    def parallel_prelude(self) -> str:
+        return "int omp_get_max_threads(void);\n"
+
+    def render_vector_access(self, buf: str, idx: str, dt: DType, const: bool) -> str:
+        """The lvalue of the `dt.count` elements of `buf` from element `idx` on."""
+        return f"(*(({'const ' if const else ''}{self.render_dtype(dt)}*)({buf}+{idx})))"
 
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         if dtypes.bfloat16 in (src, dt):
@@ -200,6 +250,8 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.CONST:
             r[id(u)] = lang.render_const(u.arg, dt)
         elif op is UOps.LOOP:
+            if u.arg is not None and u.arg > 1:
+                emit(lang.render_parallel(u.arg))
             var = fresh("ridx")
             emit(f"for (int {var} = {r[id(vin[0])]}; {var} < {r[id(vin[1])]}; {var}++) {{")
             r[id(u)] = var
@@ -209,15 +261,27 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
             emit("}")
         elif op is UOps.DEFINE_ACC:
             var = fresh("acc")
-            emit(f"{lang.render_dtype(dt)} {var} = {lang.render_const(u.arg, dt)};")
+            start = lang.render_const(u.arg, dt.scalar())
+            if dt.count > 1:
+                start = lang.render_vectorize([start] * dt.count, dt)
+            emit(f"{lang.render_dtype(dt)} {var} = {start};")
             r[id(u)] = var
         elif op is UOps.LOAD:
-            access = lang.render_load(f"{r[id(vin[0])]}[{r[id(vin[1])]}]", vin[0].dtype.base)
+            if dt.count > 1:
+                access = lang.render_vector_access(r[id(vin[0])], r[id(vin[1])], dt, const=True)
+            else:
+                access = lang.render_load(f"{r[id(vin[0])]}[{r[id(vin[1])]}]", vin[0].dtype.base)
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
+        elif op is UOps.ALU and dt.count > 1:
+            bind(u, lang.render_vector_alu(u.arg, [r[id(v)] for v in vin], dt), "alu", inline=True)
         elif op is UOps.ALU:
             bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu", inline=True)
+        elif op is UOps.VECTORIZE:
+            bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
+        elif op is UOps.GEP:
+            bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
         elif op is UOps.CAST:
             bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
         elif op is UOps.BITCAST:
@@ -225,12 +289,20 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.PHI:
             emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
             r[id(u)] = r[id(vin[0])]
+        elif op is UOps.STORE and vin[2].dtype.count > 1:
+            dest = lang.render_vector_access(r[id(vin[0])], r[id(vin[1])], vin[2].dtype, const=False)
+            line = f"{dest} = {r[id(vin[2])]};"
+            emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         elif op is UOps.STORE:
             line = f"{r[id(vin[0])]}[{r[id(vin[1])]}] = {lang.render_store(r[id(vin[2])], vin[0].dtype.base)};"
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         else:
             raise NotImplementedError(f"the C renderer has no rule for {op}")
-    return lang.render_source(lang.render_kernel(name, body, params), {u.dtype.scalar() for u in uops if u.dtype})
+    dts = {u.dtype.scalar() for u in uops if u.dtype} | {u.dtype for u in uops if u.dtype and u.dtype.count > 1}
+    kernel = lang.render_kernel(name, body, params)
+    if any(u.uop is UOps.LOOP and u.arg is not None and u.arg > 1 for u in uops):
+        kernel = lang.parallel_prelude() + kernel
+    return lang.render_source(kernel, dts)
 
 
 class ClangLanguage(CStyleLanguage):

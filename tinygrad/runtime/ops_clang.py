@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -38,9 +39,44 @@ def find_cc() -> str:
     return cc
 
 
+def _host_threads() -> int:
+    """The cores this process may run on (at most 8: kernels here are too small to feed more), or fewer where
+    OpenMP's own OMP_NUM_THREADS says so (the kernels name their thread count, which would override it)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    cap = getenv("OMP_NUM_THREADS").split(",")[0].strip()
+    if cap.isdigit() and int(cap) > 0:
+        n = min(n, int(cap))
+    return max(1, min(n, 8))
+
+
+def _host_vector_isa() -> tuple[int, int]:
+    """(widest vector in bytes, vector registers) of the host CPU, which -march=native compiles for."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+        flags = set(line.split(":", 1)[-1].split())
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        return 64, 32
+    if "avx" in flags:
+        return 32, 16
+    # SSE2 on any x86_64, NEON on aarch64: 16-byte vectors
+    return 16, 32 if platform.machine() in ("aarch64", "arm64") else 16
+
+
+_VECTOR_BYTES, _VECTOR_REGISTERS = _host_vector_isa()
+
+
 class ClangCompiler(Compiler):
     """C source -> shared object bytes."""
-    linearizer_opts = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False)
+    linearizer_opts = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False,
+                                        supports_upcast=True, max_vector_bytes=_VECTOR_BYTES,
+                                        vector_registers=_VECTOR_REGISTERS, threads=_host_threads())
 
     def __init__(self, cachekey: str | None = None):
         # the disk cache key names the compiler, its flags and the host CPU (-march=native binaries are per CPU)
@@ -49,8 +85,14 @@ class ClangCompiler(Compiler):
     def compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="tinygrad-cc-") as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = subprocess.run([find_cc(), *CFLAGS, "-", "-o", out, "-lm"], input=src.encode(),
-                                  capture_output=True)
+            proc = None
+            if "#pragma omp" in src:
+                # loops split across threads; a compiler without OpenMP builds them serial (the pragma is ignored)
+                proc = subprocess.run([find_cc(), *CFLAGS, "-fopenmp", "-", "-o", out, "-lm"], input=src.encode(),
+                                      capture_output=True)
+            if proc is None or proc.returncode != 0:
+                proc = subprocess.run([find_cc(), *CFLAGS, "-", "-o", out, "-lm"], input=src.encode(),
+                                      capture_output=True)
             if proc.returncode != 0:
                 raise CompileError(f"{find_cc()} failed to compile a kernel:\n{proc.stderr.decode(errors='replace')}"
                                    f"\n--- source ---\n{src}")
@@ -61,7 +103,6 @@ class ClangCompiler(Compiler):
 @functools.lru_cache(None)
 def _host_fingerprint() -> str:
     import hashlib
-    import platform
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -76,11 +117,31 @@ class CompileError(RuntimeError):
     """The device compiler rejected a kernel; the message carries its log and the source."""
 
 
+@functools.lru_cache(None)
+def _pin_openmp_runtime(gnu: bool) -> object:
+    """Load the OpenMP runtime for good before a kernel that uses it: its worker threads outlive every parallel loop,
+    so the runtime must never be unloaded with the last kernel library that needed it (a crash at exit). A forked
+    child has none of those threads and GNU's runtime would wait for them forever: the child is told to use one
+    thread, which the kernels' parallel loops check."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("gomp" if gnu else "omp") or ("libgomp.so.1" if gnu else "libomp.so")
+    try:
+        rt = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        # the kernel library names it, so loading the kernel finds it or fails with a clear error
+        return None
+    os.register_at_fork(after_in_child=lambda: rt.omp_set_num_threads(1))
+    return rt
+
+
 class ClangProgram:
     """A compiled function `name` in the shared object `lib`, called as `prg(*bufs, *vals)` from C++."""
 
     def __init__(self, name: str, lib: bytes):
         self.name, self.lib = name, lib
+        if b"libgomp.so" in lib or b"libomp.so" in lib:
+            _pin_openmp_runtime(b"libgomp.so" in lib)
         self._library = _cpu.Library(lib)
         self._prg = _cpu.Program(self._library, name)
         # the C++ launch itself, for callers that pass raw buffers only (engine/plan.pyx)

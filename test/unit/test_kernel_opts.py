@@ -1,0 +1,397 @@
+"""Kernel optimisations (UPCAST, UNROLL, VECTORIZE): what the heuristic chooses for representative shapes, and
+optimised kernels run against the same kernel without optimisations (bit for bit where nothing is reduced) and
+against numpy."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tinygrad.codegen.linearizer import Linearizer
+from tinygrad.engine.schedule import create_schedule_with_vars
+from tinygrad.shape.symbolic import Variable
+
+from tinygrad import Tensor
+from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.opt import choose_opts
+from tinygrad.codegen.uops import UOps
+from tinygrad.dtype import dtypes
+from tinygrad.engine.realize import run_schedule
+from tinygrad.helpers import Context
+from tinygrad.renderer.cstyle import ClangRenderer
+from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
+
+# fixed device descriptions, so the choices do not depend on the host's vector width (any x86_64 runs both)
+AVX512 = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+                           max_vector_bytes=64, vector_registers=32)
+THREADED = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+                             max_vector_bytes=64, vector_registers=32, threads=2)
+AVX2 = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+                         max_vector_bytes=32, vector_registers=16)
+PLAIN = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False)
+V, U, R = OptOps.VECTORIZE, OptOps.UPCAST, OptOps.UNROLL
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, dtype=np.float32) -> Tensor:
+    return Tensor(RNG.uniform(-2, 2, shape).astype(dtype)).realize()
+
+
+def last_kernel(t: Tensor):
+    """The schedule item of `t`'s last kernel, with everything before it run, and the variable values."""
+    sched, var_vals = create_schedule_with_vars([t.lazydata])
+    run_schedule(sched[:-1], var_vals)
+    return sched[-1], var_vals
+
+
+def lin_for(si, lopts=AVX512, opts=None) -> Linearizer:
+    lin = Linearizer(si.ast, lopts)
+    for o in opts or ():
+        lin.apply_opt(o)
+    return lin.linearize()
+
+
+def run(si, var_vals, lopts=AVX512, opts=None) -> tuple[np.ndarray, Linearizer]:
+    """Linearize (heuristic opts unless `opts`), render, compile and run the kernel; its output and linearizer."""
+    lin = lin_for(si, lopts, opts)
+    src = ClangRenderer(lin.name, lin.uops)
+    prg = ClangProgram(lin.name, ClangCompiler().compile(src))
+    for b in si.bufs:
+        b.ensure_allocated()
+    out = si.bufs[0]
+    out.copyin(memoryview(bytearray(out.nbytes)))
+    prg(*[b._buf for b in si.bufs], vals=[var_vals[v] for v in lin.vars])
+    return out.numpy(), lin
+
+
+def check(t, opts=None, lopts=AVX512, exact=None, rtol=1e-5, atol=1e-5) -> Linearizer:
+    """Run the last kernel of Tensor `t` (or a (schedule item, var_vals) pair) plain and optimised; compare.
+    Kernels without a reduce must match bit for bit."""
+    si, var_vals = last_kernel(t) if isinstance(t, Tensor) else t
+    want, plain = run(si, var_vals, PLAIN)
+    assert not plain.applied_opts
+    got, lin = run(si, var_vals, lopts, opts)
+    if exact is None:
+        exact = lin.reduceop is None
+    if exact:
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    return lin
+
+
+def opts_of(t: Tensor, lopts=AVX512) -> list[Opt]:
+    si, _ = last_kernel(t)
+    return choose_opts(Linearizer(si.ast, lopts))
+
+
+def kinds(lin) -> set:
+    return {u.uop for u in lin.uops}
+
+
+# ---- what the heuristic chooses ----
+
+def test_matmul_tiles_outputs_and_vectorizes_the_contiguous_reduce_axis():
+    # x @ w.T with both operands contiguous along K: vectors along K, a register tile of outputs
+    x, w = rand(64, 784), rand(256, 784)
+    for lopts, width in ((AVX512, 16), (AVX2, 8)):
+        got = opts_of(x @ w.T, lopts)
+        assert Opt(V, 2, width) in got
+        tile = [o for o in got if o.op is U]
+        assert {o.axis for o in tile} == {0, 1}
+        # one vector accumulator per output of the tile, all of them in registers
+        assert np.prod([o.amt for o in tile]) <= lopts.vector_registers - 4
+
+
+def test_weight_gradient_vectorizes_the_contiguous_output_axis():
+    g, x = rand(64, 256), rand(64, 784)
+    got = opts_of(g.T @ x)
+    assert Opt(V, 1, 16) in got, "the output and x are contiguous along axis 1"
+    assert any(o.op is U and o.axis == 0 for o in got), "rows of the tile reuse each vector of x"
+
+
+def test_elementwise_vectorizes_the_last_axis_with_few_copies():
+    got = opts_of(rand(256, 784) * 2 + rand(784))
+    assert got[0] == Opt(V, 1, 16)
+    assert np.prod([o.amt for o in got[1:]]) <= 4
+
+
+def test_small_kernels_and_plain_devices_get_no_opts():
+    assert opts_of(rand(4, 6).sum(axis=1)) == []
+    si, _ = last_kernel(rand(256, 784) + 1)
+    for lopts in (PLAIN, LinearizerOptions("GPU")):
+        lin = lin_for(si, lopts)
+        assert lin.applied_opts == [] and UOps.VECTORIZE not in kinds(lin)
+        assert all(u.dtype is None or u.dtype.count == 1 for u in lin.uops)
+    with Context(NOOPT=1):
+        assert lin_for(si, AVX512).applied_opts == []
+
+
+def test_opts_keep_the_kernel_name():
+    si, _ = last_kernel(rand(64, 784) @ rand(784, 32))
+    assert lin_for(si, PLAIN).name == lin_for(si, AVX512).name == "r_64_32_784"
+
+
+def test_symbolic_dims_are_never_upcast():
+    a = rand(48, 64).reshape(Variable("n", 1, 64).bind(48), 64)
+    lin = check(a.sum(axis=0) * 2)
+    assert lin.applied_opts and all(isinstance(lin.full_shape[o.axis], int) for o in lin.applied_opts)
+
+
+def test_apply_opt_rejects_what_does_not_fit():
+    si, _ = last_kernel(rand(24, 40).sum(axis=1))
+    for bad, msg in [(Opt(U, 5, 2), "no axis"), (Opt(U, 0, 5), "does not divide"), (Opt(U, 1, 2), "UNROLL"),
+                     (Opt(R, 0, 2), "UPCAST"), (Opt(V, 1, 5), "power of two")]:
+        with pytest.raises(ValueError, match=msg):
+            Linearizer(si.ast, AVX512).apply_opt(bad)
+    lin = Linearizer(si.ast, AVX512).apply_opt(Opt(V, 1, 8))
+    with pytest.raises(ValueError, match="already"):
+        lin.apply_opt(Opt(V, 0, 4))
+    with pytest.raises(TypeError):
+        lin.apply_opt((U, 0, 2))
+    lin.linearize()
+    with pytest.raises(RuntimeError, match="before linearize"):
+        lin.apply_opt(Opt(U, 0, 2))
+    sis, _ = last_kernel(rand(24, 40).reshape(Variable("n", 1, 64).bind(24), 40).sum(axis=1))
+    with pytest.raises(ValueError, match="symbolic"):
+        Linearizer(sis.ast, AVX512).apply_opt(Opt(U, 0, 2))
+
+
+# ---- optimised kernels against plain ones and numpy ----
+
+def test_matmul_results_match_numpy():
+    xs, ws = RNG.uniform(-1, 1, (64, 784)).astype(np.float32), RNG.uniform(-1, 1, (256, 784)).astype(np.float32)
+    # 784-long sums in a different order: results agree to float32 rounding of the partial sums
+    lin = check(Tensor(xs) @ Tensor(ws).T, atol=1e-4)
+    si, var_vals = last_kernel(Tensor(xs) @ Tensor(ws).T)
+    got, _ = run(si, var_vals)
+    np.testing.assert_allclose(got.reshape(64, 256), xs.astype(np.float64) @ ws.T.astype(np.float64), rtol=1e-4,
+                               atol=1e-4)
+    assert UOps.VECTORIZE in kinds(lin) or any(u.dtype is not None and u.dtype.count > 1 for u in lin.uops)
+
+
+@pytest.mark.parametrize("opts", [None, [Opt(U, 0, 5), Opt(U, 1, 7), Opt(R, 2, 7)], [Opt(U, 1, 21)],
+                                  [Opt(U, 0, 35), Opt(R, 2, 49)], [Opt(U, 0, 7), Opt(R, 2, 0)]])
+def test_matmul_of_odd_sizes(opts):
+    # 35 x 49 @ 49 x 21: tiles of 5 and 7 and whole dims (amt 0: all that is left)
+    check(rand(35, 49) @ rand(49, 21), opts)
+
+
+@pytest.mark.parametrize("opts", [None, [Opt(V, 1, 4), Opt(U, 1, 2), Opt(U, 0, 5)], [Opt(V, 2, 8), Opt(U, 0, 5)],
+                                  [Opt(V, 0, 4), Opt(U, 1, 3)]])
+def test_vectorized_matmul_of_odd_sizes(opts):
+    # 20 x 56 @ 56 x 24: vectors along the output's columns, along the reduction, along the output's rows
+    check(rand(20, 56) @ rand(56, 24), opts)
+
+
+def test_prime_sizes_and_whole_dim_upcasts():
+    a, b = rand(37, 53), rand(53, 29)
+    check(a @ b)
+    check(a @ b, [Opt(U, 1, 29), Opt(R, 2, 53)])
+    check(a.sum(axis=1), [Opt(U, 0, 37)])
+
+
+def test_reduce_over_size_one_and_over_everything():
+    a = rand(16, 1, 64)
+    check((a * 2).sum(axis=1), [Opt(V, 2, 16), Opt(U, 0, 4)])
+    check(a.sum(), [Opt(V, 2, 16), Opt(R, 0, 4)])
+    big = rand(4096, 64)
+    si, var_vals = last_kernel(big.sum())
+    got, lin = run(si, var_vals)
+    assert any(o.op is V for o in lin.applied_opts)
+    # 262144 float32 additions in 16 lanes: the error stays at float32 rounding of the magnitudes summed
+    vals = big.numpy().astype(np.float64)
+    assert abs(got[0] - vals.sum()) <= 1e-7 * np.abs(vals).sum()
+
+
+def test_broadcast_inputs_and_outputs():
+    col, row = rand(64, 1), rand(1, 64)
+    check(col + row, [Opt(V, 1, 16), Opt(U, 0, 4)])
+    # vectors along axis 0: the column is contiguous there, the row is one value for all lanes, the store scatters
+    check(col * row, [Opt(V, 0, 8)])
+    check((col * row).sum(axis=0), [Opt(V, 0, 8), Opt(U, 1, 4)])
+    check((col * row).sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 2)])
+
+
+def test_masked_padded_and_flipped_inputs():
+    a = rand(32, 56)
+    padded = a.pad(((0, 0), (4, 4)))
+    check(padded * 3, [Opt(V, 1, 16)])     # the mask is the same for whole vectors: gated vector loads
+    check(a.pad(((0, 0), (3, 5))) * 3, [Opt(V, 1, 16)])   # the mask splits vectors: lane by lane
+    check(padded.sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)])
+    check(a.pad(((1, 1), (0, 0))).sum(axis=0), [Opt(V, 1, 8), Opt(R, 0, 2)])
+    check(a.flip(1) + 1, [Opt(V, 1, 8)])
+    check(a.flip(1) @ rand(56, 16), [Opt(V, 1, 16), Opt(U, 0, 4)])
+    check(a.T.contiguous(), [Opt(V, 0, 8), Opt(U, 1, 4)])
+    check(a[::2, ::2] * 2, [Opt(V, 1, 4)])
+
+
+def test_consts_iota_and_where():
+    check(Tensor.arange(4096).reshape(64, 64) * 2, [Opt(V, 1, 16)])
+    a = rand(64, 64)
+    check((a > 0).where(a, a * 0.5), [Opt(V, 1, 16), Opt(U, 0, 2)])
+    check(Tensor.ones(60, 64).pad(((2, 2), (0, 0))) + a, [Opt(V, 0, 16)])
+
+
+def test_relu_max_keeps_nan_and_signed_zero_bits():
+    vals = RNG.uniform(-1, 1, (64, 64)).astype(np.float32)
+    vals[3, 5], vals[7, 8], vals[9, 9], vals[10, 10] = np.nan, -0.0, np.inf, -np.inf
+    a = Tensor(vals).realize()
+    check(a.relu(), [Opt(V, 1, 16)])
+    check(a.maximum(a.flip(1)), [Opt(V, 1, 16), Opt(U, 0, 2)])
+    lin = check(a.max(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], exact=True)
+    assert lin.reduceop is not None
+    check(a.max(axis=0), [Opt(V, 1, 16), Opt(R, 0, 4)], exact=True)
+
+
+def test_prod_and_mean():
+    a = Tensor(RNG.uniform(0.9, 1.1, (32, 64)).astype(np.float32)).realize()
+    check(a.prod(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], rtol=1e-5)
+    check(a.mean(axis=0), [Opt(V, 1, 16), Opt(R, 0, 4)])
+
+
+def test_int_dtypes_are_exact():
+    a = Tensor(RNG.integers(-50, 50, (48, 64)).astype(np.int32)).realize()
+    b = Tensor(RNG.integers(-50, 50, (64, 32)).astype(np.int32)).realize()
+    check(a @ b, [Opt(V, 1, 8), Opt(U, 0, 4)], exact=True)
+    check(a.sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], exact=True)
+    check((a * 3 - 7) // 2, [Opt(V, 1, 16)])
+    c = Tensor(RNG.integers(0, 255, (64, 64)).astype(np.uint8)).realize()
+    check(c + c, [Opt(V, 1, 16), Opt(U, 0, 2)])
+    check(c.max(axis=0), [Opt(V, 1, 16)], exact=True)
+
+
+def test_half_and_double():
+    h = Tensor(RNG.uniform(-1, 1, (32, 64)).astype(np.float16)).realize()
+    check(h * h + 1, [Opt(V, 1, 16)])
+    check(h.sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], rtol=2e-3, atol=2e-3)
+    d = Tensor(RNG.uniform(-1, 1, (32, 64))).cast(dtypes.float64).realize()
+    lin = check(d @ d.T, [Opt(V, 1, 8), Opt(U, 0, 4)], rtol=1e-12, atol=1e-12)
+    assert any(u.dtype == dtypes.float64.vec(8) for u in lin.uops)
+    check(d.exp(), [Opt(V, 1, 8)])
+
+
+def test_symbolic_shapes():
+    a = rand(40, 64).reshape(Variable("n", 1, 64).bind(40), 64)
+    check(a * 2 + 1, [Opt(V, 1, 16)])
+    check(a.sum(axis=0), [Opt(V, 1, 16)])
+    check(a.sum(axis=1), [Opt(V, 1, 16)])
+    check(a.sum(axis=1))
+
+
+def test_elementwise_after_a_reduce_and_softmax():
+    a = rand(64, 128)
+    check((a.sum(axis=1) * 0.1).exp(), [Opt(V, 1, 16), Opt(U, 0, 8)])
+    check(a.softmax(axis=1))
+    check(a.softmax(axis=0))
+    check(a.log_softmax(axis=1))
+
+
+def test_conv2d():
+    x, w = rand(2, 8, 12, 12), rand(16, 8, 3, 3)
+    lin = check(x.conv2d(w), rtol=1e-4, atol=1e-4)
+    assert lin.applied_opts
+
+
+def test_rendered_vectors():
+    si, var_vals = last_kernel(rand(64, 784) @ rand(256, 784).T)
+    lin = lin_for(si, AVX2)
+    src = ClangRenderer(lin.name, lin.uops)
+    assert "typedef float float_v8 __attribute__((vector_size(32)" in src
+    loads = [u for u in lin.uops if u.uop is UOps.LOAD and u.dtype.count == 8]
+    assert loads, "contiguous rows are read as whole vectors"
+    accs = [u for u in lin.uops if u.uop is UOps.DEFINE_ACC]
+    assert accs and all(u.dtype == dtypes.float32.vec(8) for u in accs)
+
+
+def test_loop_order_reads_the_big_operand_once():
+    # w (256 x 784) is 4x bigger than x: the loop over x's rows goes outside so each block of w is reused
+    si, _ = last_kernel(rand(64, 784) @ rand(256, 784).T)
+    lin = lin_for(si)
+    assert lin.loop_order == [0, 1]
+    si, _ = last_kernel(rand(64, 256).T @ rand(64, 784))
+    lin = lin_for(si, opts=[Opt(V, 1, 16), Opt(U, 0, 4), Opt(U, 1, 7)])
+    assert lin.loop_order == [1, 0]
+
+
+def test_large_kernels_split_their_outer_loop_across_threads():
+    x, w = rand(64, 784), rand(256, 784)
+    si, var_vals = last_kernel(x @ w.T)
+    lin = lin_for(si, THREADED)
+    assert lin.threads == 2
+    loops = [u for u in lin.uops if u.uop is UOps.LOOP]
+    assert loops[0].arg == 2 and all(u.arg is None for u in loops[1:])
+    assert ClangRenderer(lin.name, lin.uops).count("#pragma omp parallel for num_threads(2)") == 1
+    serial, _ = run(si, var_vals, AVX512)
+    threaded, _ = run(si, var_vals, THREADED)
+    # each thread computes whole outputs, in the same order as one thread would
+    np.testing.assert_array_equal(threaded, serial)
+    assert lin_for(si, AVX512).threads == 1
+    small, _ = last_kernel(rand(64, 64) @ rand(64, 64))
+    assert lin_for(small, THREADED).threads == 1, "too small to be worth a second thread"
+
+
+def test_a_forked_child_runs_threaded_kernels_serially():
+    import os
+    import time
+    si, var_vals = last_kernel(rand(64, 784) @ rand(256, 784).T)
+    want, _ = run(si, var_vals, THREADED)
+    pid = os.fork()
+    if pid == 0:
+        # the OpenMP worker threads were not forked: the child must not wait for them
+        got, _ = run(si, var_vals, THREADED)
+        os._exit(0 if np.array_equal(got, want) else 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung in a threaded kernel")
+
+
+# ---- random kernels and random optimisations against the plain kernel ----
+
+@st.composite
+def kernels(draw):
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24]), min_size=2, max_size=3)))
+    kind = draw(st.sampled_from(["ew", "sum", "max", "matmul", "pad"]))
+    return shape, kind, draw(st.integers(0, 2 ** 16)), draw(st.data())
+
+
+@settings(max_examples=25, deadline=None)
+@given(kernels())
+def test_random_opts_match_plain_kernels(case):
+    shape, kind, seed, data = case
+    rng = np.random.default_rng(seed)
+    # an elementwise op on top, so even a reduce over size-1 dims leaves a kernel to run
+    a = Tensor(rng.uniform(-2, 2, shape).astype(np.float32)).realize() * 1.5
+    if kind == "ew":
+        t = a * 2 + a.flip(len(shape) - 1)
+    elif kind == "sum":
+        t = a.sum(axis=data.draw(st.integers(0, len(shape) - 1)))
+    elif kind == "max":
+        t = a.max(axis=len(shape) - 1)
+    elif kind == "matmul":
+        t = a @ Tensor(rng.uniform(-2, 2, (shape[-1], 8)).astype(np.float32))
+    else:
+        t = a.pad(((1, 2),) + ((0, 0),) * (len(shape) - 1)).sum(axis=0)
+    si, var_vals = last_kernel(t)
+    lin = Linearizer(si.ast, AVX512)
+    full, red = lin.full_shape, lin.reduce_axes
+    opts = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        axis = data.draw(st.integers(0, len(full) - 1))
+        left = full[axis] // lin.upcasts[axis]
+        divs = [d for d in (2, 3, 4, 8) if left % d == 0]
+        if not divs:
+            continue
+        amt = data.draw(st.sampled_from(divs))
+        if lin.vector_axis == -1 and amt in (2, 4, 8) and data.draw(st.booleans()):
+            op = V
+        else:
+            op = R if axis in red else U
+        lin.apply_opt(Opt(op, axis, amt))
+        opts.append(Opt(op, axis, amt))
+    check((si, var_vals), opts, exact=kind in ("ew", "max"), rtol=1e-5, atol=1e-5)
