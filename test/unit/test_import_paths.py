@@ -38,5 +38,9 @@ def test_linearizer_options_on_the_compiler_class():
 
 def test_unavailable_device_is_named():
     from tinygrad import Device
-    with pytest.raises(RuntimeError, match="CUDA"):
+    try:
         Device["CUDA"]
+    except RuntimeError as e:
+        assert "CUDA" in str(e) or "libcuda" in str(e)
+    else:
+        pytest.skip("this machine has a CUDA device")

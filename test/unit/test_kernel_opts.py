@@ -19,6 +19,15 @@ from tinygrad.helpers import Context
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _on_clang():
+    # these kernels are compiled and run as C whatever the default device is (CUDA=1 included)
+    from tinygrad import Device
+    prev, Device.DEFAULT = Device.DEFAULT, "CLANG"
+    yield
+    Device.DEFAULT = prev
+
 # fixed device descriptions, so the choices do not depend on the host's vector width (any x86_64 runs both)
 AVX512 = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
                            max_vector_bytes=64, vector_registers=32)
