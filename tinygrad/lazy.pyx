@@ -22,7 +22,12 @@ _IOTA = LoadOps.IOTA
 _CONTIGUOUS = LoadOps.CONTIGUOUS
 _COPY = LoadOps.COPY
 _WHERE = TernaryOps.WHERE
-_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
+_F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
+
+
+cdef inline bint _is_float(object dt):
+    # identity with the shared singletons: DType hashes and compares in Python code
+    return dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64
 
 # trackers are immutable, so the common ones are shared: the contiguous tracker of a shape, and the tracker that
 # broadcasts a 0-d constant to a shape. Only concrete shapes: a bound Variable compares equal to the same Variable
@@ -147,8 +152,9 @@ cdef class LazyBuffer:
     def const(self, val, shape=None):
         """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
         cdef tuple shp = self.shape if shape is None else tuple(shape)
-        # dtypes.as_const's answer for the common case (a float into a float buffer), without the call
-        cval = val if type(val) is float and self.dtype in _FLOATS else dtypes.as_const(val, self.dtype)
+        # dtypes.as_const's answer for the common case (a Python number into a float buffer), without the call
+        cval = float(val) if (type(val) is float or type(val) is int) and _is_float(self.dtype) else \
+            dtypes.as_const(val, self.dtype)
         c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, cval, ())
         if not shp:
             return c

@@ -786,7 +786,7 @@ class ElementwiseMixin:
         return mask.where(value, self)
 
 
-_FLOATS = frozenset((dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64))
+_F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 
 
 def _fast_binop(x, y, op: BinaryOps, reverse: bool):
@@ -794,7 +794,9 @@ def _fast_binop(x, y, op: BinaryOps, reverse: bool):
     involved (a float tensor with a Python number, or two float tensors of one shape, dtype and device); None
     otherwise, and the general path runs. The result is exactly the general path's, made with far less work:
     eager code pays for every op it builds."""
-    if x.requires_grad or x.dtype not in _FLOATS:
+    dt = x.lazydata.dtype
+    # identity with the shared singletons: cheaper than hashing the dtype
+    if x.requires_grad or not (dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64):
         return None
     xl = x.lazydata
     ty = type(y)
