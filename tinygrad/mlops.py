@@ -45,11 +45,17 @@ class Function:
         global Tensor
         if Tensor is None:  # NOTE: tensor.py imports this module, so Tensor is looked up on first use
             from tinygrad.tensor import Tensor
-        ctx = cls(x[0].device, *x)
-        ret = Tensor.__new__(Tensor)
+        # what __init__ does, inlined: every Tensor op passes here, eager code included
+        ctx = cls.__new__(cls)
+        needs = [t.requires_grad for t in x]
+        rg = True if True in needs else (None if None in needs else False)
+        ctx.device, ctx.needs_input_grad, ctx.requires_grad, ctx.metadata = x[0].lazydata.device, needs, rg, None
+        if rg:
+            ctx.parents = x
+        ret = object.__new__(Tensor)
         ret.lazydata = ctx.forward(*[t.lazydata for t in x], **kwargs)
-        ret.requires_grad, ret.grad = ctx.requires_grad, None
-        ret._ctx = ctx if ctx.requires_grad and not Tensor.no_grad else None
+        ret.requires_grad, ret.grad = rg, None
+        ret._ctx = ctx if rg and not Tensor.no_grad else None
         return ret
 
 

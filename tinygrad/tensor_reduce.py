@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import tinygrad.mlops as F
 from tinygrad.dtype import DType, dtypes, least_upper_float
 from tinygrad.helpers import prod
+from tinygrad.ops import ReduceOps
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -88,6 +89,15 @@ class ReduceMixin:
     # ---- sums and products ----
     def sum(self, axis=None, keepdim: bool = False, acc_dtype: DType | None = None) -> Tensor:
         """Sum over `axis` (None: all). Accumulates in `acc_dtype` and returns it, else in PyTorch's dtype."""
+        lb = self.lazydata
+        if axis is None and acc_dtype is None and not keepdim and not self.requires_grad and \
+                (lb.dtype is dtypes.float32 or lb.dtype is dtypes.float64) and lb.shape and \
+                all(type(s) is int for s in lb.shape):
+            # the whole-tensor sum of eager code, built straight on the LazyBuffer: no gradient to record
+            ret = object.__new__(type(self))
+            ret.lazydata = lb.r(ReduceOps.SUM, tuple(range(len(lb.shape)))).reshape(())
+            ret.requires_grad, ret.grad, ret._ctx = self.requires_grad, None, None
+            return ret
         if acc_dtype is not None:
             return self.cast(acc_dtype)._reduce(F.Sum, axis, keepdim)
         return self.cast(_acc_dtype(self.dtype))._reduce(F.Sum, axis, keepdim).cast(_out_dtype(self.dtype))
