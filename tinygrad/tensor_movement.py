@@ -335,6 +335,12 @@ class MovementMixin:
 
     # ---- layout ----
     def contiguous(self) -> Tensor:
+        if not self.requires_grad:
+            # nothing to record for autograd: straight to the LazyBuffer (eager code calls this per step)
+            ret = object.__new__(type(self))
+            ret.lazydata = self.lazydata.contiguous()
+            ret.requires_grad, ret.grad, ret._ctx = self.requires_grad, None, None
+            return ret
         return F.Contiguous.apply(self)
 
     def contiguous_backward(self) -> Tensor:
