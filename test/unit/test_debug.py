@@ -22,7 +22,19 @@ def test_debug2_one_line_per_launch_with_time():
     lines = [ln for ln in run(2).splitlines() if "***" in ln]
     kernels = [ln for ln in lines if "E_3" in ln]
     assert len(kernels) == 3, lines
-    assert all(" ms" in ln for ln in kernels)
+    assert all(" ms" in ln and "GFLOPS" in ln and "GB/s" in ln for ln in kernels)
+
+
+def test_op_estimate_counts_a_matmul():
+    import numpy as np
+
+    from tinygrad import Tensor
+    from tinygrad.engine.realize import op_estimate
+    from tinygrad.engine.schedule import create_schedule
+    a = Tensor(np.ones((8, 16), np.float32)).realize()
+    b = Tensor(np.ones((16, 4), np.float32)).realize()
+    (si,) = create_schedule([(a @ b).lazydata])
+    assert op_estimate(si.ast) == 2 * 8 * 16 * 4  # a multiply and an add per term
 
 
 def test_debug4_prints_each_source_once():

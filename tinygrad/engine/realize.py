@@ -34,6 +34,8 @@ class CompiledRunner(Runner):
                  lib: bytes | None = None, outcount: int = 1, display_name: str | None = None):
         self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
+        # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
+        self.op_estimate = 0
         dev = Device[dname]
         if DEBUG >= 4:
             print(prg)
@@ -98,10 +100,15 @@ class ExecItem:
         GlobalCounters.kernel_count += isinstance(self.prg, CompiledRunner)
         if et is not None:
             GlobalCounters.time_sum_s += et
+        ops = getattr(self.prg, "op_estimate", 0)
+        mem = sum(b.nbytes for b in self.bufs) if isinstance(self.prg, CompiledRunner) else 0
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
         if DEBUG >= 2:
             ms = f"{et * 1e3:9.3f} ms" if et is not None else " " * 12
+            rate = f" ({ops / et * 1e-9:9.2f} GFLOPS {mem / et * 1e-9:8.2f} GB/s)" if et and mem else ""
             print(f"{colored(f'*** {self.prg.dname:7s} {GlobalCounters.kernel_count:4d}', 'magenta')} "
-                  f"{self.prg.display_name:40s} tm {ms}")
+                  f"{self.prg.display_name:40s} tm {ms}{rate}")
         return et
 
 
@@ -144,12 +151,32 @@ def _render(dname: str, ast: tuple) -> Rendered:
     return ret
 
 
-def _runner(dname: str, r: Rendered, lib: bytes | None = None) -> CompiledRunner:
+def op_estimate(ast: tuple) -> int:
+    """About how many arithmetic operations a kernel does: its ALU and reduce nodes times the size of its index
+    space (the largest tracker it reads or writes through); 0 for symbolic shapes. For DEBUG=2's GFLOPS."""
+    size, n_ops = 0, 0
+    for root in ast:
+        for node in root.toposort():
+            if node.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE, BufferOps.IOTA):
+                n = 1
+                for d in node.arg.st.shape:
+                    if not isinstance(d, int):
+                        return 0
+                    n *= d
+                size = max(size, n)
+            elif not isinstance(node.op, (BufferOps, LoadOps)):
+                n_ops += 1
+    return n_ops * size
+
+
+def _runner(dname: str, r: Rendered, ast: tuple, lib: bytes | None = None) -> CompiledRunner:
     # distinct kernels with the same shape get distinct display names, so profiles and DEBUG output tell them apart
     n = _names.get(r.name, 0)
     _names[r.name] = n + 1
-    return CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
-                          display_name=r.name if n == 0 else f"{r.name}n{n}")
+    runner = CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
+                            display_name=r.name if n == 0 else f"{r.name}n{n}")
+    runner.op_estimate = op_estimate(ast)
+    return runner
 
 
 def get_runner(dname: str, ast: tuple) -> CompiledRunner:
@@ -158,7 +185,7 @@ def get_runner(dname: str, ast: tuple) -> CompiledRunner:
     hit = method_cache.get(key)
     if hit is not None:
         return hit
-    runner = method_cache[key] = _runner(dname, _render(dname, ast))
+    runner = method_cache[key] = _runner(dname, _render(dname, ast), ast)
     return runner
 
 
@@ -180,7 +207,7 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         libs = list(pool.map(lambda kr: Device[kr[0][0]].compiler.compile_cached(kr[1].src), rendered))
     for (key, r), lib in zip(rendered, libs):
-        method_cache[key] = _runner(key[0], r, lib)
+        method_cache[key] = _runner(key[0], r, key[1], lib)
 
 
 def lower_schedule_item(si) -> Runner:
