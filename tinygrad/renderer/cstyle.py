@@ -210,33 +210,44 @@ class CStyleLanguage:
         return self.prelude(dts) + kernel
 
 
-def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
-    """The source of kernel `name` from its uops."""
-    uses: dict[int, int] = {}
-    for u in uops:
-        for v in u.vin:
-            uses[id(v)] = uses.get(id(v), 0) + 1
-    r: dict[int, str] = {}
-    params: list[tuple[str, DType, bool]] = []
-    body: list[str] = []
-    depth = 1
-    counters: dict[str, int] = {}
+class KernelWriter:
+    """The body of a kernel being written from its uops: `r` maps each uop to the C expression or variable that
+    stands for it, `emit` writes a line at the current `depth`, `fresh` makes a new variable name, and `bind` inlines
+    an expression used once (and short enough) or else gives it a variable of its own. Shared by the renderers."""
 
-    def fresh(prefix: str) -> str:
-        n = counters.get(prefix, 0)
-        counters[prefix] = n + 1
+    def __init__(self, lang: CStyleLanguage, uops: list[UOp]):
+        self.lang = lang
+        self.uses: dict[int, int] = {}
+        for u in uops:
+            for v in u.vin:
+                self.uses[id(v)] = self.uses.get(id(v), 0) + 1
+        self.r: dict[int, str] = {}
+        self.body: list[str] = []
+        self.depth = 1
+        self.counters: dict[str, int] = {}
+
+    def fresh(self, prefix: str) -> str:
+        n = self.counters.get(prefix, 0)
+        self.counters[prefix] = n + 1
         return f"{prefix}{n}"
 
-    def emit(line: str) -> None:
-        body.append("  " * depth + line)
+    def emit(self, line: str) -> None:
+        self.body.append("  " * self.depth + line)
 
-    def bind(u: UOp, expr: str, prefix: str, inline: bool) -> None:
-        if inline and uses.get(id(u), 0) <= 1 and len(expr) <= MAX_INLINE:
-            r[id(u)] = expr
+    def bind(self, u: UOp, expr: str, prefix: str, inline: bool) -> None:
+        if inline and self.uses.get(id(u), 0) <= 1 and len(expr) <= MAX_INLINE:
+            self.r[id(u)] = expr
         else:
-            var = fresh(prefix)
-            emit(f"{lang.render_dtype(u.dtype)} {var} = {expr};")
-            r[id(u)] = var
+            var = self.fresh(prefix)
+            self.emit(f"{self.lang.render_dtype(u.dtype)} {var} = {expr};")
+            self.r[id(u)] = var
+
+
+def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
+    """The source of kernel `name` from its uops."""
+    w = KernelWriter(lang, uops)
+    r, body, fresh, emit, bind = w.r, w.body, w.fresh, w.emit, w.bind
+    params: list[tuple[str, DType, bool]] = []
 
     for u in uops:
         op, dt, vin = u.uop, u.dtype, u.vin
@@ -255,9 +266,9 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
             var = fresh("ridx")
             emit(f"for (int {var} = {r[id(vin[0])]}; {var} < {r[id(vin[1])]}; {var}++) {{")
             r[id(u)] = var
-            depth += 1
+            w.depth += 1
         elif op is UOps.ENDLOOP:
-            depth -= 1
+            w.depth -= 1
             emit("}")
         elif op is UOps.DEFINE_ACC:
             var = fresh("acc")

@@ -38,7 +38,7 @@ from typing import Callable
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
-from tinygrad.renderer.cstyle import MAX_INLINE, CStyleLanguage
+from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
 from tinygrad.renderer.cuda_plan import VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
 
 LAUNCH_MARKER = "// tinygrad launch:"
@@ -194,39 +194,17 @@ _AXIS = "xyz"
 
 def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     """The CUDA source of kernel `name` from its uops."""
-    uses: dict[int, int] = {}
-    for u in uops:
-        for v in u.vin:
-            uses[id(v)] = uses.get(id(v), 0) + 1
     specials = [u for u in uops if u.uop is UOps.SPECIAL]
     has_barrier = any(u.uop is UOps.BARRIER for u in uops)
     par = _Parallel() if specials else _plan_parallel(uops)
     flat_loops = {id(lp) for lp in par.global_loops + par.reduce_loops}
-    r: dict[int, str] = {}
+    kw = KernelWriter(lang, uops)
+    r, body, fresh, emit, bind = kw.r, kw.body, kw.fresh, kw.emit, kw.bind
     params: list[tuple[str, DType, bool]] = []
-    body: list[str] = []
-    depth = 1
-    counters: dict[str, int] = {}
     dts: set[DType] = set()
     # per open vectorised nest (by the id of its outermost loop): what its closing needs
     open_vec: dict[int, dict] = {}
     hoisted: dict[int, str] = {}  # id of a moved load or store -> the variable standing for its element
-
-    def fresh(prefix: str) -> str:
-        n = counters.get(prefix, 0)
-        counters[prefix] = n + 1
-        return f"{prefix}{n}"
-
-    def emit(line: str) -> None:
-        body.append("  " * depth + line)
-
-    def bind(u: UOp, expr: str, prefix: str, inline: bool) -> None:
-        if inline and uses.get(id(u), 0) <= 1 and len(expr) <= MAX_INLINE:
-            r[id(u)] = expr
-        else:
-            var = fresh(prefix)
-            emit(f"{lang.render_dtype(u.dtype)} {var} = {expr};")
-            r[id(u)] = var
 
     def buf_type(buf: UOp) -> str:
         return lang.buffer_type_map.get(buf.dtype.base) or lang.render_dtype(buf.dtype.base)
@@ -234,7 +212,6 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     def open_flat(loops: list[UOp], first: str, stride: str) -> None:
         """One loop over the flattened nest `loops`, each loop variable recovered by division and modulo. The body
         of a vectorised nest is rendered once, for one element `flat`, and placed by close_vec."""
-        nonlocal depth
         extents = [f"({r[id(lp.vin[1])]})" for lp in loops]
         flat = fresh("flat")
         vec: _Vec | None = par.vec.get(id(loops[-1]))
@@ -242,7 +219,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(f"for (int {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
         else:
             emit("{")
-            depth += 1
+            kw.depth += 1
             state = {"vec": vec, "first": first, "stride": f"({stride})", "flat": flat, "n": fresh("tg_n"), "off": {}}
             emit(f"const int {state['n']} = {'*'.join(extents)};")
             for u in vec.loads + vec.stores:
@@ -254,7 +231,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
                 hoisted[id(u)] = fresh("tg_ld" if u.uop is UOps.LOAD else "tg_st")
             state["start"] = len(body)
             open_vec[id(loops[0])] = state
-        depth += 1
+        kw.depth += 1
         for k, lp in enumerate(loops):
             var = fresh("ridx")
             inner = "*".join(extents[k + 1:])
@@ -265,8 +242,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     def close_vec(state: dict) -> None:
         """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
         pointer is aligned, their loads issued together; then one vector at a time; then single elements."""
-        nonlocal depth
-        lines = [line[2 * (depth + 1):] for line in body[state["start"]:]]
+        lines = [line[2 * (kw.depth + 1):] for line in body[state["start"]:]]
         del body[state["start"]:]
         vec, n, first, stride, flat = state["vec"], state["n"], state["first"], state["stride"], state["flat"]
         w, unroll, moved = vec.width, vec.unroll, vec.loads + vec.stores
@@ -276,17 +252,16 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
 
         def element(index: str, lane: str) -> None:
             """The body for lane tg_j of the vectors, `lane` spelling a vector's element from its name."""
-            nonlocal depth
             emit("#pragma unroll")
             emit(f"for (int tg_j = 0; tg_j < {w}; tg_j++) {{")
-            depth += 1
+            kw.depth += 1
             emit(f"const int {flat} = {index};")
             for u in moved:
                 kind = ("const ", "") if u.uop is UOps.LOAD else ("", "&")
                 emit(f"{kind[0]}{buf_type(u.vin[0])}{kind[1]} {hoisted[id(u)]} = {lane.format(names[id(u)])};")
             for line in lines:
                 emit(line)
-            depth -= 1
+            kw.depth -= 1
             emit("}")
 
         aligned = " && ".join(f"((unsigned long long)({ptr[id(u)]}) & {w * u.vin[0].dtype.base.itemsize - 1}ull) == 0"
@@ -296,7 +271,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         emit(f"int {v} = {first};")
         if unroll > 1:
             emit(f"for (; {v}+{unroll - 1}*{stride} < {nv}; {v} += {unroll}*{stride}) {{")
-            depth += 1
+            kw.depth += 1
             at = f"({v}+tg_u*{stride})*{w}"
             for u in moved:
                 emit(f"{vt[id(u)]} {names[id(u)]}[{unroll}];")
@@ -308,16 +283,16 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
                 emit("}")
             emit("#pragma unroll")
             emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
-            depth += 1
+            kw.depth += 1
             element(f"{at}+tg_j", "{}[tg_u].e[tg_j]")
             for u in vec.stores:
                 emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}[tg_u];")
-            depth -= 1
+            kw.depth -= 1
             emit("}")
-            depth -= 1
+            kw.depth -= 1
             emit("}")
         emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
-        depth += 1
+        kw.depth += 1
         for u in vec.loads:
             emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
         for u in vec.stores:
@@ -325,11 +300,11 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
         for u in vec.stores:
             emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
-        depth -= 1
+        kw.depth -= 1
         emit("}")
         # after the last whole vector, or everything where a pointer is misaligned
         emit(f"for (int {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
-        depth += 1
+        kw.depth += 1
         for u in vec.loads:
             emit(f"const {buf_type(u.vin[0])} {hoisted[id(u)]} = {r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}];")
         for u in vec.stores:
@@ -338,9 +313,9 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit(line)
         for u in vec.stores:
             emit(f"{r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}] = {hoisted[id(u)]};")
-        depth -= 1
+        kw.depth -= 1
         emit("}")
-        depth -= 1
+        kw.depth -= 1
         emit("}")
 
     if par.mode in ("blocks", "grid"):
@@ -400,15 +375,15 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             var = fresh("ridx")
             emit(f"for (int {var} = {r[id(vin[0])]}; {var} < {r[id(vin[1])]}; {var}++) {{")
             r[id(u)] = var
-            depth += 1
+            kw.depth += 1
         elif op is UOps.ENDLOOP and id(vin[0]) in flat_loops:
             nest = par.global_loops if any(vin[0] is lp for lp in par.global_loops) else par.reduce_loops
             if vin[0] is not nest[0]:
                 continue
             if nest is par.global_loops and par.mode == "blocks":
-                depth -= 1
+                kw.depth -= 1
                 emit("}")  # the `if (threadIdx.x == 0)` around the stores
-            depth -= 1
+            kw.depth -= 1
             if id(nest[0]) in open_vec:
                 close_vec(open_vec.pop(id(nest[0])))
             else:
@@ -418,11 +393,11 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
                 if par.mode == "grid":
                     _emit_grid_combine(lang, par, r[id(par.acc)], emit)
                 emit("if (threadIdx.x == 0) {")
-                depth += 1
+                kw.depth += 1
                 if par.mode == "grid":
                     emit("tg_done = 0;  // ready for the next launch")
         elif op is UOps.ENDLOOP:
-            depth -= 1
+            kw.depth -= 1
             emit("}")
         elif op is UOps.DEFINE_ACC:
             var = fresh("acc")
@@ -450,7 +425,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         else:
             raise NotImplementedError(f"the CUDA renderer has no rule for {op}")
     if par.mode in ("blocks", "grid") and not par.global_loops:
-        depth -= 1
+        kw.depth -= 1
         emit("}")  # the `if (threadIdx.x == 0)` of a kernel without output loops
     bounds = _launch_bounds(specials, par)
     kernel = lang.render_kernel(name, body, params, bounds)
