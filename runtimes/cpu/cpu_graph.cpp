@@ -5,6 +5,7 @@
 
 #include "buffer.h"
 #include "errors.h"
+#include "graph_guards.h"
 
 namespace tg::cpu {
 namespace {
@@ -12,35 +13,10 @@ namespace {
 // The word for an argument as far as it is known at capture time; Buffer slots get their address at each run.
 Word capture_word(const BoundArg& arg) { return arg.buffer ? 0 : CpuProgram::to_word(arg.value); }
 
-// Marks the graph busy for one method call; a second, overlapping call throws instead of racing.
-class BusyGuard {
- public:
-  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
-    bool idle = false;
-    if (!busy_.compare_exchange_strong(idle, true))
-      throw UsageError(std::string("CPU graph: ") + what + " while another call is using the graph");
-  }
-  ~BusyGuard() { busy_.store(false); }
-  BusyGuard(const BusyGuard&) = delete;
-  BusyGuard& operator=(const BusyGuard&) = delete;
-
- private:
-  std::atomic<bool>& busy_;
-};
-
-// Unpins everything pinned so far when run() ends, however it ends.
-struct UnpinOnExit {
-  std::vector<Buffer*>& pinned;
-  ~UnpinOnExit() {
-    for (Buffer* b : pinned) b->unpin();
-    pinned.clear();
-  }
-};
-
 }  // namespace
 
 size_t CpuGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* /*dims*/) {
-  BusyGuard busy(busy_, "add");
+  GraphBusyGuard busy(busy_, "CPU graph", "add");
   if (!program) throw UsageError("CPU graph: add() needs a program");
   auto cpu = std::dynamic_pointer_cast<CpuProgram>(program);
   if (!cpu) throw UsageError("CPU graph: program '" + program->name() + "' is for device " + program->device());
@@ -53,7 +29,7 @@ size_t CpuGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> arg
 }
 
 void CpuGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
-  BusyGuard busy(busy_, "set_arg");
+  GraphBusyGuard busy(busy_, "CPU graph", "set_arg");
   if (launch >= launches_.size())
     throw UsageError("CPU graph: launch index " + std::to_string(launch) + " out of range (graph has " +
                      std::to_string(launches_.size()) + " launches)");
@@ -69,7 +45,7 @@ void CpuGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
 }
 
 void CpuGraph::run() {
-  BusyGuard busy(busy_, "run");
+  GraphBusyGuard busy(busy_, "CPU graph", "run");
   UnpinOnExit unpin{pinned_};
   // Pin before resolving, so nothing can free a buffer between the check and the call.
   for (Launch& l : launches_) {

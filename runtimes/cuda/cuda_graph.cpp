@@ -5,34 +5,10 @@
 
 #include "buffer.h"
 #include "errors.h"
+#include "graph_guards.h"
 
 namespace tg::cuda {
 namespace {
-
-// Marks the graph busy for one method call; an overlapping call (another Python thread, the GIL released) throws
-// instead of racing.
-class BusyGuard {
- public:
-  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
-    bool idle = false;
-    if (!busy_.compare_exchange_strong(idle, true))
-      throw UsageError(std::string("CUDA graph: ") + what + " while another call is using the graph");
-  }
-  ~BusyGuard() { busy_.store(false); }
-  BusyGuard(const BusyGuard&) = delete;
-  BusyGuard& operator=(const BusyGuard&) = delete;
-
- private:
-  std::atomic<bool>& busy_;
-};
-
-struct UnpinOnExit {
-  std::vector<Buffer*>& pinned;
-  ~UnpinOnExit() {
-    for (Buffer* b : pinned) b->unpin();
-    pinned.clear();
-  }
-};
 
 bool same_dims(const LaunchDims& a, const LaunchDims& b) {
   for (int i = 0; i < 3; ++i)
@@ -91,7 +67,7 @@ KernelNodeParams CudaGraph::node_params(Launch& l) const {
 }
 
 size_t CudaGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* dims) {
-  BusyGuard busy(busy_, "add");
+  GraphBusyGuard busy(busy_, "CUDA graph", "add");
   if (!program) throw UsageError("CUDA graph: add() needs a program");
   auto cuda = std::dynamic_pointer_cast<CudaProgram>(program);
   if (!cuda || cuda->context() != ctx_)
@@ -111,7 +87,7 @@ size_t CudaGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> ar
 }
 
 void CudaGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
-  BusyGuard busy(busy_, "set_arg");
+  GraphBusyGuard busy(busy_, "CUDA graph", "set_arg");
   Launch& l = at(launch, "set_arg");
   if (arg >= l.args.size())
     throw UsageError("CUDA graph: argument index " + std::to_string(arg) + " out of range (launch " +
@@ -127,7 +103,7 @@ void CudaGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
 }
 
 bool CudaGraph::set_dims(size_t launch, const LaunchDims& dims) {
-  BusyGuard busy(busy_, "set_dims");
+  GraphBusyGuard busy(busy_, "CUDA graph", "set_dims");
   Launch& l = at(launch, "set_dims");
   l.program->check_dims(dims);
   if (!same_dims(l.dims, dims)) {
@@ -159,7 +135,7 @@ void CudaGraph::build() {
 }
 
 void CudaGraph::run() {
-  BusyGuard busy(busy_, "run");
+  GraphBusyGuard busy(busy_, "CUDA graph", "run");
   if (launches_.empty()) return;
   UnpinOnExit unpin{pinned_};
   // Pin before resolving, so nothing can free a buffer between the check and the replay being queued.
