@@ -20,7 +20,7 @@ from itertools import product
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
-from tinygrad.helpers import DEBUG, NOOPT, to_function_name
+from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
 from tinygrad.ops import _const_identity, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import (AndNode, DivNode, LtNode, ModNode, MulNode, Node, NumNode, SumNode,
                                      Variable)
@@ -68,23 +68,7 @@ cdef dict _op_dims(tuple roots, tuple reduce_axes):
 
 cdef list _topo_to_reduce(object root):
     """The nodes of `root` once each, sources first, not descending into a reduce (its value is the accumulator)."""
-    cdef list order = []
-    cdef set seen = set()
-    cdef list stack = [(root, False)]
-    while stack:
-        op, expanded = stack.pop()
-        if expanded:
-            order.append(op)
-            continue
-        if id(op) in seen:
-            continue
-        seen.add(id(op))
-        stack.append((op, True))
-        if not isinstance(op.op, ReduceOps):
-            for s in reversed(op.src):
-                if id(s) not in seen:
-                    stack.append((s, False))
-    return order
+    return toposort(root, lambda op: () if isinstance(op.op, ReduceOps) else op.src)
 
 
 cdef class Linearizer:

@@ -223,6 +223,8 @@ class KernelWriter:
                 self.uses[id(v)] = self.uses.get(id(v), 0) + 1
         self.r: dict[int, str] = {}
         self.body: list[str] = []
+        # the kernel's parameters in order: (name, dtype, is_output)
+        self.params: list[tuple[str, DType, bool]] = []
         self.depth = 1
         self.counters: dict[str, int] = {}
 
@@ -233,6 +235,19 @@ class KernelWriter:
 
     def emit(self, line: str) -> None:
         self.body.append("  " * self.depth + line)
+
+    def define_param(self, u: UOp) -> bool:
+        """A buffer or symbolic-variable argument becomes a kernel parameter; False for any other uop."""
+        if u.uop is UOps.DEFINE_GLOBAL:
+            self.r[id(u)] = u.arg[1]
+            self.params.append((u.arg[1], u.dtype, u.arg[2]))
+        elif u.uop is UOps.DEFINE_VAR:
+            var_name = "".join(c if c.isalnum() or c == "_" else "_" for c in u.arg.expr)
+            self.r[id(u)] = var_name
+            self.params.append((var_name, dtypes.int32, False))
+        else:
+            return False
+        return True
 
     def bind(self, u: UOp, expr: str, prefix: str, inline: bool) -> None:
         if inline and self.uses.get(id(u), 0) <= 1 and len(expr) <= MAX_INLINE:
@@ -247,17 +262,11 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
     """The source of kernel `name` from its uops."""
     w = KernelWriter(lang, uops)
     r, body, fresh, emit, bind = w.r, w.body, w.fresh, w.emit, w.bind
-    params: list[tuple[str, DType, bool]] = []
 
     for u in uops:
         op, dt, vin = u.uop, u.dtype, u.vin
-        if op is UOps.DEFINE_GLOBAL:
-            r[id(u)] = u.arg[1]
-            params.append((u.arg[1], dt, u.arg[2]))
-        elif op is UOps.DEFINE_VAR:
-            var_name = "".join(c if c.isalnum() or c == "_" else "_" for c in u.arg.expr)
-            r[id(u)] = var_name
-            params.append((var_name, dtypes.int32, False))
+        if w.define_param(u):
+            pass
         elif op is UOps.CONST:
             r[id(u)] = lang.render_const(u.arg, dt)
         elif op is UOps.LOOP:
@@ -310,7 +319,7 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
         else:
             raise NotImplementedError(f"the C renderer has no rule for {op}")
     dts = {u.dtype.scalar() for u in uops if u.dtype} | {u.dtype for u in uops if u.dtype and u.dtype.count > 1}
-    kernel = lang.render_kernel(name, body, params)
+    kernel = lang.render_kernel(name, body, w.params)
     if any(u.uop is UOps.LOOP and u.arg is not None and u.arg > 1 for u in uops):
         kernel = lang.parallel_prelude() + kernel
     return lang.render_source(kernel, dts)

@@ -200,7 +200,6 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     flat_loops = {id(lp) for lp in par.global_loops + par.reduce_loops}
     kw = KernelWriter(lang, uops)
     r, body, fresh, emit, bind = kw.r, kw.body, kw.fresh, kw.emit, kw.bind
-    params: list[tuple[str, DType, bool]] = []
     dts: set[DType] = set()
     # per open vectorised nest (by the id of its outermost loop): what its closing needs
     open_vec: dict[int, dict] = {}
@@ -329,13 +328,8 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         op, dt, vin = u.uop, u.dtype, u.vin
         if dt is not None:
             dts.add(dt.base if isinstance(dt, PtrDType) else dt)
-        if op is UOps.DEFINE_GLOBAL:
-            r[id(u)] = u.arg[1]
-            params.append((u.arg[1], dt, u.arg[2]))
-        elif op is UOps.DEFINE_VAR:
-            var_name = "".join(c if c.isalnum() or c == "_" else "_" for c in u.arg.expr)
-            r[id(u)] = var_name
-            params.append((var_name, dtypes.int32, False))
+        if kw.define_param(u):
+            pass
         elif op is UOps.DEFINE_LOCAL:
             local_name, size = u.arg
             base = dt.base if isinstance(dt, PtrDType) else dt
@@ -428,7 +422,7 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         kw.depth -= 1
         emit("}")  # the `if (threadIdx.x == 0)` of a kernel without output loops
     bounds = _launch_bounds(specials, par)
-    kernel = lang.render_kernel(name, body, params, bounds)
+    kernel = lang.render_kernel(name, body, kw.params, bounds)
     prelude = lang.prelude(dts) + (BITCAST_PRELUDE if any(u.uop is UOps.BITCAST for u in uops) else "")
     prelude += VEC_PRELUDE if par.vec else ""
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
