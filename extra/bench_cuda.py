@@ -153,7 +153,7 @@ def rendered(renderer, out: Tensor) -> tuple[str, str]:
 
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
-    opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
     items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
     lin = Linearizer(items[-1].ast, opts).linearize()
     return lin.name, renderer(lin.name, lin.uops)

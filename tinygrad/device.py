@@ -1,8 +1,10 @@
 """Devices, the memory they hold, and the contract a compiled device fulfils.
 
 A compiled device is four parts: an Allocator (device memory), a Compiler (source -> binary), a renderer
-(uops -> source, chosen by `LinearizerOptions`) and a program class (binary -> something you can call with buffers).
-Devices are found by name: `Device["CLANG"]` imports `tinygrad.runtime.ops_clang` and builds its `ClangDevice`.
+(uops -> source, chosen by `LinearizerOptions`) and a program class (binary -> something you can call with buffers),
+plus an optional graph class that replays a TinyJit capture in one call. Devices are found by name: `Device["CLANG"]`
+imports `tinygrad.runtime.ops_clang` and builds its `ClangDevice`. Every `ops_<name>.py` on `tinygrad.runtime`'s
+search path is a device; docs/adding_a_device.md says how to add one.
 """
 from __future__ import annotations
 
@@ -12,18 +14,38 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, KNOBS, GlobalCounters, getenv
+from tinygrad.helpers import DEBUG, GlobalCounters, getenv
+
+
+class CompileError(RuntimeError):
+    """A device compiler rejected a kernel; the message carries the compiler's log and the source."""
 
 
 class _Device:
-    """The registry of devices: `Device[name]` gives the (lazily built, cached) device; `Device.DEFAULT` is settable."""
+    """The registry of devices: `Device[name]` gives the (lazily built, cached) device; `Device.DEFAULT` is settable.
 
-    # the devices this package ships, in the order a default is looked for
-    KNOWN = ("CUDA", "CLANG", "CPU")
+    The devices are the `ops_<name>.py` modules found on `tinygrad.runtime.__path__` (`Device.KNOWN`), so a new
+    runtime is a new module, not an edit here. `<NAME>=1` in the environment makes that device the default."""
+
+    # the order a default is looked for among the environment's device knobs; other devices follow alphabetically
+    PREFERRED = ("CUDA", "CLANG", "CPU")
 
     def __init__(self) -> None:
         self._opened: dict[str, Any] = {}
         self._default: str | None = None
+
+    @property
+    def KNOWN(self) -> tuple[str, ...]:  # noqa: N802 - a constant in spirit: the device modules present
+        import tinygrad.runtime as rt
+        names: set[str] = set()
+        for folder in rt.__path__:
+            try:
+                entries = os.listdir(folder)
+            except OSError:
+                continue
+            names |= {f[4:-3].upper() for f in entries if f.startswith("ops_") and f.endswith(".py")}
+        return tuple(sorted(names, key=lambda n: (n not in self.PREFERRED, self.PREFERRED.index(n)
+                                                  if n in self.PREFERRED else 0, n)))
 
     @staticmethod
     def canonicalize(device: str | None) -> str:
@@ -54,8 +76,6 @@ class _Device:
         except ModuleNotFoundError as e:
             if e.name != f"tinygrad.runtime.ops_{base.lower()}":
                 raise
-            if base in self.KNOWN:
-                raise RuntimeError(f"device {dev} is not available in this build of tinygrad") from None
             raise RuntimeError(f"unknown device {dev}: known devices are {', '.join(self.KNOWN)}") from None
         cls = next((v for k, v in vars(mod).items() if k.lower() == f"{base.lower()}device"), None)
         if cls is None:
@@ -65,7 +85,7 @@ class _Device:
     @property
     def DEFAULT(self) -> str:  # noqa: N802 - tinygrad's public spelling
         if self._default is None:
-            chosen = [d for d in self.KNOWN if d in KNOBS and getenv(d, 0)]
+            chosen = [d for d in self.KNOWN if getenv(d, 0)]
             if len(chosen) > 1:
                 raise RuntimeError(f"more than one default device selected in the environment: {chosen}")
             self._default = chosen[0] if chosen else "CLANG"
@@ -122,7 +142,7 @@ class Buffer:
         dev = Device._opened.get(self.device)
         self.allocator = (dev if dev is not None else Device[self.device]).allocator
         self._buf = opaque if opaque is not None else self.allocator.alloc(self._nbytes, self.options)
-        if not self.device.startswith("DISK"):  # a mapped file is not device memory
+        if self.allocator.counts_memory:
             GlobalCounters.mem_used += self._nbytes
         return self
 
@@ -132,7 +152,7 @@ class Buffer:
     def __del__(self):
         # NOTE: __init__ may have raised before _buf was set
         if getattr(self, "_buf", None) is not None:
-            if not self.device.startswith("DISK"):
+            if self.allocator.counts_memory:
                 GlobalCounters.mem_used -= self._nbytes
             self.allocator.free(self._buf, self._nbytes, self.options)
 
@@ -172,7 +192,19 @@ class Buffer:
 
 
 class Allocator:
-    """Device memory. Subclasses implement `_alloc`/`_free`/`copyin`/`copyout`; `as_buffer` (optional) is zero-copy."""
+    """Device memory. Subclasses implement `_alloc`/`_free`/`copyin`/`copyout`. Optional capabilities: `as_buffer`
+    (a zero-copy host view), and `transfer` with `can_transfer` (device-to-device copies, which the engine uses instead
+    of a round trip through host memory whenever `dest_allocator.can_transfer(src_allocator)`)."""
+    # whether allocations count as device memory in GlobalCounters.mem_used (a mapped file does not)
+    counts_memory = True
+
+    def can_transfer(self, src: Allocator) -> bool:
+        """Whether `transfer` can copy from memory of allocator `src` (maybe another device's) into this one's."""
+        return False
+
+    def transfer(self, dest, src, nbytes: int, src_dev: Any = None, dest_dev: Any = None) -> None:
+        """Device-to-device copy of `nbytes` from `src` (an allocation of an allocator `can_transfer` accepted)."""
+        raise NotImplementedError(f"{type(self).__name__} has no device-to-device copy")
 
     def alloc(self, size: int, options: BufferOptions | None = None):
         if not isinstance(size, int) or size < 0:
@@ -339,7 +371,12 @@ class Compiler:
 
 
 class Compiled:
-    """A device that runs compiled kernels: allocator + compiler + renderer + program class (+ optional graph)."""
+    """A device that runs compiled kernels: allocator + compiler + renderer + program class (+ optional graph).
+
+    `graph`, when set, is a class that replays a TinyJit capture of this device's kernels in one call, with
+    `graph.supports(jit_cache)` and `graph(jit_cache, input_replace)` (see `tinygrad.runtime.graph.NativeGraph`);
+    None makes TinyJit replay item by item. `native` is the C++ runtime's device object, where there is one."""
+    native: Any = None
 
     def __init__(self, device: str, allocator: Allocator, compiler: Compiler, runtime: Callable,
                  renderer: Callable[[str, list], str], graph: Any = None):
@@ -352,7 +389,11 @@ class Compiled:
     def synchronize(self) -> None:
         """Wait for all queued work (host devices run synchronously, so this is a no-op for them)."""
 
+    def create_graph(self) -> Any:
+        """A new, empty graph of the C++ runtime (Graph.add / set_arg / set_dims / __call__), for NativeGraph."""
+        return self.native.create_graph()
+
 
 # Re-exported for old import paths (`from tinygrad.device import dtypes` was common in 0.8 code).
 __all__ = ["Device", "Buffer", "BufferOptions", "Allocator", "LRUAllocator", "MallocAllocator", "Compiler", "Compiled",
-           "dtypes"]
+           "CompileError", "dtypes"]

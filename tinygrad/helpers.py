@@ -16,20 +16,22 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
-# name -> (default, one-line meaning). Device selection knobs (CLANG=1, CPU=1, CUDA=1, ...) are here too.
+# The knob every device module defines by existing: `<DEVICE>=1` (CLANG=1, CPU=1, CUDA=1, ...) makes that device
+# the default. Declared once here as a family, so a new runtime needs no entry of its own.
+DEVICE_KNOB = "<DEVICE>"
+
+# name -> (default, one-line meaning)
 KNOBS: dict[str, tuple[Any, str]] = {
     "DEBUG": (0, "1: schedule summary, 2: one line per kernel launch with its time, 3: kernel shapes, "
                  "4: kernel source when compiled, 5: kernel AST, 6: kernel uops"),
-    "CLANG": (0, "1: make CLANG (C compiled by clang or the system cc, run on the host) the default device"),
-    "CPU": (0, "1: make CPU (numpy-held buffers, C kernels) the default device"),
-    "CUDA": (0, "1: make CUDA the default device (when its runtime is available)"),
+    DEVICE_KNOB: (0, "1: make <DEVICE> the default device, for every device tinygrad.runtime has a module "
+                     "ops_<device>.py for: CLANG (C kernels on host memory), CPU (numpy buffers, C kernels), CUDA"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
     "CACHELEVEL": (2, "0: no on-disk cache; 1: compiled kernels are kept on disk; 2: also schedules and rendered "
                       "kernels"),
     "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
-    "BEAM": (0, "width of the kernel optimisation search (0: heuristics only)"),
     "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
@@ -38,14 +40,19 @@ KNOBS: dict[str, tuple[Any, str]] = {
 
 
 def getenv(key: str, default: Any = None) -> Any:
-    """The value of knob `key` from the environment, converted to the type of its declared default."""
-    if key not in KNOBS:
-        raise KeyError(f"environment knob {key} is not declared in tinygrad.helpers.KNOBS")
-    dflt = KNOBS[key][0] if default is None else default
+    """The value of environment variable `key`, converted to the type of its default: the one given, else the one
+    declared in KNOBS, else 0. Any name is read (user scripts read their own variables through it); the names the
+    library itself reads are all declared in KNOBS."""
+    dflt = default if default is not None else KNOBS[key][0] if key in KNOBS else 0
     raw = os.environ.get(key)
     if raw is None:
         return dflt
-    return type(dflt)(raw) if not isinstance(dflt, bool) else raw not in ("", "0")
+    if isinstance(dflt, bool):
+        return raw not in ("", "0")
+    try:
+        return type(dflt)(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {key}={raw!r} is not a {type(dflt).__name__}") from None
 
 
 class ContextVar:
@@ -106,7 +113,6 @@ class Context(contextlib.ContextDecorator):
 
 
 DEBUG = ContextVar("DEBUG", 0)
-BEAM = ContextVar("BEAM", 0)
 NOOPT = ContextVar("NOOPT", 0)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 JIT = ContextVar("JIT", 1)

@@ -14,24 +14,16 @@ from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import sint
 
-Tensor = None
-
 
 class Function:
     """One application of a differentiable op: remembers its parents so `backward` can reach them."""
 
-    def __init__(self, device: str, *tensors, metadata: Any = None):
-        self.device = device
-        self.needs_input_grad = [t.requires_grad for t in tensors]
-        if any(self.needs_input_grad):
-            self.requires_grad: bool | None = True
-        elif None in self.needs_input_grad:
-            self.requires_grad = None
-        else:
-            self.requires_grad = False
-        if self.requires_grad:
-            self.parents = tensors
-        self.metadata = metadata
+    # set by apply (there is no __init__: apply fills these in directly, since every Tensor op passes there)
+    device: str
+    needs_input_grad: list
+    requires_grad: bool | None
+    parents: tuple
+    metadata: Any
 
     def forward(self, *args, **kwargs) -> LazyBuffer:
         raise NotImplementedError(f"forward not implemented for {type(self)}")
@@ -42,20 +34,19 @@ class Function:
     @classmethod
     def apply(cls, *x, **kwargs):
         """Run forward on the inputs' LazyBuffers and wrap the result in a Tensor that remembers this Function."""
-        global Tensor
-        if Tensor is None:  # NOTE: tensor.py imports this module, so Tensor is looked up on first use
-            from tinygrad.tensor import Tensor
-        # what __init__ does, inlined: every Tensor op passes here, eager code included
+        # NOTE: the result has the first input's class (Tensor, or a subclass of it): tensor.py imports this module,
+        # so this module never names Tensor
+        tensor_cls = type(x[0])
         ctx = cls.__new__(cls)
         needs = [t.requires_grad for t in x]
         rg = True if True in needs else (None if None in needs else False)
         ctx.device, ctx.needs_input_grad, ctx.requires_grad, ctx.metadata = x[0].lazydata.device, needs, rg, None
         if rg:
             ctx.parents = x
-        ret = object.__new__(Tensor)
+        ret = object.__new__(tensor_cls)
         ret.lazydata = ctx.forward(*[t.lazydata for t in x], **kwargs)
         ret.requires_grad, ret.grad = rg, None
-        ret._ctx = ctx if rg and not Tensor.no_grad else None
+        ret._ctx = ctx if rg and not tensor_cls.no_grad else None
         return ret
 
 

@@ -284,46 +284,6 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             _realize_with_next.append(weakref.ref(self.lazydata))
         return self
 
-    # ---- reductions ----
-
-    # ---- elementwise: binary, with broadcasting ----
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 def _np_from(data: list | tuple, dtype: DType | None) -> np.ndarray:
     """Nested lists or tuples of bool/int/float as a numpy array of `dtype` (by default: float if any leaf is a

@@ -29,13 +29,13 @@ def _on_clang():
     Device.DEFAULT = prev
 
 # fixed device descriptions, so the choices do not depend on the host's vector width (any x86_64 runs both)
-AVX512 = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+AVX512 = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
                            max_vector_bytes=64, vector_registers=32)
-THREADED = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+THREADED = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
                              max_vector_bytes=64, vector_registers=32, threads=2)
-AVX2 = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False, supports_upcast=True,
+AVX2 = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
                          max_vector_bytes=32, vector_registers=16)
-PLAIN = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False)
+PLAIN = LinearizerOptions("CLANG", has_local=False, has_shared=False)
 V, U, R = OptOps.VECTORIZE, OptOps.UPCAST, OptOps.UNROLL
 RNG = np.random.default_rng(0)
 

@@ -26,8 +26,6 @@ class LinearizerOptions:
     how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`).
     """
     device: str = ""
-    suffix: str = ""
-    supports_float4: bool = True
     has_local: bool = True
     has_shared: bool = True
     global_max: tuple[int, ...] | None = None

@@ -1,8 +1,9 @@
 """TinyJit: capture the kernels a function launches and replay them without scheduling or compiling again.
 
 The first call runs the function normally (compiling what it needs), the second captures every kernel it launches,
-and later calls replay the captured kernels with the new input buffers and symbolic-variable values. On the host
-devices the whole replay is one call into C++ (a `_cpu.Graph`); other devices get a graph slot of their own.
+and later calls replay the captured kernels with the new input buffers and symbolic-variable values. A device that
+offers a graph class (`Device[d].graph`: one C++ call for the whole replay on the host, CUDA graphs on NVIDIA GPUs)
+replays a capture of its own kernels through it; anything else (copies, several devices) is replayed item by item.
 
 A replay is only right if the call looks like the captured one, so each call is checked: Tensor arguments must keep
 their shape, dtype, device and layout (symbolic dims may take any value in their bounds), other arguments must
@@ -14,39 +15,20 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from tinygrad.helpers import DEBUG, JIT, GlobalCounters
+from tinygrad.device import Device
+from tinygrad.engine.realize import CacheCollector, CompiledRunner
+from tinygrad.helpers import DEBUG, JIT
+from tinygrad.lazy import LazyBuffer
 from tinygrad.shape.symbolic import Variable
+from tinygrad.tensor import Tensor
+
+__all__ = ["TinyJit", "JitError", "CacheCollector"]
 
 
 class JitError(RuntimeError, AssertionError):
     """A jitted function was called in a way its captured kernels can't serve. Also an AssertionError, which is what
     tinygrad 0.9 raised for these misuses, so code written against it keeps catching it."""
 
-
-class _CacheCollector:
-    """Records every ExecItem run between `start()` and `finish()`, e.g. to look at the generated kernels."""
-
-    def __init__(self) -> None:
-        self.cache: list | None = None
-        self.var_vals: dict = {}
-
-    def start(self, var_vals: dict | None = None) -> None:
-        self.cache, self.var_vals = [], dict(var_vals or {})
-
-    def add(self, ei, var_vals: dict | None = None) -> None:
-        if self.cache is not None:
-            self.cache.append(ei)
-            if var_vals:
-                self.var_vals.update(var_vals)
-
-    def finish(self) -> list:
-        if self.cache is None:
-            raise RuntimeError("CacheCollector.finish() without start()")
-        ret, self.cache = self.cache, None
-        return ret
-
-
-CacheCollector = _CacheCollector()
 
 _PLAIN = (int, float, str, bool, bytes, type(None))
 
@@ -68,7 +50,6 @@ def _flatten_args(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
 
 
 def _tensors_in(ret: Any) -> list:
-    from tinygrad.tensor import Tensor
     return [v for _, v in _flatten_args((ret,), {}) if isinstance(v, Tensor)]
 
 
@@ -95,7 +76,6 @@ class TinyJit:
 
     def _inputs(self, args: tuple, kwargs: dict) -> tuple[list, dict, list[tuple[str, Any]]]:
         """The input Tensors (realized), the variable values of this call, and the call's signature."""
-        from tinygrad.tensor import Tensor
         tensors, var_vals, signature = [], {}, []
         flat = _flatten_args(args, kwargs)
         for name, v in flat:
@@ -149,10 +129,11 @@ class TinyJit:
             self.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(self.jit_cache)
                                   for i, b in enumerate(ei.bufs) if id(b) in positions}
             self.expected = signature
-            self.graph = _host_graph(self.jit_cache, self.input_replace)
+            self.graph = _device_graph(self.jit_cache, self.input_replace)
             self.cnt = 2
             if DEBUG >= 1:
-                print(f"TinyJit captured {len(self.jit_cache)} items ({'C++ graph' if self.graph else 'python'})")
+                print(f"TinyJit captured {len(self.jit_cache)} items "
+                      f"({type(self.graph).__name__ if self.graph is not None else 'item by item'})")
             return self.ret
         self._check(signature)
         bufs = [t.lazydata.base.realized for t in tensors]
@@ -186,7 +167,6 @@ def _describe(sig: Any) -> str:
 
 def _rebind(ret: Any, var_vals: dict) -> None:
     """Give the returned tensors' symbolic dims this call's values (they were bound to the captured call's)."""
-    from tinygrad.lazy import LazyBuffer
     for t in _tensors_in(ret):
         lb = t.lazydata
         if lb.st.vars():
@@ -194,46 +174,20 @@ def _rebind(ret: Any, var_vals: dict) -> None:
 
 
 def _realize(ret: Any) -> None:
-    from tinygrad.tensor import Tensor
     Tensor.corealize(_tensors_in(ret))
 
 
 def _is_kernel(ei) -> bool:
-    from tinygrad.engine.realize import CompiledRunner
     return isinstance(ei.prg, CompiledRunner)
 
 
-class HostGraph:
-    """The captured kernels of a host device (CLANG/CPU) as one `_cpu.Graph`: a replay is one call into C++."""
-
-    def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
-        from tinygrad.runtime import _cpu
-        self.graph = _cpu.Graph()
-        self.input_slots = [(j, i, k) for (j, i), k in input_replace.items()]
-        self.var_slots: list[tuple[int, int, Variable]] = []
-        for j, ei in enumerate(jit_cache):
-            runner = ei.prg
-            args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
-            self.var_slots += [(j, len(ei.bufs) + n, v) for n, v in enumerate(runner.vars)]
-            self.graph.add(runner.clprg._prg, args)
-
-    def __call__(self, bufs: list, var_vals: dict) -> None:
-        for j, i, k in self.input_slots:
-            self.graph.set_arg(j, i, bufs[k]._buf)
-        for j, i, v in self.var_slots:
-            self.graph.set_arg(j, i, var_vals[v])
-        self.graph()
-        GlobalCounters.kernel_count += len(self.graph)
-
-
-def _host_graph(jit_cache: list, input_replace: dict[tuple[int, int], int]) -> HostGraph | None:
-    """A HostGraph when every captured item is a kernel on a host device; None otherwise (replayed item by item).
-    Device runtimes with graphs of their own (CUDA graphs) plug in here."""
-    from tinygrad.runtime.ops_clang import ClangProgram
-    if all(_is_kernel(ei) and isinstance(ei.prg.clprg, ClangProgram) for ei in jit_cache):
-        return HostGraph(jit_cache, input_replace)
-    if any(ei.prg.dname.startswith("CUDA") for ei in jit_cache if _is_kernel(ei)):
-        from tinygrad.runtime.graph_cuda import CUDAGraph
-        if CUDAGraph.supports(jit_cache):
-            return CUDAGraph(jit_cache, input_replace)
-    return None
+def _device_graph(jit_cache: list, input_replace: dict[tuple[int, int], int]) -> Any:
+    """The capture as its device's graph, when every item is a kernel of one device whose graph class supports it;
+    None otherwise (replayed item by item)."""
+    devices = {ei.prg.dname for ei in jit_cache if _is_kernel(ei)}
+    if len(devices) != 1 or not all(_is_kernel(ei) for ei in jit_cache):
+        return None
+    graph = Device[devices.pop()].graph
+    if graph is None or not graph.supports(jit_cache):
+        return None
+    return graph(jit_cache, input_replace)

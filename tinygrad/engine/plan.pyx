@@ -16,6 +16,7 @@ from libc.math cimport copysign
 import pickle
 
 from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters
 from tinygrad.lazy cimport LazyBuffer
@@ -34,9 +35,6 @@ cdef int MAX_PLANS = 2048
 cdef long plan_misses = 0
 cdef long plan_hits = 0
 cdef long plan_disk_hits = 0
-# set on first use: importing them at module load would be circular
-cdef object _CacheCollector = None
-cdef object _run_schedule = None
 
 
 cdef class PlanItem:
@@ -211,7 +209,6 @@ cdef list _items_of(list schedule, list nodes, list leaves):
 
 cdef Plan _make_plan(list items, list nodes, list leaves):
     """A Plan running `items` (see _items_of): each kernel's runner found (or compiled) now."""
-    from tinygrad.engine.realize import CompiledRunner, lower_ast, precompile_asts
     devices = []
     for ast, buf_refs, n_outputs, lb_refs in items:
         r = buf_refs[0]
@@ -242,15 +239,10 @@ cdef list _load_items(str skey, int n_nodes, int n_leaves):
 def realize_lazybuffers(list outs):
     """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
     scheduling it (and caching the Plan of what was scheduled)."""
-    global plan_hits, plan_misses, plan_disk_hits, _CacheCollector, _run_schedule
-    if _run_schedule is None:
-        from tinygrad.engine.jit import CacheCollector
-        from tinygrad.engine.realize import run_schedule
-        _CacheCollector, _run_schedule = CacheCollector, run_schedule
-    run_schedule = _run_schedule
+    global plan_hits, plan_misses, plan_disk_hits
     cdef list nodes = []
     cdef list leaves = []
-    if DEBUG.value >= 1 or _CacheCollector.cache is not None:
+    if DEBUG.value >= 1 or CacheCollector.cache is not None:
         # the slow path prints and records what it runs
         run_schedule(*create_schedule_with_vars(outs))
         return

@@ -1,7 +1,8 @@
 """Running a schedule: each ScheduleItem becomes a runner (a compiled kernel, a copy, an allocation), run in order.
 
 Compiled programs live in a method cache keyed by (device, AST): an identical kernel is linearized, rendered and
-compiled once per process, whichever path (eager or jitted) asks for it.
+compiled once per process, whichever path (eager or jitted) asks for it. Everything run is also offered to
+`CacheCollector`, which TinyJit (engine/jit.py, a layer above this one) uses to capture a function's kernels.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 
 from tinygrad.device import Buffer, Device
 from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
-from tinygrad.helpers import BEAM, CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored
+from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
@@ -67,7 +68,8 @@ class BufferCopy(Runner):
             raise RuntimeError(f"copy size mismatch: {src} -> {dest}")
         st = time.perf_counter()
         dest.ensure_allocated()
-        if src.device.startswith("CUDA") and dest.device.startswith("CUDA") and hasattr(dest.allocator, "transfer"):
+        src.ensure_allocated()
+        if dest.allocator.can_transfer(src.allocator):
             # device to device (or peer to peer), never through the host
             dest.allocator.transfer(dest._buf, src._buf, dest.nbytes, src_dev=Device[src.device],
                                     dest_dev=Device[dest.device])
@@ -84,6 +86,33 @@ class EmptyOp(Runner):
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         return None
+
+
+class _CacheCollector:
+    """Records every ExecItem run between `start()` and `finish()`: how TinyJit captures a function's kernels (and a
+    way to look at the kernels a piece of code launches)."""
+
+    def __init__(self) -> None:
+        self.cache: list | None = None
+        self.var_vals: dict = {}
+
+    def start(self, var_vals: dict | None = None) -> None:
+        self.cache, self.var_vals = [], dict(var_vals or {})
+
+    def add(self, ei, var_vals: dict | None = None) -> None:
+        if self.cache is not None:
+            self.cache.append(ei)
+            if var_vals:
+                self.var_vals.update(var_vals)
+
+    def finish(self) -> list:
+        if self.cache is None:
+            raise RuntimeError("CacheCollector.finish() without start()")
+        ret, self.cache = self.cache, None
+        return ret
+
+
+CacheCollector = _CacheCollector()
 
 
 class ExecItem:
@@ -132,7 +161,7 @@ def _render(dname: str, ast: tuple) -> Rendered:
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
-    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value} BEAM={BEAM.value}\n{code_version()}\n" \
+    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value}\n{code_version()}\n" \
         f"{ast_key(ast)}" if CACHELEVEL >= 2 else None
     # DEBUG=6 shows the uops, which only linearizing makes
     if key is not None and DEBUG < 6:
@@ -228,7 +257,6 @@ def lower_ast(device: str, ast: tuple) -> Runner:
 
 def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
     """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph."""
-    from tinygrad.engine.jit import CacheCollector
     precompile(schedule)
     for si in schedule:
         for b in si.outputs:

@@ -12,10 +12,11 @@ import subprocess
 import tempfile
 
 from tinygrad.codegen.kernel import LinearizerOptions
-from tinygrad.device import Compiled, Compiler, MallocAllocator
+from tinygrad.device import Compiled, CompileError, Compiler, MallocAllocator
 from tinygrad.helpers import getenv
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime import _cpu
+from tinygrad.runtime.graph import NativeGraph
 
 # the csrc/runtime.h version this Python layer was written against
 RUNTIME_ABI_VERSION = 1
@@ -74,7 +75,7 @@ _VECTOR_BYTES, _VECTOR_REGISTERS = _host_vector_isa()
 
 class ClangCompiler(Compiler):
     """C source -> shared object bytes."""
-    linearizer_opts = LinearizerOptions("CLANG", supports_float4=False, has_local=False, has_shared=False,
+    linearizer_opts = LinearizerOptions("CLANG", has_local=False, has_shared=False,
                                         supports_upcast=True, max_vector_bytes=_VECTOR_BYTES,
                                         vector_registers=_VECTOR_REGISTERS, threads=_host_threads())
 
@@ -113,10 +114,6 @@ def _host_fingerprint() -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
-class CompileError(RuntimeError):
-    """The device compiler rejected a kernel; the message carries its log and the source."""
-
-
 @functools.lru_cache(None)
 def _pin_openmp_runtime(gnu: bool) -> object:
     """Load the OpenMP runtime for good before a kernel that uses it: its worker threads outlive every parallel loop,
@@ -144,8 +141,11 @@ class ClangProgram:
             _pin_openmp_runtime(b"libgomp.so" in lib)
         self._library = _cpu.Library(lib)
         self._prg = _cpu.Program(self._library, name)
-        # the C++ launch itself, for callers that pass raw buffers only (engine/plan.pyx)
-        self.direct = self._prg
+        # the C++ program: NativeGraph adds it to graphs, and its call is the launch itself, for callers that pass
+        # raw buffers only (engine/plan.pyx)
+        self.native = self.direct = self._prg
+    # host kernels loop over their whole iteration space: no launch sizes
+    default_dims = None
 
     def __call__(self, *args, global_size=None, local_size=None, vals=(), wait: bool = False):
         self._prg(*args, *vals)
@@ -153,4 +153,10 @@ class ClangProgram:
 
 class ClangDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, ClangRenderer)
+        super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
+
+    def create_graph(self):
+        return _cpu.Graph()
+
+
+__all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "find_cc"]

@@ -8,6 +8,8 @@ import numpy as np
 
 from tinygrad.device import Allocator, BufferOptions, Compiled
 from tinygrad.renderer.cstyle import ClangRenderer
+from tinygrad.runtime import _cpu
+from tinygrad.runtime.graph import NativeGraph
 from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
 
 
@@ -29,4 +31,7 @@ class NumpyAllocator(Allocator):
 
 class CPUDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, NumpyAllocator(), ClangCompiler(), ClangProgram, ClangRenderer)
+        super().__init__(device, NumpyAllocator(), ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
+
+    def create_graph(self):
+        return _cpu.Graph()

@@ -20,12 +20,11 @@ import struct
 import sys
 
 from tinygrad.codegen.kernel import LinearizerOptions
-from tinygrad.device import BufferOptions, Compiled, Compiler, LRUAllocator
+from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
 from tinygrad.renderer.cuda import CUDARenderer, launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
-from tinygrad.runtime.ops_clang import CompileError
 
 # the csrc/runtime.h version this Python layer was written against
 RUNTIME_ABI_VERSION = 1
@@ -97,8 +96,7 @@ class CUDACompiler(Compiler):
         if not re.fullmatch(r"sm_\d+[a-z]?", arch):
             raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
-        self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", supports_float4=False, has_local=True,
-                                                                    has_shared=True)
+        self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", has_local=True, has_shared=True)
         self.options: list[str] | None = None
         self.ptx = False
 
@@ -150,7 +148,7 @@ class CUDAProgram:
     def __init__(self, device: CUDADevice, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
         image, self.default_dims, persistent = unpack_lib(lib)
-        self._prg = _cuda.Program(device._dev, name, image)
+        self._prg = self.native = _cuda.Program(device._dev, name, image)
         if self.default_dims is not None:
             if persistent:
                 (gx, gy, gz), block = self.default_dims
@@ -187,6 +185,10 @@ class CUDAAllocator(LRUAllocator):
     def copyout(self, dest: memoryview, src) -> None:
         _cuda.copyout(dest, src)
 
+    def can_transfer(self, src: Allocator) -> bool:
+        # any two CUDA devices: the C++ runtime copies peer to peer, or stages through the host where it must
+        return isinstance(src, CUDAAllocator)
+
     def transfer(self, dest, src, sz: int, src_dev=None, dest_dev=None) -> None:
         """Device-to-device copy of `sz` bytes, on one GPU or between two, ordered with the work of both."""
         _cuda.transfer(dest, src, sz)
@@ -202,7 +204,7 @@ class CUDADevice(Compiled):
         a = self._dev.attribute
         self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
-        opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True,
+        opts = LinearizerOptions("CUDA", has_local=True, has_shared=True,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)))
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
                          functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)
@@ -211,3 +213,6 @@ class CUDADevice(Compiled):
 
     def synchronize(self) -> None:
         self._dev.synchronize()
+
+    def create_graph(self):
+        return _cuda.Graph(self._dev)

@@ -1,0 +1,83 @@
+"""NativeGraph: a TinyJit capture replayed through a C++ runtime's Graph, the same class for every such device.
+
+Every C++ runtime binds the one graph surface of csrc/ (`add(program, args, global_size, local_size)`,
+`set_arg(launch, arg, value)`, `set_dims(launch, global_size, local_size)`, `__call__()`); a device offers it to
+TinyJit by setting `graph=NativeGraph` (or a subclass with a different `max_nodes`) in its `Compiled.__init__`, and
+providing `create_graph()` (by default its `native` device's). A replay patches only what changes between calls
+(the input buffers, the symbolic variables and launch sizes that depend on them) and runs each native graph once.
+
+What a captured kernel must provide, duck-typed so this module stays below the engine: the JIT's ExecItem
+(`prg`, `bufs`), its runner (`dname`, `vars`, `global_size`, `local_size`, `clprg`) and the device program
+(`clprg.native`, the C++ Program; `clprg.default_dims`, the launch it was written for, or None).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tinygrad.device import Device
+from tinygrad.helpers import GlobalCounters
+from tinygrad.shape.symbolic import Node, Variable, sym_infer
+
+
+def _dims(dims, var_vals: dict) -> tuple[int, ...] | None:
+    return None if dims is None else tuple(sym_infer(d, var_vals) if isinstance(d, Node) else int(d) for d in dims)
+
+
+def _symbolic(dims) -> bool:
+    return any(isinstance(d, Node) for d in (dims or ()))
+
+
+class NativeGraph:
+    """Built from the JIT's captured ExecItems and its input replacement map {(item, buffer position): input
+    index}; called with the replay's input Buffers and var_vals."""
+    # launches per native graph (None: no limit); longer captures become several graphs run in order
+    max_nodes: int | None = None
+
+    @classmethod
+    def supports(cls, jit_cache: list) -> bool:
+        """Can this class replay the capture: every item a kernel with a native program, all of one device?"""
+        if not jit_cache:
+            return False
+        for ei in jit_cache:
+            if getattr(getattr(ei.prg, "clprg", None), "native", None) is None:
+                return False
+        return len({ei.prg.dname for ei in jit_cache}) == 1
+
+    def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
+        if not self.supports(jit_cache):
+            raise ValueError(f"{type(self).__name__} replays kernels of a single device with a native runtime only")
+        device = Device[jit_cache[0].prg.dname]
+        self.graphs: list[Any] = []
+        # where each input, variable and symbolic launch size goes: (graph, launch in it, ...)
+        self.input_slots: list[tuple[Any, int, int, int]] = []
+        self.var_slots: list[tuple[Any, int, int, Variable]] = []
+        self.dim_slots: list[tuple[Any, int, Any, Any]] = []
+        self.kernels = len(jit_cache)
+        for j, ei in enumerate(jit_cache):
+            if not self.graphs or (self.max_nodes is not None and j % self.max_nodes == 0):
+                self.graphs.append(device.create_graph())
+            graph, runner, prg = self.graphs[-1], ei.prg, ei.prg.clprg
+            gs, ls = runner.global_size, runner.local_size
+            if gs is None and ls is None:
+                gs, ls = getattr(prg, "default_dims", None) or (None, None)
+            args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
+            symbolic = _symbolic(gs) or _symbolic(ls)
+            if gs is None and ls is None or symbolic:
+                launch = graph.add(prg.native, args)
+            else:
+                launch = graph.add(prg.native, args, gs, ls)
+            self.var_slots += [(graph, launch, len(ei.bufs) + n, v) for n, v in enumerate(runner.vars)]
+            if symbolic:
+                self.dim_slots.append((graph, launch, gs, ls))
+            self.input_slots += [(graph, launch, i, k) for (jj, i), k in input_replace.items() if jj == j]
+
+    def __call__(self, bufs: list, var_vals: dict) -> None:
+        for graph, launch, i, k in self.input_slots:
+            graph.set_arg(launch, i, bufs[k]._buf)
+        for graph, launch, i, v in self.var_slots:
+            graph.set_arg(launch, i, var_vals[v])
+        for graph, launch, gs, ls in self.dim_slots:
+            graph.set_dims(launch, _dims(gs, var_vals), _dims(ls, var_vals))
+        for graph in self.graphs:
+            graph()
+        GlobalCounters.kernel_count += self.kernels
