@@ -27,7 +27,7 @@ if _why is None:
     from tinygrad import Device, Tensor, TinyJit, Variable, dtypes
     from tinygrad.runtime import _cuda
     from tinygrad.runtime.graph_cuda import MAX_NODES, CUDAGraph
-    from tinygrad.runtime.ops_clang import CompileError
+    from tinygrad.device import CompileError
     from tinygrad.runtime.ops_cuda import CUDACompiler, nvrtc_candidates, unpack_lib
 
 
@@ -376,12 +376,9 @@ def test_graph_splits_long_captures_and_patches_variables():
 
 
 @needs_nvrtc
-def test_tinyjit_replays_through_cuda_graphs_with_the_proposed_hook(monkeypatch):
-    # what tinygrad/engine/jit.py's _host_graph would do with the one-line hook (see the CUDA runtime's report)
-    import tinygrad.engine.jit as jit
-    original = jit._host_graph
-    monkeypatch.setattr(jit, "_host_graph", lambda cache, replace: CUDAGraph(cache, replace)
-                        if CUDAGraph.supports(cache) else original(cache, replace))
+def test_tinyjit_replays_through_the_devices_graph():
+    # the JIT asks Device["CUDA"].graph, which is CUDAGraph
+    assert Device["CUDA"].graph is CUDAGraph
 
     def f(a, n):
         return ((a * n).relu() + 1).sum(axis=1)
