@@ -91,10 +91,20 @@ class TinyJit:
                 signature.append((name, ("value", v) if isinstance(v, _PLAIN) else ("object", id(v))))
         # inputs become realized buffers; a view is kept as a view (its layout is part of the signature)
         Tensor.corealize([t for _, t in tensors])
-        for name, t in tensors:
+        # NOTE: a constant (Tensor(2.0), Tensor.full) has no buffer: the kernels would bake its value in and every
+        # replay would reuse the captured call's. It is given a buffer of its own, holding the same values.
+        unbacked = [t for _, t in tensors if t.lazydata.base.realized is None]
+        if unbacked:
+            for t in unbacked:
+                t.lazydata = t.lazydata.contiguous()
+            Tensor.corealize(unbacked)
+        # which earlier argument shares each one's buffer: a capture of f(a, a) can't serve f(a, b), nor the reverse
+        first_user: dict[int, int] = {}
+        for k, (name, t) in enumerate(tensors):
             st, vv = t.lazydata.st.unbind() if t.lazydata.st.var_vals else (t.lazydata.st, {})
             var_vals.update(vv)
-            signature.append((name, ("tensor", t.device, t.dtype, st)))
+            alias = first_user.setdefault(id(t.lazydata.base.realized), k)
+            signature.append((name, ("tensor", t.device, t.dtype, st, alias if alias != k else None)))
         return [t for _, t in tensors], var_vals, signature
 
     def _check(self, signature: list[tuple[str, Any]]) -> None:
@@ -156,8 +166,9 @@ def _describe(sig: Any) -> str:
         return "nothing"
     kind, *rest = sig
     if kind == "tensor":
-        device, dtype, st = rest
-        return f"a {dtype} Tensor of shape {st.shape} on {device}" + ("" if st.contiguous else f" with layout {st}")
+        device, dtype, st, alias = rest
+        return f"a {dtype} Tensor of shape {st.shape} on {device}" + ("" if st.contiguous else f" with layout {st}") + \
+            ("" if alias is None else f" sharing the buffer of Tensor argument {alias}")
     if kind == "var":
         return f"Variable {rest[0]!r}"
     if kind == "value":
