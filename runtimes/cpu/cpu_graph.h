@@ -1,11 +1,11 @@
 // tg::cpu::CpuGraph: captured CPU launches replayed back to back in one C++ call.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "cpu_program.h"
+#include "graph_launches.h"
 #include "runtime.h"
 
 namespace tg::cpu {
@@ -16,6 +16,8 @@ class CpuGraph final : public Graph {
   // throw tg::RuntimeError here rather than at replay.
   size_t add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* dims) override;
   void set_arg(size_t launch, size_t arg, BoundArg value) override;
+  // Checks the index and returns true: CPU kernels loop over their work and take no dimensions.
+  bool set_dims(size_t launch, const LaunchDims& dims) override;
   // Pins every bound Buffer and resolves its address (raising tg::UsageError for a freed one before anything
   // runs), then calls the launches in order on this thread.
   void run() override;
@@ -28,11 +30,7 @@ class CpuGraph final : public Graph {
     std::vector<Word> words;     // ready-to-pass values; Buffer slots are refreshed at each run
   };
 
-  std::vector<Launch> launches_;
-  std::vector<Buffer*> pinned_;  // scratch for run(), kept to avoid reallocating per replay
-  // Set while any method runs: a Python thread calling in while another replays (without the GIL) gets a
-  // tg::UsageError instead of a data race.
-  std::atomic<bool> busy_{false};
+  LaunchList<Launch> launches_{"CPU graph"};
 };
 
 }  // namespace tg::cpu

@@ -5,7 +5,6 @@
 
 #include "buffer.h"
 #include "errors.h"
-#include "graph_guards.h"
 
 namespace tg::cuda {
 namespace {
@@ -34,24 +33,17 @@ void CudaGraph::destroy() noexcept {
   graph_ = nullptr;
 }
 
-CudaGraph::Launch& CudaGraph::at(size_t launch, const char* what) {
-  if (launch >= launches_.size())
-    throw UsageError(std::string("CUDA graph: ") + what + ": launch index " + std::to_string(launch) +
-                     " out of range (graph has " + std::to_string(launches_.size()) + " launches)");
-  return *launches_[launch];
-}
-
 void CudaGraph::pack(Launch& l) {
   l.program->pack(l.values.data(), l.values.size(), l.packed);
   l.packed_size = l.packed.size();
+}
+
+KernelNodeParams CudaGraph::node_params(Launch& l) const {
   l.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
   l.extra[1] = l.packed.data();
   l.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
   l.extra[3] = &l.packed_size;
   l.extra[4] = CU_LAUNCH_PARAM_END;
-}
-
-KernelNodeParams CudaGraph::node_params(Launch& l) const {
   KernelNodeParams p{};
   p.func = l.program->function();
   p.gridDimX = l.dims.global[0];
@@ -67,34 +59,28 @@ KernelNodeParams CudaGraph::node_params(Launch& l) const {
 }
 
 size_t CudaGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* dims) {
-  GraphBusyGuard busy(busy_, "CUDA graph", "add");
+  auto busy = launches_.busy("add");
   if (!program) throw UsageError("CUDA graph: add() needs a program");
   auto cuda = std::dynamic_pointer_cast<CudaProgram>(program);
   if (!cuda || cuda->context() != ctx_)
     throw UsageError("CUDA graph on " + ctx_->name() + ": program '" + program->name() + "' is for device " +
                      program->device());
-  auto l = std::make_unique<Launch>();
-  l->program = std::move(cuda);
-  l->dims = dims != nullptr ? *dims : LaunchDims{};
-  l->program->check_dims(l->dims);
-  l->values.reserve(args.size());
-  for (const BoundArg& a : args) l->values.push_back(a.buffer ? KernelArg::pointer(a.buffer->ptr()) : a.value);
-  l->args = std::move(args);
-  pack(*l);  // checks the arguments against the kernel now, not at the first replay
-  launches_.push_back(std::move(l));
+  Launch l;
+  l.program = std::move(cuda);
+  l.dims = dims != nullptr ? *dims : LaunchDims{};
+  l.program->check_dims(l.dims);
+  l.values.reserve(args.size());
+  for (const BoundArg& a : args) l.values.push_back(a.buffer ? KernelArg::pointer(a.buffer->ptr()) : a.value);
+  l.args = std::move(args);
+  pack(l);  // checks the arguments against the kernel now, not at the first replay
+  launches_.push(std::move(l));
   if (exec_ != nullptr) rebuild_ = true;
   return launches_.size() - 1;
 }
 
 void CudaGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
-  GraphBusyGuard busy(busy_, "CUDA graph", "set_arg");
-  Launch& l = at(launch, "set_arg");
-  if (arg >= l.args.size())
-    throw UsageError("CUDA graph: argument index " + std::to_string(arg) + " out of range (launch " +
-                     std::to_string(launch) + " has " + std::to_string(l.args.size()) + " arguments)");
-  if (l.args[arg].is_pointer() != value.is_pointer())
-    throw UsageError("CUDA graph: launch " + std::to_string(launch) + " argument " + std::to_string(arg) + " is " +
-                     (l.args[arg].is_pointer() ? "a pointer" : "an integer") + "; set_arg cannot change its kind");
+  auto busy = launches_.busy("set_arg");
+  Launch& l = launches_.check_set_arg(launch, arg, value);
   if (!value.buffer && value.value.bits != l.values[arg].bits) {
     l.values[arg] = value.value;
     l.dirty = true;
@@ -103,8 +89,8 @@ void CudaGraph::set_arg(size_t launch, size_t arg, BoundArg value) {
 }
 
 bool CudaGraph::set_dims(size_t launch, const LaunchDims& dims) {
-  GraphBusyGuard busy(busy_, "CUDA graph", "set_dims");
-  Launch& l = at(launch, "set_dims");
+  auto busy = launches_.busy("set_dims");
+  Launch& l = launches_.at(launch, "set_dims");
   l.program->check_dims(dims);
   if (!same_dims(l.dims, dims)) {
     l.dims = dims;
@@ -118,8 +104,7 @@ void CudaGraph::build() {
   destroy();
   ctx_->check("cuGraphCreate", d.cuGraphCreate(&graph_, 0), "creating a CUDA graph");
   CUgraphNode prev = nullptr;
-  for (auto& lp : launches_) {
-    Launch& l = *lp;
+  for (Launch& l : launches_) {
     KernelNodeParams p = node_params(l);
     // A chain: each kernel after the previous one, as the launches were captured.
     CUresult r = d.cuGraphAddKernelNode(&l.node, graph_, prev != nullptr ? &prev : nullptr, prev != nullptr ? 1 : 0,
@@ -135,33 +120,24 @@ void CudaGraph::build() {
 }
 
 void CudaGraph::run() {
-  GraphBusyGuard busy(busy_, "CUDA graph", "run");
+  auto busy = launches_.busy("run");
   if (launches_.empty()) return;
-  UnpinOnExit unpin{pinned_};
-  // Pin before resolving, so nothing can free a buffer between the check and the replay being queued.
-  for (auto& lp : launches_) {
-    Launch& l = *lp;
-    for (size_t i = 0; i < l.args.size(); ++i) {
-      if (Buffer* b = l.args[i].buffer.get()) {
-        pinned_.push_back(b);
-        b->pin();
-        KernelArg v = KernelArg::pointer(b->ptr());  // throws tg::UsageError for a freed buffer
-        if (v.bits != l.values[i].bits) {
-          l.values[i] = v;
-          l.dirty = true;
-        }
-      }
+  auto unpin = launches_.unpin_on_exit();
+  launches_.pin_buffers([](Launch& l, size_t i, Buffer& b) {
+    KernelArg v = KernelArg::pointer(b.ptr());
+    if (v.bits != l.values[i].bits) {
+      l.values[i] = v;
+      l.dirty = true;
     }
-  }
-  for (auto& lp : launches_)
-    if (lp->dirty) pack(*lp);
+  });
+  for (Launch& l : launches_)
+    if (l.dirty) pack(l);
   ctx_->make_current();
   const DriverApi& d = ctx_->api();
   if (exec_ == nullptr || rebuild_) {
     build();
   } else {
-    for (auto& lp : launches_) {
-      Launch& l = *lp;
+    for (Launch& l : launches_) {
       if (!l.dirty) continue;
       KernelNodeParams p = node_params(l);
       CUresult r = d.cuGraphExecKernelNodeSetParams(exec_, l.node, &p);

@@ -6,13 +6,13 @@
 // (cuGraphLaunch, ~1-2 us for the whole graph instead of ~2.4 us per kernel launched one by one).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "cuda_context.h"
 #include "cuda_program.h"
+#include "graph_launches.h"
 #include "runtime.h"
 
 namespace tg::cuda {
@@ -47,7 +47,7 @@ class CudaGraph final : public Graph {
     LaunchDims dims;
     std::vector<std::uint8_t> packed;
     size_t packed_size = 0;
-    void* extra[5] = {};
+    void* extra[5] = {};  // points into this Launch: set by node_params (LaunchList keeps launches in place)
     CUgraphNode node = nullptr;
     bool dirty = true;  // values or dims differ from what the instantiated graph has
   };
@@ -56,17 +56,14 @@ class CudaGraph final : public Graph {
   KernelNodeParams node_params(Launch& l) const;
   void build();
   void destroy() noexcept;
-  Launch& at(size_t launch, const char* what);
 
   std::shared_ptr<Context> ctx_;
-  std::vector<std::unique_ptr<Launch>> launches_;  // stable addresses: `extra` points into its own Launch
+  LaunchList<Launch> launches_{"CUDA graph"};
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
   bool rebuild_ = false;
   size_t instantiations_ = 0;
   size_t node_updates_ = 0;
-  std::vector<Buffer*> pinned_;
-  std::atomic<bool> busy_{false};
 };
 
 }  // namespace tg::cuda
