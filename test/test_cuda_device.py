@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
 
 if _why is None:
     from tinygrad import Device, Tensor, TinyJit, Variable, dtypes
+    from tinygrad.device import CompileError
     from tinygrad.runtime import _cuda
     from tinygrad.runtime.graph_cuda import MAX_NODES, CUDAGraph
-    from tinygrad.device import CompileError
     from tinygrad.runtime.ops_cuda import CUDACompiler, nvrtc_candidates, unpack_lib
 
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, GlobalCounters, getenv
+from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv
 
 
 class CompileError(RuntimeError):
@@ -150,11 +150,14 @@ class Buffer:
         return self if self._buf is not None else self.allocate()
 
     def __del__(self):
-        # NOTE: __init__ may have raised before _buf was set
-        if getattr(self, "_buf", None) is not None:
-            if self.allocator.counts_memory:
-                GlobalCounters.mem_used -= self._nbytes
-            self.allocator.free(self._buf, self._nbytes, self.options)
+        try:
+            # NOTE: __init__ may have raised before _buf was set
+            if getattr(self, "_buf", None) is not None:
+                if self.allocator.counts_memory:
+                    GlobalCounters.mem_used -= self._nbytes
+                self.allocator.free(self._buf, self._nbytes, self.options)
+        except KeyboardInterrupt:
+            defer_interrupt()
 
     def __repr__(self) -> str:
         return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}>"

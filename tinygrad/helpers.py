@@ -118,6 +118,26 @@ CACHELEVEL = ContextVar("CACHELEVEL", 2)
 JIT = ContextVar("JIT", 1)
 
 
+# A Ctrl-C that lands in a finalizer (Buffer.__del__ runs wherever a refcount drops) would be printed as "Exception
+# ignored" and lost: finalizers record it here instead, and the engine raises it at its next check (after each
+# kernel launch, schedule and JIT replay), where the user's code is waiting.
+_interrupt_pending = False
+
+
+def defer_interrupt() -> None:
+    """Remember a KeyboardInterrupt caught where it can't be raised (a finalizer)."""
+    global _interrupt_pending
+    _interrupt_pending = True
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the KeyboardInterrupt a finalizer deferred, if any."""
+    global _interrupt_pending
+    if _interrupt_pending:
+        _interrupt_pending = False
+        raise KeyboardInterrupt
+
+
 class GlobalCounters:
     """Process-wide counters the runtime bumps: kernels launched, FLOPs, bytes moved and time spent."""
     global_ops: int = 0

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from tinygrad.device import Device
 from tinygrad.engine.realize import CacheCollector, CompiledRunner
-from tinygrad.helpers import DEBUG, JIT
+from tinygrad.helpers import DEBUG, JIT, raise_pending_interrupt
 from tinygrad.lazy import LazyBuffer
 from tinygrad.shape.symbolic import Variable
 from tinygrad.tensor import Tensor
@@ -158,6 +158,7 @@ class TinyJit:
             print(f"TinyJit replayed {len(self.jit_cache)} items")
         if var_vals:
             _rebind(self.ret, var_vals)
+        raise_pending_interrupt()
         return self.ret
 
 

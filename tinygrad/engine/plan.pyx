@@ -18,7 +18,7 @@ import pickle
 from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters
+from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, raise_pending_interrupt
 from tinygrad.lazy cimport LazyBuffer
 from tinygrad.ops import LoadOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
@@ -306,6 +306,7 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
             lb.srcs = ()
             lb.pending = False
     GlobalCounters.kernel_count += plan.n_kernels
+    raise_pending_interrupt()
 
 
 def plan_stats():

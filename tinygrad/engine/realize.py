@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from tinygrad.device import Buffer, Device
 from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
-from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored
+from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
@@ -138,6 +138,7 @@ class ExecItem:
             rate = f" ({ops / et * 1e-9:9.2f} GFLOPS {mem / et * 1e-9:8.2f} GB/s)" if et and mem else ""
             print(f"{colored(f'*** {self.prg.dname:7s} {GlobalCounters.kernel_count:4d}', 'magenta')} "
                   f"{self.prg.display_name:40s} tm {ms}{rate}")
+        raise_pending_interrupt()
         return et
 
 

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from tinygrad.device import Allocator, BufferOptions
+from tinygrad.helpers import defer_interrupt
 
 COMPUTE_MESSAGE = "DISK tensors can't be computed on; move them with .to(device)"
 
@@ -117,7 +118,10 @@ class DiskDevice:
             self._fd_rw = None
 
     def __del__(self):
-        self._close_rw()
+        try:
+            self._close_rw()
+        except KeyboardInterrupt:
+            defer_interrupt()
 
     def synchronize(self) -> None:
         """Nothing is ever queued on a DISK device."""
