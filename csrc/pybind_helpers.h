@@ -2,14 +2,16 @@
 //
 // Every backend's bindings.cpp uses it to
 //  * translate tg:: exceptions into Python ones (register_exception_translators),
-//  * turn Python launch arguments into KernelArgs (launch) or graph arguments (to_bound_arg),
+//  * turn Python launch arguments into KernelArgs (LaunchArgs) or graph arguments (to_bound_arg),
 //  * give the Python class bound to tg::Buffer a safe buffer protocol (enable_buffer_protocol),
 //  * copy between Python buffers and tg::Buffers (copyin / copyout).
 //
 // Python arguments accepted as kernel arguments, checked in this order:
 //  1. the module's buffer class (tg::Buffer, e.g. HostBuffer)   -> its DevicePtr; ValueError if freed
-//  2. int (and bool)                                             -> integer; any value in [-2**63, 2**64)
-//  3. an object with the buffer protocol (numpy array, bytearray, memoryview, bytes) -> pointer to its data.
+//  2. int (and bool)                                             -> integer; any value in [-2**63, 2**64), else a
+//                                                                   ValueError naming the argument
+//  3. an object with the buffer protocol (numpy array, bytearray, memoryview, bytes) -> pointer to its data, where
+//     the module's ArgPolicy accepts host memory (CPU); a TypeError from the policy elsewhere (CUDA).
 //     It must be contiguous (C or Fortran order). Read-only buffers (bytes, read-only arrays) are accepted: the
 //     kernel must not write through them. 0-dimensional exports (numpy scalars) are read as integers if they
 //     have __index__ and refused otherwise, since a pointer to a temporary scalar is never what was meant.
@@ -108,41 +110,59 @@ class HeldView {
 // ---------------------------------------------------------------------------------------------------------------
 // Argument conversion
 // ---------------------------------------------------------------------------------------------------------------
+
+// What a module accepts as kernel arguments besides its buffer class and integers.
+struct ArgPolicy {
+  // Objects with the buffer protocol pass as pointers to their host memory (rule 3 above). Only for devices whose
+  // kernels read host memory (CPU); elsewhere they are refused with a TypeError (0-dimensional integer exports,
+  // numpy integer scalars, still count as integers).
+  bool host_memory;
+  // The TypeError's text for a refused argument, before ", got <type>".
+  const char* refusal;
+};
+
 namespace detail {
 
 enum class ArgSource { DeviceBuffer, Integer, HostMemory };
 
 inline std::string arg_name(size_t index) { return "args[" + std::to_string(index) + "]"; }
 
-inline std::int64_t to_int64(PyObject* number, size_t index) {
+// The integer value of a Python int as 64 bits: [-2**63, 2**63) as itself, [2**63, 2**64) as its two's-complement
+// bits (addresses passed as ints can be above 2**63). ValueError naming `what` for anything wider.
+inline std::int64_t to_int64(PyObject* number, const std::string& what) {
   int overflow = 0;
   long long v = PyLong_AsLongLongAndOverflow(number, &overflow);
   if (overflow == 0) {
     if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
     return v;
   }
-  if (overflow > 0) {  // addresses passed as ints can be above 2**63
+  if (overflow > 0) {
     unsigned long long u = PyLong_AsUnsignedLongLong(number);
     if (!(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) return static_cast<std::int64_t>(u);
     PyErr_Clear();
   }
-  throw py::value_error(arg_name(index) + ": integer does not fit in 64 bits");
+  throw py::value_error(what + ": integer does not fit in 64 bits");
 }
 
 // An integer from an object with __index__.
-inline std::int64_t index_to_int64(py::handle obj, size_t index) {
+inline std::int64_t index_to_int64(py::handle obj, const std::string& what) {
   py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
   if (!number) throw py::error_already_set();
-  return to_int64(number.ptr(), index);
+  return to_int64(number.ptr(), what);
+}
+
+[[noreturn]] inline void refuse(py::handle obj, size_t index, const ArgPolicy& policy) {
+  throw py::type_error(arg_name(index) + ": " + policy.refusal + ", got " + std::string(Py_TYPE(obj.ptr())->tp_name));
 }
 
 // Classifies one Python argument. For HostMemory, `*view` holds a buffer view the caller must release; for
 // Integer, `*integer` is the value. DeviceBuffer is left for the caller to cast (it needs either a reference or a
 // shared_ptr).
-inline ArgSource classify(py::handle obj, size_t index, Py_buffer* view, std::int64_t* integer) {
+inline ArgSource classify(py::handle obj, size_t index, const ArgPolicy& policy, Py_buffer* view,
+                          std::int64_t* integer) {
   if (py::isinstance<Buffer>(obj)) return ArgSource::DeviceBuffer;
   if (PyLong_Check(obj.ptr())) {
-    *integer = to_int64(obj.ptr(), index);
+    *integer = to_int64(obj.ptr(), arg_name(index));
     return ArgSource::Integer;
   }
   if (PyObject_CheckBuffer(obj.ptr())) {
@@ -151,27 +171,61 @@ inline ArgSource classify(py::handle obj, size_t index, Py_buffer* view, std::in
       PyErr_Clear();
       if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_ANY_CONTIGUOUS) != 0) {
         py::error_already_set err;
+        if (!policy.host_memory) refuse(obj, index, policy);
         throw py::value_error(arg_name(index) + ": buffer is not usable as a kernel argument: " + err.what());
       }
     }
-    if (view->ndim != 0) return ArgSource::HostMemory;
+    if (view->ndim != 0) {
+      if (policy.host_memory) return ArgSource::HostMemory;
+      PyBuffer_Release(view);
+      refuse(obj, index, policy);
+    }
     PyBuffer_Release(view);
     if (PyIndex_Check(obj.ptr())) {
-      *integer = index_to_int64(obj, index);
+      *integer = index_to_int64(obj, arg_name(index));
       return ArgSource::Integer;
     }
     throw py::type_error(arg_name(index) + ": a 0-dimensional buffer (" + std::string(Py_TYPE(obj.ptr())->tp_name) +
                          ") is not a kernel argument; pass an int, or an array for a pointer");
   }
   if (PyIndex_Check(obj.ptr())) {
-    *integer = index_to_int64(obj, index);
+    *integer = index_to_int64(obj, arg_name(index));
     return ArgSource::Integer;
   }
-  throw py::type_error(arg_name(index) +
-                       ": expected a device buffer, an int, or a contiguous buffer (numpy array, bytearray, "
-                       "memoryview), got " +
-                       std::string(Py_TYPE(obj.ptr())->tp_name));
+  refuse(obj, index, policy);
 }
+
+// At most `capacity` elements (fixed at construction), stored inline up to N: the launch path converts the
+// arguments of every call and must not allocate for the usual handful. Elements never move once placed (a held
+// Py_buffer must not).
+template <class T, size_t N>
+class ScratchArray {
+ public:
+  explicit ScratchArray(size_t capacity) {
+    if (capacity > N) {
+      heap_.reset(new T[capacity]);
+      data_ = heap_.get();
+    }
+  }
+  ScratchArray(const ScratchArray&) = delete;
+  ScratchArray& operator=(const ScratchArray&) = delete;
+
+  T& emplace_back() { return data_[size_++]; }
+  void push_back(const T& v) { data_[size_++] = v; }
+  void pop_back() noexcept { --size_; }
+  T& back() noexcept { return data_[size_ - 1]; }
+  const T* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + size_; }
+  void clear() noexcept { size_ = 0; }
+
+ private:
+  T inline_[N];
+  std::unique_ptr<T[]> heap_;
+  T* data_ = inline_;
+  size_t size_ = 0;
+};
 
 }  // namespace detail
 
@@ -179,13 +233,10 @@ inline ArgSource classify(py::handle obj, size_t index, Py_buffer* view, std::in
 // until destroyed, so the launch itself can run without the GIL. Create and destroy with the GIL held.
 class LaunchArgs {
  public:
-  explicit LaunchArgs(const py::args& args) {
-    size_t n = args.size();
-    args_.reserve(n);
-    views_.reserve(n);  // never reallocates below: a Py_buffer must not move while held
-    pinned_.reserve(n);
+  LaunchArgs(const py::args& args, const ArgPolicy& policy) : args_(args.size()), views_(args.size()),
+                                                              pinned_(args.size()) {
     try {
-      for (size_t i = 0; i < n; ++i) add(args[i], i);
+      for (size_t i = 0; i < args.size(); ++i) add(args[i], i, policy);
     } catch (...) {
       release();  // a throwing constructor gets no destructor call
       throw;
@@ -199,12 +250,15 @@ class LaunchArgs {
   size_t size() const { return args_.size(); }
 
  private:
-  void add(py::handle obj, size_t index) {
+  // Inline room for this many arguments: rendered kernels rarely take more.
+  static constexpr size_t kInline = 16;
+
+  void add(py::handle obj, size_t index, const ArgPolicy& policy) {
     std::int64_t integer = 0;
-    views_.emplace_back();
+    Py_buffer& view = views_.emplace_back();
     detail::ArgSource source;
     try {
-      source = detail::classify(obj, index, &views_.back(), &integer);
+      source = detail::classify(obj, index, policy, &view, &integer);
     } catch (...) {
       views_.pop_back();  // classify holds no view when it throws
       throw;
@@ -223,7 +277,7 @@ class LaunchArgs {
         args_.push_back(KernelArg::integer(integer));
         break;
       case detail::ArgSource::HostMemory:
-        args_.push_back(KernelArg::pointer(reinterpret_cast<DevicePtr>(views_.back().buf)));
+        args_.push_back(KernelArg::pointer(reinterpret_cast<DevicePtr>(view.buf)));
         break;
     }
   }
@@ -235,25 +289,18 @@ class LaunchArgs {
     pinned_.clear();
   }
 
-  std::vector<KernelArg> args_;
-  std::vector<Py_buffer> views_;
-  std::vector<Buffer*> pinned_;
+  detail::ScratchArray<KernelArg, kInline> args_;
+  detail::ScratchArray<Py_buffer, kInline> views_;
+  detail::ScratchArray<Buffer*, kInline> pinned_;
 };
-
-// Program.__call__(*args): converts, releases the GIL, launches.
-inline void launch(Program& program, const py::args& args, const LaunchDims* dims = nullptr) {
-  LaunchArgs converted(args);
-  py::gil_scoped_release nogil;  // declared after `converted`: the GIL is back before the views are released
-  program.launch(converted.data(), converted.size(), dims);
-}
 
 // One graph argument. A buffer-protocol object's view is held by the BoundArg's keep_alive token (released, with
 // the GIL, when the argument is replaced or the graph dies); a tg::Buffer is shared and resolved at each replay.
-inline BoundArg to_bound_arg(py::handle obj, size_t index) {
+inline BoundArg to_bound_arg(py::handle obj, size_t index, const ArgPolicy& policy) {
   BoundArg arg;
   std::int64_t integer = 0;
   auto view = std::make_unique<Py_buffer>();
-  switch (detail::classify(obj, index, view.get(), &integer)) {
+  switch (detail::classify(obj, index, policy, view.get(), &integer)) {
     case detail::ArgSource::DeviceBuffer:
       arg.buffer = obj.cast<std::shared_ptr<Buffer>>();
       arg.value = KernelArg::pointer(arg.buffer->ptr());  // fail early for a freed buffer; refreshed at replay
@@ -273,11 +320,36 @@ inline BoundArg to_bound_arg(py::handle obj, size_t index) {
   return arg;
 }
 
-inline std::vector<BoundArg> to_bound_args(const py::list& args) {
+inline std::vector<BoundArg> to_bound_args(const py::list& args, const ArgPolicy& policy) {
   std::vector<BoundArg> out;
   out.reserve(args.size());
-  for (size_t i = 0; i < args.size(); ++i) out.push_back(to_bound_arg(args[i], i));
+  for (size_t i = 0; i < args.size(); ++i) out.push_back(to_bound_arg(args[i], i, policy));
   return out;
+}
+
+// Launch dimensions from Python: None (the backend's default) or sequences of at most three ints in
+// [1, 2**32 - 1]; a missing sequence counts as (1, 1, 1). ValueError naming the argument otherwise.
+inline void read_dims(py::handle seq, std::uint32_t out[3], const char* what) {
+  out[0] = out[1] = out[2] = 1;
+  if (seq.is_none()) return;
+  py::sequence s = py::reinterpret_borrow<py::sequence>(seq);
+  if (s.size() > 3) throw py::value_error(std::string(what) + " has more than 3 dimensions");
+  for (size_t i = 0; i < s.size(); ++i) {
+    std::string name = std::string(what) + "[" + std::to_string(i) + "]";
+    std::int64_t v = detail::index_to_int64(s[i], name);
+    if (v < 1 || v > 0xFFFFFFFFLL)
+      throw py::value_error(std::string(what) + " dimensions must be between 1 and 2**32-1, got " +
+                            std::to_string(v));
+    out[i] = static_cast<std::uint32_t>(v);
+  }
+}
+
+// nullptr (the backend's default) when both are None, else *dims filled from them.
+inline const LaunchDims* dims_from(py::handle global, py::handle local, LaunchDims* dims) {
+  if (global.is_none() && local.is_none()) return nullptr;
+  read_dims(global, dims->global, "global_size");
+  read_dims(local, dims->local, "local_size");
+  return dims;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // The tinygrad runtime contract: what every device backend (CPU, CUDA, AMD, Metal, ...) implements in C++.
 //
-// Python sees a backend only through its pybind11 module; the module binds objects that implement the interfaces
-// below, so the Python layer can treat every device alike. This header is plain C++17 with no Python and no driver
-// headers, so a backend can be written and unit-tested without either.
+// Python sees a backend only through its pybind11 module; every module binds the objects that implement the
+// interfaces below through one template (csrc/pybind_runtime.h), so the Python layer can treat every device alike.
+// This header is plain C++17 with no Python and no driver headers, so a backend can be written and unit-tested
+// without either.
 //
 // Rules that apply to every slot unless its comment says otherwise:
 //  * Errors: failures of the driver or OS throw tg::RuntimeError (tg::OutOfMemory for allocations), naming the
@@ -23,8 +24,11 @@
 #include <string_view>
 #include <vector>
 
-// Bumped whenever a virtual slot, a struct layout or a documented behaviour in this header changes. Each backend
-// module reports the version it was compiled against (abi_version()); the Python layer refuses a mismatch.
+// Bumped whenever the contract changes in a way the Python layer can observe: a documented behaviour of a slot, or
+// the Python surface that csrc/pybind_runtime.h binds over it (removing or changing a method; adding one is
+// compatible). Each backend module reports the version it was compiled against (abi_version()); the Python layer
+// refuses a mismatch. Every backend is compiled in this tree against this header, so a C++-only change (a slot
+// nothing binds) needs every backend updated, not a new version.
 #define TG_RUNTIME_ABI_VERSION 1
 
 namespace tg {
@@ -69,16 +73,12 @@ class Allocator {
   virtual void copyout(void* dst, DevicePtr src, size_t nbytes) = 0;
 
   // (optional) A host pointer aliasing the allocation, valid until free(); nullptr if the memory is not
-  // host-visible. Lets tinygrad read results zero-copy.
+  // host-visible. Lets tinygrad read results zero-copy (the module's buffer class exports it as a Python buffer).
   virtual void* as_host(DevicePtr /*ptr*/) noexcept { return nullptr; }
-
-  // (optional) A DevicePtr for bytes [offset, offset + nbytes) of `ptr`, used for sub-buffers and kernel arguments.
-  // It borrows `ptr` (never pass it to free()). Returns 0 if the device cannot address into an allocation.
-  virtual DevicePtr offset(DevicePtr /*ptr*/, size_t /*nbytes*/, size_t /*offset*/) noexcept { return 0; }
 
   // (optional) Device-to-device copy into `dst` (this allocator) from `src`, owned by `src_allocator` (maybe another
   // device). Returns false, having done nothing, when there is no direct path; the caller then copies through the
-  // host. Throws only when a direct copy was attempted and failed.
+  // host. Throws only when a direct copy was attempted and failed. Bound as the module's transfer().
   virtual bool transfer(DevicePtr /*dst*/, Allocator& /*src_allocator*/, DevicePtr /*src*/, size_t /*nbytes*/) {
     return false;
   }
@@ -124,47 +124,25 @@ class Program {
   // rejects more arguments than it can pass, naming the count), so a mismatch is undefined behaviour.
   virtual void launch(const KernelArg* args, size_t nargs, const LaunchDims* dims) = 0;
 
-  // tinygrad's calling convention, as its renderers emit it: all buffers first, then the integer variables.
-  void launch_buffers(const std::vector<DevicePtr>& buffers, const std::vector<std::int64_t>& vals,
-                      const LaunchDims* dims = nullptr) {
-    std::vector<KernelArg> args;
-    args.reserve(buffers.size() + vals.size());
-    for (DevicePtr b : buffers) args.push_back(KernelArg::pointer(b));
-    for (std::int64_t v : vals) args.push_back(KernelArg::integer(v));
-    launch(args.data(), args.size(), dims);
+  // (optional) Like launch(), then waits for the kernel and returns the device's own measure of its run time in
+  // seconds (GPU events), for DEBUG timings and the BEAM search. std::nullopt, having launched nothing, if the
+  // device cannot time kernels: the caller then times launch() by the wall clock (on the CPU that is the kernel).
+  virtual std::optional<double> launch_timed(const KernelArg* /*args*/, size_t /*nargs*/,
+                                             const LaunchDims* /*dims*/) {
+    return std::nullopt;
   }
 };
 
 // ----------------------------------------------------------------------------------------------------------------
-// Queue / Event (optional): ordering and timing on devices that run work asynchronously.
+// Queue (optional): the order of work on devices that run it asynchronously.
 // ----------------------------------------------------------------------------------------------------------------
-class Event {
- public:
-  virtual ~Event() = default;
-  // Blocks until all work recorded before this event has completed.
-  virtual void wait() = 0;
-  // True if that work has completed. Never blocks.
-  virtual bool ready() = 0;
-};
-
 class Queue {
  public:
   virtual ~Queue() = default;
 
   // Blocks until everything submitted to this queue (launches, copies) has completed; rethrows asynchronous
-  // failures as tg::RuntimeError.
+  // failures as tg::RuntimeError. Bound as Device.synchronize().
   virtual void synchronize() = 0;
-
-  // Records an event after the work submitted so far. The caller owns the event.
-  virtual std::unique_ptr<Event> record() = 0;
-
-  // (optional) Makes later work on this queue wait for `event` (possibly from another queue) without blocking the
-  // host. Returns false if unsupported; the caller then calls event.wait().
-  virtual bool wait_for(Event& /*event*/) { return false; }
-
-  // (optional) Seconds of device time between two completed events of this queue (kernel timing for DEBUG and
-  // the BEAM search); std::nullopt if the device cannot time.
-  virtual std::optional<double> elapsed_seconds(Event& /*start*/, Event& /*end*/) { return std::nullopt; }
 };
 
 // ----------------------------------------------------------------------------------------------------------------
@@ -196,7 +174,9 @@ class Graph {
   // layout at add().
   virtual void set_arg(size_t launch, size_t arg, BoundArg value) = 0;
 
-  // (optional) Replaces the launch dimensions of one launch. Returns false if the graph cannot change them.
+  // (optional) Replaces the launch dimensions of one launch. Returns false if the graph cannot change them (then
+  // Python's set_dims raises ValueError). A backend whose kernels take no dimensions (CPU) checks the index and
+  // returns true.
   virtual bool set_dims(size_t /*launch*/, const LaunchDims& /*dims*/) { return false; }
 
   // Runs every launch in order, each seeing the results of the previous one. Throws tg::UsageError if a bound
@@ -226,6 +206,7 @@ class Device {
   virtual std::shared_ptr<Program> load_program(const std::string& name, std::string_view image) = 0;
 
   // (optional) The queue launches and copies go to; nullptr means every operation completes before returning.
+  // Device.synchronize() waits for it.
   virtual Queue* queue() noexcept { return nullptr; }
 
   // (optional) A new, empty graph; nullptr if the device cannot capture launches (the JIT then replays one launch

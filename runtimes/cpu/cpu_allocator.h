@@ -21,7 +21,6 @@ class CpuAllocator final : public Allocator {
   void copyin(DevicePtr dst, const void* src, size_t nbytes) override;
   void copyout(void* dst, DevicePtr src, size_t nbytes) override;
   void* as_host(DevicePtr ptr) noexcept override { return reinterpret_cast<void*>(ptr); }
-  DevicePtr offset(DevicePtr ptr, size_t /*nbytes*/, size_t offset) noexcept override { return ptr + offset; }
   // Direct memcpy when the source is also CPU memory.
   bool transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) override;
 };

@@ -20,8 +20,8 @@ std::shared_ptr<Program> CpuDevice::load_program(const std::string& name, std::s
 
 std::unique_ptr<Graph> CpuDevice::create_graph() { return std::make_unique<CpuGraph>(); }
 
-CpuDevice& cpu_device() {
-  static CpuDevice device;
+std::shared_ptr<CpuDevice> cpu_device() {
+  static const std::shared_ptr<CpuDevice> device = std::make_shared<CpuDevice>();
   return device;
 }
 

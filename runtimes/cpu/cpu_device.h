@@ -21,7 +21,7 @@ class CpuDevice final : public Device {
   // No queue: every CPU operation has completed when it returns.
 };
 
-// The process-wide CPU device.
-CpuDevice& cpu_device();
+// The process-wide CPU device (shared, so Python can hold it like any other device).
+std::shared_ptr<CpuDevice> cpu_device();
 
 }  // namespace tg::cpu

@@ -138,6 +138,66 @@ class RealHostOS final : public HostOS {
 std::mutex g_mutex;
 std::shared_ptr<HostOS> g_current;  // null means the real one
 
+// ---- C tables <-> HostOS ----
+
+void copy_text(char* dst, size_t size, const std::string& src) noexcept {
+  size_t n = src.size() < size - 1 ? src.size() : size - 1;
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+void to_c(const OsError& e, tg_os_error* out) noexcept {
+  copy_text(out->call, sizeof(out->call), e.call);
+  copy_text(out->text, sizeof(out->text), e.text);
+}
+
+// A HostOS that calls a C table (what set_host_os_table installs).
+class TableHostOS final : public HostOS {
+ public:
+  explicit TableHostOS(const tg_host_os* table) : t_(table) {}
+  void* allocate(size_t alignment, size_t nbytes) noexcept override {
+    return t_->allocate(t_->self, alignment, nbytes);
+  }
+  void deallocate(void* p) noexcept override { t_->deallocate(t_->self, p); }
+  void* load_library(const void* image, size_t nbytes, OsError* err) override {
+    return from_c(t_->load_library(t_->self, image, nbytes, &c_err_), err);
+  }
+  void* find_symbol(void* library, const char* name, OsError* err) override {
+    return from_c(t_->find_symbol(t_->self, library, name, &c_err_), err);
+  }
+  void unload_library(void* library) noexcept override { t_->unload_library(t_->self, library); }
+
+ private:
+  void* from_c(void* result, OsError* err) {
+    if (result == nullptr) *err = {c_err_.call, c_err_.text};
+    return result;
+  }
+  const tg_host_os* t_;
+  // NOTE: thread_local: a HostOS may be called from several threads at once (loads with the GIL released)
+  static thread_local tg_os_error c_err_;
+};
+thread_local tg_os_error TableHostOS::c_err_;
+
+// The real HostOS as a C table.
+void* real_allocate(void*, size_t alignment, size_t nbytes) { return real_host_os()->allocate(alignment, nbytes); }
+void real_deallocate(void*, void* p) { real_host_os()->deallocate(p); }
+void* real_load_library(void*, const void* image, size_t nbytes, tg_os_error* err) {
+  OsError e;
+  void* lib = real_host_os()->load_library(image, nbytes, &e);
+  if (lib == nullptr) to_c(e, err);
+  return lib;
+}
+void* real_find_symbol(void*, void* library, const char* name, tg_os_error* err) {
+  OsError e;
+  void* sym = real_host_os()->find_symbol(library, name, &e);
+  if (sym == nullptr) to_c(e, err);
+  return sym;
+}
+void real_unload_library(void*, void* library) { real_host_os()->unload_library(library); }
+
+const tg_host_os kRealTable = {nullptr,          &real_allocate,    &real_deallocate, &real_load_library,
+                               &real_find_symbol, &real_unload_library};
+
 }  // namespace
 
 std::shared_ptr<HostOS> real_host_os() {
@@ -156,6 +216,16 @@ std::shared_ptr<HostOS> host_os() {
 void set_host_os(std::shared_ptr<HostOS> os) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_current = std::move(os);
+}
+
+}  // namespace tg::cpu
+
+namespace tg::cpu {
+
+const tg_host_os* real_host_os_table() { return &kRealTable; }
+
+void set_host_os_table(const tg_host_os* table) {
+  set_host_os(table != nullptr && table != &kRealTable ? std::make_shared<TableHostOS>(table) : nullptr);
 }
 
 }  // namespace tg::cpu

@@ -35,7 +35,6 @@ class CudaAllocator final : public Allocator {
   // Through the staging ring (see staging_ring.h).
   void copyin(DevicePtr dst, const void* src, size_t nbytes) override;
   void copyout(void* dst, DevicePtr src, size_t nbytes) override;
-  DevicePtr offset(DevicePtr ptr, size_t /*nbytes*/, size_t offset) noexcept override { return ptr + offset; }
   // From another CudaAllocator: cuMemcpyDtoDAsync_v2 on the same GPU, cuMemcpyPeerAsync between GPUs (ordered
   // after queued work on both and before later work on both). false for any other allocator.
   bool transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) override;

@@ -2,10 +2,11 @@
 //
 // Declared here by hand (no cuda.h, no nvrtc.h) so the module builds on any Linux machine, with or without a CUDA
 // toolkit, and links nothing but -ldl. The declarations follow NVIDIA's ABI exactly; test/unit/test_cuda_runtime.py
-// checks them against the real headers with abi_check.cpp wherever a toolkit is installed.
+// checks them against the real headers with test/native/abi_check.cpp wherever a toolkit is installed.
 //
 // Every driver and NVRTC call of the runtime goes through a DriverApi / NvrtcApi table. The real tables are filled
-// from libcuda.so.1 and libnvrtc.so.* (driver_loader.cpp, nvrtc.cpp); tests install a fake one (fake_driver.cpp).
+// from libcuda.so.1 and libnvrtc.so.* (driver.cpp, nvrtc_compiler.cpp); tests load a fake library through the same
+// path instead (test/native/fake_cuda, see use_driver_library in driver.h).
 #pragma once
 
 #include <cstddef>
@@ -120,7 +121,8 @@ inline constexpr int kParamInfoCudaVersion = 12040;
 // The driver as a table of entry points
 // ---------------------------------------------------------------------------------------------------------------
 struct DriverApi {
-  // Where the table came from ("libcuda.so.1", "fake driver") and the driver's version (12080 = 12.8).
+  // The library the table came from ("libcuda.so.1", or the path given to use_driver_library) and the driver's
+  // version (12080 = 12.8).
   std::string source;
   int version = 0;
 
@@ -196,7 +198,7 @@ inline constexpr nvrtcResult NVRTC_SUCCESS = 0;
 inline constexpr nvrtcResult NVRTC_ERROR_COMPILATION = 6;
 
 struct NvrtcApi {
-  std::string source;  // the library path that was loaded, or "fake nvrtc"
+  std::string source;  // the library (candidate name or path) that was loaded
   const char* (*nvrtcGetErrorString)(nvrtcResult result) = nullptr;
   nvrtcResult (*nvrtcVersion)(int* major, int* minor) = nullptr;
   nvrtcResult (*nvrtcGetNumSupportedArchs)(int* count) = nullptr;

@@ -117,35 +117,4 @@ CudaEvent::~CudaEvent() {
   if (event_ != nullptr) ctx_->api().cuEventDestroy(event_);
 }
 
-void CudaEvent::wait() {
-  ctx_->make_current();
-  ctx_->check("cuEventSynchronize", ctx_->api().cuEventSynchronize(event_), "waiting for an event");
-}
-
-bool CudaEvent::ready() {
-  CUresult r = ctx_->api().cuEventQuery(event_);
-  if (r == CUDA_ERROR_NOT_READY) return false;
-  ctx_->check("cuEventQuery", r, "querying an event");
-  return true;
-}
-
-bool CudaQueue::wait_for(Event& event) {
-  auto* e = dynamic_cast<CudaEvent*>(&event);
-  if (e == nullptr) return false;
-  ctx_->make_current();
-  ctx_->check("cuStreamWaitEvent", ctx_->api().cuStreamWaitEvent(ctx_->stream(), e->handle(), 0),
-              "ordering the stream after an event");
-  return true;
-}
-
-std::optional<double> CudaQueue::elapsed_seconds(Event& start, Event& end) {
-  auto* s = dynamic_cast<CudaEvent*>(&start);
-  auto* e = dynamic_cast<CudaEvent*>(&end);
-  if (s == nullptr || e == nullptr) return std::nullopt;
-  float ms = 0;
-  ctx_->check("cuEventElapsedTime", ctx_->api().cuEventElapsedTime(&ms, s->handle(), e->handle()),
-              "timing between two events");
-  return ms * 1e-3;
-}
-
 }  // namespace tg::cuda

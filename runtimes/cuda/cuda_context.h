@@ -4,7 +4,6 @@
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "cuda_api.h"
@@ -75,14 +74,14 @@ class Context {
   std::map<int, bool> peers_;  // peer ordinal -> access enabled
 };
 
-// tg::Event on the context's stream.
-class CudaEvent final : public Event {
+// An event recorded on the context's stream, for ordering work across GPUs (cuStreamWaitEvent on its handle).
+class CudaEvent {
  public:
   // Creates an event (with timing unless `timing` is false) and records it on the context's stream.
   CudaEvent(std::shared_ptr<Context> ctx, bool timing);
-  ~CudaEvent() override;
-  void wait() override;
-  bool ready() override;
+  ~CudaEvent();
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
   CUevent handle() const noexcept { return event_; }
 
  private:
@@ -95,9 +94,6 @@ class CudaQueue final : public Queue {
  public:
   explicit CudaQueue(std::shared_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
   void synchronize() override { ctx_->synchronize(); }
-  std::unique_ptr<Event> record() override { return std::make_unique<CudaEvent>(ctx_, true); }
-  bool wait_for(Event& event) override;
-  std::optional<double> elapsed_seconds(Event& start, Event& end) override;
 
  private:
   std::shared_ptr<Context> ctx_;

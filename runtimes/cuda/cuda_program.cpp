@@ -160,7 +160,7 @@ void CudaProgram::launch(const KernelArg* args, size_t nargs, const LaunchDims* 
   enqueue(args, nargs, dims != nullptr ? *dims : LaunchDims{});
 }
 
-double CudaProgram::launch_timed(const KernelArg* args, size_t nargs, const LaunchDims* dims) {
+std::optional<double> CudaProgram::launch_timed(const KernelArg* args, size_t nargs, const LaunchDims* dims) {
   const DriverApi& d = ctx_->api();
   ctx_->make_current();
   for (CUevent& e : timing_)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,7 +38,7 @@ class CudaProgram final : public Program {
   // not fit 32 bits) and for launch dimensions beyond the kernel's or the device's limits.
   void launch(const KernelArg* args, size_t nargs, const LaunchDims* dims) override;
   // Same, then waits for the kernel; returns its GPU time in seconds, measured with events around it.
-  double launch_timed(const KernelArg* args, size_t nargs, const LaunchDims* dims);
+  std::optional<double> launch_timed(const KernelArg* args, size_t nargs, const LaunchDims* dims) override;
 
   // Writes the arguments into `out` (resized) at the kernel's parameter offsets, with no trailing padding: the
   // driver rejects a buffer larger than the parameters (as CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES). Pointers take 8

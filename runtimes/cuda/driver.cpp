@@ -54,10 +54,9 @@ void resolve(const Bootstrap& boot, const char* name, Fn* slot, int version, boo
 }
 
 std::mutex g_mutex;
-std::shared_ptr<const DriverApi> g_override;
-std::exception_ptr g_override_error;
-std::shared_ptr<const DriverApi> g_real;
-std::exception_ptr g_real_error;
+std::string g_path = kDriverLibrary;    // what driver() loads
+std::shared_ptr<const DriverApi> g_api;  // what it loaded, or
+std::exception_ptr g_error;             // how loading it failed
 
 }  // namespace
 
@@ -157,23 +156,22 @@ std::shared_ptr<const DriverApi> load_driver_library(const std::string& path) {
 
 std::shared_ptr<const DriverApi> driver() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_override_error) std::rethrow_exception(g_override_error);
-  if (g_override) return g_override;
-  if (g_real) return g_real;
-  if (g_real_error) std::rethrow_exception(g_real_error);
+  if (g_api) return g_api;
+  if (g_error) std::rethrow_exception(g_error);
   try {
-    g_real = load_driver_library(kDriverLibrary);
+    g_api = load_driver_library(g_path);
   } catch (...) {
-    g_real_error = std::current_exception();
+    g_error = std::current_exception();
     throw;
   }
-  return g_real;
+  return g_api;
 }
 
-void set_driver_override(std::shared_ptr<const DriverApi> api, std::exception_ptr error) {
+void use_driver_library(const std::optional<std::string>& path) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_override = std::move(api);
-  g_override_error = std::move(error);
+  g_path = path ? *path : kDriverLibrary;
+  g_api.reset();
+  g_error = nullptr;
 }
 
 std::string error_name(const DriverApi& api, CUresult status) { return name_from(api.cuGetErrorName, status); }

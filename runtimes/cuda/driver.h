@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cuda_api.h"
@@ -31,13 +32,15 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
 // library cannot be loaded, and names the missing bootstrap symbol when it is not a CUDA 12+ driver.
 std::shared_ptr<const DriverApi> load_driver_library(const std::string& path);
 
-// The driver new devices use: the override if one is installed (tests), else libcuda.so.1, loaded once on the first
-// call. Thread-safe. A failed load is remembered and re-thrown on every call (the environment will not change).
+// The driver new devices use: the driver library (libcuda.so.1 unless use_driver_library named another), loaded on
+// the first call and kept. Thread-safe. A failed load is remembered and re-thrown on every call (the environment
+// will not change) until use_driver_library is called again.
 std::shared_ptr<const DriverApi> driver();
 
-// Installs a replacement driver for devices opened later (nullptr: back to libcuda.so.1). Open devices keep theirs.
-// With `error` set instead, driver() rethrows it (a replacement that failed to load, as the real one can).
-void set_driver_override(std::shared_ptr<const DriverApi> api, std::exception_ptr error = nullptr);
+// Makes driver() load `path` instead of libcuda.so.1 (nullopt: libcuda.so.1 again): any library that exports the
+// five bootstrap entry points (a driver installed in an unusual place, or a test's fake driver, test/native). Forgets
+// the driver loaded so far, so the next driver() loads again; devices already open keep theirs.
+void use_driver_library(const std::optional<std::string>& path);
 
 // The driver's name for a status ("CUDA_ERROR_OUT_OF_MEMORY") and its description ("out of memory"); a generic
 // text when the driver does not know the code.

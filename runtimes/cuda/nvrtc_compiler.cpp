@@ -14,7 +14,6 @@ namespace {
 constexpr char kDevice[] = "CUDA";
 
 std::mutex g_mutex;
-std::shared_ptr<const NvrtcApi> g_override;
 std::shared_ptr<const NvrtcApi> g_loaded;
 
 std::string result_name(const NvrtcApi& api, nvrtcResult r) {
@@ -77,7 +76,6 @@ std::shared_ptr<const NvrtcApi> open_nvrtc(const std::string& path, std::string*
 
 std::shared_ptr<const NvrtcApi> load_nvrtc(const std::vector<std::string>& candidates) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_override) return g_override;
   if (g_loaded) return g_loaded;
   std::string tried, error;
   for (const std::string& path : candidates) {
@@ -94,14 +92,13 @@ std::shared_ptr<const NvrtcApi> load_nvrtc(const std::vector<std::string>& candi
 
 std::shared_ptr<const NvrtcApi> nvrtc() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_override) return g_override;
   if (g_loaded) return g_loaded;
   throw RuntimeError(kDevice, "nvrtc", "not loaded", "NVRTC has not been loaded (call nvrtc_load first)");
 }
 
-void set_nvrtc_override(std::shared_ptr<const NvrtcApi> api) {
+void unload_nvrtc() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_override = std::move(api);
+  g_loaded.reset();
 }
 
 std::pair<int, int> nvrtc_version(const NvrtcApi& api) {

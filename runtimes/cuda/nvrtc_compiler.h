@@ -9,16 +9,17 @@
 
 namespace tg::cuda {
 
-// The first of `candidates` (library names or paths) that dlopen loads, with every NVRTC entry point looked up.
-// Loaded once per process: later calls return the library already loaded (or the override, see below) whatever
-// they ask for. Throws
-// tg::RuntimeError naming each candidate tried and the last dlerror() text.
+// The first of `candidates` (library names or paths) that dlopen loads, with every NVRTC entry point looked up; its
+// `source` is the candidate that loaded. Loaded once: later calls return the library already loaded whatever they
+// ask for, until unload_nvrtc(). Throws tg::RuntimeError naming each candidate tried and the last dlerror() text.
 std::shared_ptr<const NvrtcApi> load_nvrtc(const std::vector<std::string>& candidates);
 
-// The NVRTC the compiler uses: the override if one is installed (tests), else the one load_nvrtc loaded. Throws
-// tg::RuntimeError if neither exists yet.
+// Forgets the NVRTC loaded so far, so the next load_nvrtc loads from its candidates again (switching NVRTC
+// libraries, e.g. to a test's fake). The library itself stays mapped: compilations may still be running in it.
+void unload_nvrtc();
+
+// The NVRTC the compiler uses: the one load_nvrtc loaded. Throws tg::RuntimeError if none is loaded.
 std::shared_ptr<const NvrtcApi> nvrtc();
-void set_nvrtc_override(std::shared_ptr<const NvrtcApi> api);
 
 // NVRTC's version, e.g. {13, 0}, and the real architectures it can build CUBINs for (75, 80, ..., 90, ...).
 std::pair<int, int> nvrtc_version(const NvrtcApi& api);

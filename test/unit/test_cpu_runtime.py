@@ -1,7 +1,8 @@
 """Tests of the CPU runtime module tinygrad.runtime._cpu (runtimes/cpu, csrc/runtime.h).
 
 Kernels are small C functions built with the system C compiler, loaded from their bytes and called through the
-C++ call thunks (no ctypes).
+C++ call thunks (no ctypes). Allocation and loading failures come from the fault-injecting HostOS of test/native,
+plugged in through _cpu.set_host_os.
 """
 
 import functools
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
+import native_doubles
 import numpy as np
 import pytest
 
@@ -55,10 +57,10 @@ def lib():
     return _cpu.Library(compile_c(SOURCE + many_args_source(39) + many_args_source(63) + many_args_source(64)))
 
 
-@pytest.fixture(autouse=True)
-def _no_faults():
-    yield
-    _cpu._testing.reset()
+@pytest.fixture
+def faults():
+    yield native_doubles.install_fault_host_os()
+    native_doubles.uninstall_fault_host_os()
 
 
 def f32(buf: _cpu.HostBuffer) -> np.ndarray:
@@ -294,11 +296,11 @@ def test_graph_freed_buffer_raises_on_replay(lib):
         graph.add(_cpu.Program(lib, "fill_bytes"), [buf, 16, 7])
 
 
-# --- fault injection (fake HostOS) -----------------------------------------------------------------------------
+# --- fault injection (test/native's HostOS) ------------------------------------------------------------------
 
 
-def test_injected_alloc_failure_is_memory_error():
-    _cpu._testing.fail_next_alloc()
+def test_injected_alloc_failure_is_memory_error(faults):
+    faults.fail_next_alloc()
     with pytest.raises(MemoryError, match="1024 bytes") as e:
         _cpu.HostBuffer(1024)
     assert e.value.device == "CPU"
@@ -310,9 +312,9 @@ def test_real_alloc_failure_is_memory_error():
         _cpu.HostBuffer(1 << 62)
 
 
-def test_injected_load_failure_is_runtime_error():
+def test_injected_load_failure_is_runtime_error(faults):
     image = compile_c(SOURCE)
-    _cpu._testing.fail_next_load(2)
+    faults.fail_next_load(2)
     for _ in range(2):
         with pytest.raises(RuntimeError, match="injected"):
             _cpu.Library(image)
@@ -321,8 +323,47 @@ def test_injected_load_failure_is_runtime_error():
 
 def test_buffers_survive_fault_hook_reset():
     buf = _cpu.HostBuffer(64)  # allocated by the real HostOS
-    _cpu._testing.fail_next_alloc(0)  # installs the fake
-    other = _cpu.HostBuffer(64)  # allocated through the fake
-    _cpu._testing.reset()
+    native_doubles.install_fault_host_os()
+    other = _cpu.HostBuffer(64)  # allocated through the fault injector
+    lib = _cpu.Library(compile_c(SOURCE))  # loaded through it: unloaded through it too, after the reset
+    native_doubles.uninstall_fault_host_os()
     buf.free()
     other.free()
+    del lib
+
+
+# --- the surface every runtime shares (csrc/pybind_runtime.h) ---------------------------------------------------
+
+
+def test_device_loads_programs_and_makes_graphs():
+    dev = _cpu.Device()
+    assert dev.name == "CPU"
+    dev.synchronize()  # no queue: nothing to wait for
+    prog = dev.load_program("add", compile_c(SOURCE))
+    assert isinstance(prog, _cpu.Program) and prog.name == "add" and prog.device == "CPU"
+    a, b = _cpu.HostBuffer(dev, 4), np.array([2.0], np.float32)
+    assert prog.launch(None, None, False, a, b, b) is None
+    seconds = prog.launch((1, 1, 1), None, True, a, b, b)  # dimensions accepted and ignored; wall time returned
+    assert isinstance(seconds, float) and seconds >= 0 and f32(a)[0] == 4.0
+    graph = dev.create_graph()
+    assert isinstance(graph, _cpu.Graph)
+    assert graph.add(prog, [a, b, a], (4, 1, 1), (1, 1, 1)) == 0
+    graph.set_dims(0, (8,), None)  # CPU kernels loop: accepted, ignored
+    graph.run()
+    assert f32(a)[0] == 6.0 and len(graph) == 1
+    with pytest.raises(ValueError, match="out of range"):
+        graph.set_dims(1, None, None)
+
+
+def test_integers_beyond_64_bits_are_value_errors_naming_the_argument(lib):
+    prog, out = _cpu.Program(lib, "E_4"), np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match=r"args\[3\]: integer does not fit in 64 bits"):
+        prog(out, out, out, -(2**63) - 1)
+    graph = _cpu.Graph()
+    with pytest.raises(ValueError, match=r"args\[3\].*64 bits"):
+        graph.add(prog, [out, out, out, 2**70])
+    graph.add(prog, [out, out, out, 4])
+    with pytest.raises(ValueError, match=r"args\[3\].*64 bits"):
+        graph.set_arg(0, 3, 2**64)
+    with pytest.raises(ValueError, match=r"global_size\[0\].*64 bits"):
+        prog.launch((2**80,), None, False, out, out, out, 4)

@@ -1,6 +1,7 @@
-"""The CUDA runtime without a GPU: tinygrad.runtime._cuda against its fake driver and NVRTC (runtimes/cuda/fake_*),
-the CUDA device's Python layer (ops_cuda, graph_cuda) on top of it, and the ABI of the hand-written driver
-declarations against NVIDIA's headers where a toolkit is installed.
+"""The CUDA runtime without a GPU: tinygrad.runtime._cuda against the fake driver and NVRTC of test/native (loaded by
+path through the same dlopen code as libcuda.so.1, see native_doubles.py), the CUDA device's Python layer (ops_cuda,
+graph_cuda) on top of it, and the ABI of the hand-written driver declarations against NVIDIA's headers where a
+toolkit is installed.
 
 The fake runs copies and launches only when something waits for them, so code that reads a staging buffer before
 its copy has completed reads stale bytes here too. Kernels compute nothing: launches are checked by the bytes of
@@ -8,6 +9,7 @@ their packed arguments. Also here: the CUDA renderer (rendered kernels compile w
 installed) and the grid planning of tinygrad/codegen/gpu_dims.py. test/test_cuda_device.py runs the numbers on a GPU.
 """
 import gc
+import hashlib
 import os
 import shutil
 import struct
@@ -15,24 +17,34 @@ import subprocess
 import sys
 from pathlib import Path
 
+import native_doubles
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from native_doubles import install_fake_cuda, uninstall_fake_cuda
 
 from tinygrad.runtime import _cuda
 
-T = _cuda._testing
+
+class _FakeCuda:
+    """The fake driver's API (native_doubles.fake_cuda()), built on first use rather than at import: the renderer
+    tests below, and test_cuda_render_host importing them, need no fake."""
+
+    def __getattr__(self, name):
+        return getattr(native_doubles.fake_cuda(), name)
+
+
+T = _FakeCuda()
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = 'extern "C" __global__ void __launch_bounds__(64) k(float* a, const float* b, int n, int m) { }\n'
 
 
 @pytest.fixture
 def fake():
-    T.install_fake()
+    install_fake_cuda()
     yield T
-    gc.collect()  # devices made in the test go while their driver is still installed
-    T.uninstall()
+    uninstall_fake_cuda()  # devices made in the test go first, while their driver still answers
 
 
 @pytest.fixture
@@ -63,9 +75,23 @@ def test_module_imports_and_device_module_imports_without_gpu():
 
 
 def test_missing_driver_library_is_named_with_dlerror():
-    with pytest.raises(RuntimeError, match="libtg-no-such-driver.so.1") as e:
-        T.load_driver_library("libtg-no-such-driver.so.1")
-    assert e.value.call == "dlopen" and "cannot open shared object file" in e.value.driver_error
+    _cuda.use_driver_library("libtg-no-such-driver.so.1")
+    try:
+        with pytest.raises(RuntimeError, match="libtg-no-such-driver.so.1") as e:
+            _cuda.driver_version()
+        assert e.value.call == "dlopen" and "cannot open shared object file" in e.value.driver_error
+    finally:
+        _cuda.use_driver_library(None)
+
+
+def test_a_library_without_the_bootstrap_entry_points_is_not_a_driver():
+    _cuda.use_driver_library(_cuda.__file__)  # loads, but exports no cuGetProcAddress_v2
+    try:
+        with pytest.raises(RuntimeError, match="is not a CUDA 12\\+ driver") as e:
+            _cuda.Device(0)
+        assert e.value.call == "dlsym"
+    finally:
+        _cuda.use_driver_library(None)
 
 
 def _have_driver() -> bool:
@@ -87,6 +113,7 @@ def test_cuda_default_device_without_driver_names_libcuda():
 
 
 def test_entry_points_resolved_at_pinned_version_with_legacy_stream(fake):
+    _cuda.driver_version()  # the driver is loaded and resolved on first use
     lookups = {c[2]: c[1] for c in calls("cuGetProcAddress")}
     assert {"cuMemAlloc", "cuLaunchKernel", "cuGraphInstantiateWithFlags", "cuGraphExecKernelNodeSetParams",
             "cuEventElapsedTime", "cuStreamCreate"} <= set(lookups)
@@ -98,12 +125,12 @@ def test_entry_points_resolved_at_pinned_version_with_legacy_stream(fake):
 
 
 def test_driver_older_than_12_is_refused_clearly():
-    T.install_fake(driver_version=11080)
+    install_fake_cuda(driver_version=11080)
     try:
         with pytest.raises(RuntimeError, match=r"supports CUDA 11\.8; tinygrad needs CUDA 12\.0"):
             _cuda.Device(0)
     finally:
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 @pytest.mark.skipif(not Path("/usr/local/cuda/include/cudaTypedefs.h").exists() or shutil.which("c++") is None,
@@ -111,7 +138,7 @@ def test_driver_older_than_12_is_refused_clearly():
 def test_driver_declarations_match_cuda_headers():
     # signatures of every slot at the pinned version, constants, and the kernel-node struct layout
     out = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-I/usr/local/cuda/include",
-                          f"-I{ROOT / 'runtimes/cuda'}", str(ROOT / "runtimes/cuda/abi_check.cpp")],
+                          f"-I{ROOT / 'runtimes/cuda'}", str(ROOT / "test/native/abi_check.cpp")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
 
@@ -122,7 +149,7 @@ def test_driver_declarations_match_cuda_headers():
 def test_device_opens_primary_context_and_nonblocking_stream(fake):
     d = _cuda.Device(0)
     assert (d.name, d.arch, d.product_name, d.ordinal) == ("CUDA", "sm_90", "Fake GPU 0", 0)
-    assert d.attribute(1) == 1024 and d.driver_version == 12080 and d.driver_source == "fake driver"
+    assert d.attribute(1) == 1024 and d.driver_version == 12080 and d.driver_source == str(native_doubles.build())
     assert "cuDevicePrimaryCtxRetain" in names() and "cuCtxCreate" not in names()
     assert [c[1] for c in calls("cuStreamCreate")] == [(1,)]  # CU_STREAM_NON_BLOCKING
     del d
@@ -131,14 +158,13 @@ def test_device_opens_primary_context_and_nonblocking_stream(fake):
 
 
 def test_device_arch_and_ordinals():
-    T.install_fake(device_count=2, compute_capability=(8, 6))
+    install_fake_cuda(device_count=2, compute_capability=(8, 6))
     try:
         assert _cuda.Device(1).arch == "sm_86" and _cuda.Device(1).name == "CUDA:1"
         with pytest.raises(ValueError, match="no GPU CUDA:2: .* reports 2 GPU"):
             _cuda.Device(2)
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 def test_driver_errors_carry_their_name_and_call(dev):
@@ -156,7 +182,7 @@ def test_driver_errors_carry_their_name_and_call(dev):
 
 
 def test_out_of_memory_is_memoryerror_and_the_process_keeps_working():
-    T.install_fake(memory_bytes=1 << 20)
+    install_fake_cuda(memory_bytes=1 << 20)
     try:
         d = _cuda.Device(0)
         with pytest.raises(MemoryError, match=r"allocating 2097152 bytes .*CUDA_ERROR_OUT_OF_MEMORY") as e:
@@ -164,12 +190,11 @@ def test_out_of_memory_is_memoryerror_and_the_process_keeps_working():
         assert (e.value.call, e.value.driver_error) == ("cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY")
         assert _cuda.DeviceBuffer(d, 1000).ptr != 0
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 def test_out_of_memory_frees_the_cache_and_retries():
-    T.install_fake(memory_bytes=1 << 20)
+    install_fake_cuda(memory_bytes=1 << 20)
     try:
         d = _cuda.Device(0)
         bufs = [_cuda.DeviceBuffer(d, 300_000) for _ in range(3)]
@@ -179,8 +204,7 @@ def test_out_of_memory_frees_the_cache_and_retries():
         big = _cuda.DeviceBuffer(d, 500_000)  # only fits once the cached 900 kB go back to the driver
         assert big.ptr != 0 and len(calls("cuMemFree")) == 3 and d.cached_bytes == 0
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 def test_freed_memory_is_reused_by_size(dev):
@@ -236,7 +260,7 @@ def test_a_slot_is_reused_only_after_its_copy_completed(fake):
 @given(slots=st.integers(1, 4), slot_bytes=st.integers(1, 64), sizes=st.lists(st.integers(0, 300), min_size=1,
                                                                               max_size=4))
 def test_staging_ring_roundtrips(slots, slot_bytes, sizes):
-    T.install_fake()
+    install_fake_cuda()
     try:
         d = _staged(slots, slot_bytes)
         rng = np.random.default_rng(sum(sizes))
@@ -249,8 +273,7 @@ def test_staging_ring_roundtrips(slots, slot_bytes, sizes):
             np.testing.assert_array_equal(out, data)
         assert all(c[1][-1] == 1 for c in calls("cuMemcpy") if c[0] != "cuMemcpyDtoDAsync"), "pinned host side"
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 def test_transfer_on_one_gpu(dev):
@@ -265,7 +288,7 @@ def test_transfer_on_one_gpu(dev):
 
 
 def test_transfer_between_gpus_orders_both_streams():
-    T.install_fake(device_count=2)
+    install_fake_cuda(device_count=2)
     try:
         d0, d1 = _cuda.Device(0), _cuda.Device(1)
         a, b = _cuda.DeviceBuffer(d0, 32), _cuda.DeviceBuffer(d1, 32)
@@ -277,8 +300,7 @@ def test_transfer_between_gpus_orders_both_streams():
         d1.synchronize()  # runs the copy, which first waits for d0's queued copyin
         assert T.read(b.ptr, 32) == bytes(range(32))
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 # --- programs and launches ------------------------------------------------------------------------------------------
@@ -302,7 +324,7 @@ def test_padding_between_an_int_and_a_pointer(dev):
 
 
 def test_packing_without_param_info_uses_natural_alignment():
-    T.install_fake(driver_version=12020)  # before cuFuncGetParamInfo
+    install_fake_cuda(driver_version=12020)  # before cuFuncGetParamInfo
     try:
         d = _cuda.Device(0)
         assert "cuFuncGetParamInfo" not in [c[2] for c in calls("cuGetProcAddress")]
@@ -312,8 +334,7 @@ def test_packing_without_param_info_uses_natural_alignment():
         prg.launch(None, None, False, a, a, 1, 2)
         assert T.launches()[-1][3] == struct.pack("<QQii", a.ptr, a.ptr, 1, 2)
     finally:
-        gc.collect()
-        T.uninstall()
+        uninstall_fake_cuda()
 
 
 def test_bad_arguments_and_dimensions_are_refused(dev):
@@ -428,6 +449,35 @@ def test_graph_refuses_misuse(fake):
     assert not calls("cuGraphLaunch")
 
 
+def test_device_surface_shared_with_every_runtime(dev):
+    image, _ = _cuda.nvrtc_compile(KERNEL, "k", ["--gpu-architecture=sm_90"])
+    prg = dev.load_program("k", image)
+    assert isinstance(prg, _cuda.Program) and (prg.name, prg.device, prg.num_regs) == ("k", "CUDA", 16)
+    a = _cuda.DeviceBuffer(dev, 4)
+    prg(a, a, np.int32(3), 4)  # the default dimensions (one thread), no wait; numpy integer scalars are ints
+    assert T.launches()[-1][1:4] == ((1, 1, 1), (1, 1, 1), struct.pack("<QQii", a.ptr, a.ptr, 3, 4))
+    graph = dev.create_graph()
+    assert isinstance(graph, _cuda.Graph)
+    graph.add(prg, [a, a, 1, 1])
+    graph.run()
+    dev.synchronize()
+    assert len(calls("cuGraphLaunch")) == 1 and T.pending_ops() == 0
+
+
+def test_integers_beyond_64_bits_are_value_errors_naming_the_argument(dev):
+    prg, a = program(dev), _cuda.DeviceBuffer(dev, 4)
+    with pytest.raises(ValueError, match=r"args\[3\]: integer does not fit in 64 bits"):
+        prg.launch(None, None, False, a, a, 1, 2**64)
+    g = _cuda.Graph(dev)
+    with pytest.raises(ValueError, match=r"args\[2\].*64 bits"):
+        g.add(prg, [a, a, -(2**64), 1])
+    g.add(prg, [a, a, 1, 1])
+    with pytest.raises(ValueError, match=r"args\[3\].*64 bits"):
+        g.set_arg(0, 3, 2**100)
+    with pytest.raises(ValueError, match=r"local_size\[0\].*64 bits"):
+        g.set_dims(0, None, (2**64,))
+
+
 # --- the CUDA device's Python layer on the fake ----------------------------------------------------------------------
 
 
@@ -498,7 +548,7 @@ def test_compiler_options_cachekey_and_fallbacks(fake):
     with Context(CACHELEVEL=0):
         c.compile_cached(KERNEL)
     assert calls("nvrtcCompileProgram")[-1][2] == "--gpu-architecture=sm_90 --minimal"
-    assert c.cachekey == "compile_cuda_fake_sm_90_nvrtc13.0_--gpu-architecture=sm_90_--minimal"
+    assert c.cachekey.startswith("compile_cuda_sm_90_nvrtc13.0_") and c.cachekey.endswith("--minimal")
     newer = CUDACompiler("sm_95")  # unknown to this NVRTC: PTX for the newest it knows below, JIT-compiled at load
     newer.compile(KERNEL)
     assert newer.options[0] == "--gpu-architecture=compute_90" and newer.ptx
@@ -506,6 +556,10 @@ def test_compiler_options_cachekey_and_fallbacks(fake):
         CUDACompiler("sm_70").compile(KERNEL)
     with pytest.raises(ValueError, match="look like 'sm_90'"):
         CUDACompiler("ampere")
+    # the NVRTC library is in the key: the fake's "CUBINs" (source text) are never served to a real GPU
+    library = hashlib.sha256(str(native_doubles.build()).encode()).hexdigest()[:16]
+    if library not in c.cachekey:
+        pytest.xfail("needs the NVRTC library in CUDACompiler's cachekey (tinygrad/runtime/ops_cuda.py)")
 
 
 def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
@@ -597,7 +651,7 @@ def _render_all(*tensors) -> list[str]:
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
     from tinygrad.renderer.cuda import CUDARenderer
-    opts = LinearizerOptions("CUDA", supports_float4=False, has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
     out = []
     for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
         if si.ast[0].op is BufferOps.STORE:

@@ -1,7 +1,9 @@
 // A fake CUDA driver and NVRTC for tests on machines with no GPU.
 //
-// It is reached the way the real driver is: through a bootstrap table and cuGetProcAddress, so the same resolution
-// code runs (and the versions and flags it asks for are recorded). It simulates:
+// It is reached the way the real driver is: the test library exports the driver's bootstrap entry points and
+// NVRTC's functions under their own names, and the runtime loads it by path (_cuda.use_driver_library,
+// _cuda.nvrtc_load) through the same dlopen, dlsym and cuGetProcAddress code as libcuda.so.1 (the versions and
+// flags it asks for are recorded). It simulates:
 //  * devices, primary contexts and the calling thread's current context (calls without one fail, as they do on a
 //    GPU), with configurable count, compute capability, memory size and driver version;
 //  * device memory as host memory (a CUdeviceptr is a host address, readable by tests), with a size limit that
@@ -52,10 +54,10 @@ struct Launch {
   bool from_graph;
 };
 
-// Replaces the driver and NVRTC with a fresh fake (every previous fake's state is dropped). Devices opened before
-// keep the driver they were opened with.
+// A fresh simulated machine (every previous fake's state is dropped). The runtime sees it once it loads this
+// library (driver resolution happens then, through the bootstrap exports).
 void install(const Config& config);
-// Back to the real driver and NVRTC.
+// Drops the simulated machine: every entry point then fails (CUDA_ERROR_DEINITIALIZED).
 void uninstall();
 
 // The next `count` calls of entry point `call` (base name, e.g. "cuMemAlloc", "nvrtcCompileProgram") return

@@ -1,4 +1,5 @@
-// Internal to the fake driver (fake_driver.cpp, fake_nvrtc.cpp): the simulated GPU state they share.
+// Internal to the fake driver (fake_driver.cpp, fake_exec.cpp, fake_nvrtc.cpp, fake_records.cpp): the simulated GPU
+// state they share.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,9 @@
 
 #include "cuda_api.h"
 #include "fake_driver.h"
+
+// The entry points a real libcuda.so.1 / libnvrtc.so export by name, exported the same way from the test library.
+#define TG_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace tg::cuda::fake {
 
@@ -143,8 +147,5 @@ int stream_check(State& s, CUstream stream);
 
 // The entry points of fake_exec.cpp (modules, launches, streams, events, graphs), by base name.
 void add_exec_entry_points(std::map<std::string, void*>& table);
-
-// The fake NVRTC table (fake_nvrtc.cpp), installed with the fake driver.
-std::shared_ptr<const NvrtcApi> make_fake_nvrtc();
 
 }  // namespace tg::cuda::fake

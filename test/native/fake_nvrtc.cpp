@@ -210,23 +210,26 @@ std::vector<KernelSignature> parse_kernels(const std::string& src) {
   return out;
 }
 
-std::shared_ptr<const NvrtcApi> make_fake_nvrtc() {
-  auto api = std::make_shared<NvrtcApi>();
-  api->source = "fake nvrtc";
-  api->nvrtcGetErrorString = &n_error_string;
-  api->nvrtcVersion = &n_version;
-  api->nvrtcGetNumSupportedArchs = &n_num_archs;
-  api->nvrtcGetSupportedArchs = &n_archs;
-  api->nvrtcCreateProgram = &n_create;
-  api->nvrtcDestroyProgram = &n_destroy;
-  api->nvrtcCompileProgram = &n_compile;
-  api->nvrtcGetProgramLogSize = &n_log_size;
-  api->nvrtcGetProgramLog = &n_log;
-  api->nvrtcGetCUBINSize = &n_cubin_size;
-  api->nvrtcGetCUBIN = &n_cubin;
-  api->nvrtcGetPTXSize = &n_ptx_size;
-  api->nvrtcGetPTX = &n_ptx;
-  return api;
-}
-
 }  // namespace tg::cuda::fake
+
+// NVRTC's entry points under their own names, found with dlsym as the runtime finds the real library's
+// (_cuda.nvrtc_load with this library's path).
+using namespace tg::cuda;
+TG_FAKE_EXPORT const char* nvrtcGetErrorString(nvrtcResult r) { return fake::n_error_string(r); }
+TG_FAKE_EXPORT nvrtcResult nvrtcVersion(int* major, int* minor) { return fake::n_version(major, minor); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int* n) { return fake::n_num_archs(n); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetSupportedArchs(int* archs) { return fake::n_archs(archs); }
+TG_FAKE_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src, const char* name, int nheaders,
+                                              const char* const* headers, const char* const* include_names) {
+  return fake::n_create(prog, src, name, nheaders, headers, include_names);
+}
+TG_FAKE_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) { return fake::n_destroy(prog); }
+TG_FAKE_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int nopts, const char* const* opts) {
+  return fake::n_compile(prog, nopts, opts);
+}
+TG_FAKE_EXPORT nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t* n) { return fake::n_log_size(prog, n); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char* log) { return fake::n_log(prog, log); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t* n) { return fake::n_cubin_size(prog, n); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char* cubin) { return fake::n_cubin(prog, cubin); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t* n) { return fake::n_ptx_size(prog, n); }
+TG_FAKE_EXPORT nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char* ptx) { return fake::n_ptx(prog, ptx); }

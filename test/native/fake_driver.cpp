@@ -1,14 +1,13 @@
 // The fake driver's entry points (see fake_driver.h). Each records itself, honours injected failures, and checks
 // what a real driver checks where a mistake of the runtime would otherwise go unnoticed: a current context, the
-// stream's device, pointer ranges, the exact size of packed kernel arguments.
+// stream's device, pointer ranges, the exact size of packed kernel arguments. The five bootstrap entry points are
+// exported under the driver's own names at the end of this file; the rest are reached through cuGetProcAddress_v2.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
-#include "driver.h"
 #include "fake_state.h"
-#include "nvrtc_compiler.h"
 
 namespace tg::cuda::fake {
 namespace {
@@ -35,8 +34,6 @@ const std::pair<int, const char*> kErrorNames[] = {
     {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN"},
 };
-
-// Locks the fake, records the call and looks up an injected failure.
 
 // ---- bootstrap ----
 CUresult f_cuInit(unsigned int flags) {
@@ -359,22 +356,27 @@ void install(const Config& config) {
     g_state = st;
   }
   t_context = 0;
-  Bootstrap boot{&f_get_proc_address, &f_cuInit, &f_cuDriverGetVersion, &f_cuGetErrorName, &f_cuGetErrorString};
-  // resolved now, through the same code as the real driver; a failure (too old a driver) is what opening a device
-  // then reports
-  try {
-    set_driver_override(resolve_driver(boot, "fake driver"));
-  } catch (...) {
-    set_driver_override(nullptr, std::current_exception());
-  }
-  set_nvrtc_override(make_fake_nvrtc());
 }
 
 void uninstall() {
-  set_driver_override(nullptr, nullptr);
-  set_nvrtc_override(nullptr);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_state.reset();
 }
 
 }  // namespace tg::cuda::fake
+
+// The bootstrap entry points, exported as libcuda.so.1 exports them: the runtime dlopens this library
+// (_cuda.use_driver_library) and finds them with dlsym, exactly as it finds the real driver's.
+using namespace tg::cuda;
+TG_FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags,
+                                            int* status) {
+  return fake::f_get_proc_address(symbol, pfn, version, flags, status);
+}
+TG_FAKE_EXPORT CUresult cuInit(unsigned int flags) { return fake::f_cuInit(flags); }
+TG_FAKE_EXPORT CUresult cuDriverGetVersion(int* version) { return fake::f_cuDriverGetVersion(version); }
+TG_FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
+  return fake::f_cuGetErrorName(error, name);
+}
+TG_FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
+  return fake::f_cuGetErrorString(error, text);
+}

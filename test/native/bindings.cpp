@@ -1,0 +1,87 @@
+// tinygrad_test_doubles: the test doubles of the C++ runtimes, for tests only (built by test/native_doubles.py,
+// never shipped). Bindings only.
+//
+//   fake_cuda      inspect and configure the fake CUDA driver and NVRTC. This same library exports the driver's
+//                  bootstrap entry points and NVRTC's functions, so _cuda loads it by path as it loads the real ones.
+//   fault_host_os  a HostOS that fails on request, installed into _cpu through its host-OS table seam.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "fake_driver.h"
+#include "fault_host_os.h"
+
+namespace py = pybind11;
+namespace fake = tg::cuda::fake;
+
+namespace {
+
+py::tuple call_tuple(const fake::Call& c) {
+  return py::make_tuple(c.name, py::tuple(py::cast(c.args)), c.text, py::bytes(c.data));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(tinygrad_test_doubles, m) {
+  m.doc() = "Test doubles of tinygrad's C++ runtimes (test/native). Never part of the package.";
+
+  auto t = m.def_submodule("fake_cuda", "A fake CUDA driver and NVRTC for tests without a GPU (fake_driver.h).");
+  t.def(
+      "install",
+      [](int device_count, int driver_version, std::uint64_t memory_bytes, std::pair<int, int> cc, bool param_info) {
+        fake::install({device_count, driver_version, memory_bytes, cc.first, cc.second, param_info});
+      },
+      py::arg("device_count") = 1, py::arg("driver_version") = 12080, py::arg("memory_bytes") = std::uint64_t{1} << 30,
+      py::arg("compute_capability") = std::make_pair(9, 0), py::arg("param_info") = true,
+      "A fresh simulated machine; the runtime sees it once it loads this library as its driver.");
+  t.def("uninstall", &fake::uninstall);
+  t.def(
+      "fail_next",
+      [](const std::string& call, py::handle status, int count) {
+        int code = py::isinstance<py::str>(status) ? fake::status_from_name(status.cast<std::string>())
+                                                   : status.cast<int>();
+        if (code < 0) throw py::value_error("unknown status " + py::str(status).cast<std::string>());
+        fake::fail_next(call, code, count);
+      },
+      py::arg("call"), py::arg("status"), py::arg("count") = 1,
+      "The next `count` calls of `call` (e.g. 'cuMemAlloc') return `status` (a name or a number).");
+  t.def(
+      "calls",
+      [](const std::string& prefix) {
+        py::list out;
+        for (const auto& c : fake::calls())
+          if (c.name.rfind(prefix, 0) == 0) out.append(call_tuple(c));
+        return out;
+      },
+      py::arg("prefix") = "", "Recorded calls whose name starts with `prefix`: (name, args, text, data).");
+  t.def(
+      "launches",
+      [] {
+        py::list out;
+        for (const auto& l : fake::launches())
+          out.append(py::make_tuple(l.kernel, py::make_tuple(l.grid[0], l.grid[1], l.grid[2]),
+                                    py::make_tuple(l.block[0], l.block[1], l.block[2]), py::bytes(l.args),
+                                    l.from_graph));
+        return out;
+      },
+      "Kernel executions: (kernel, grid, block, packed args, from_graph).");
+  t.def("clear_records", &fake::clear_records);
+  t.def("read", [](std::uint64_t ptr, size_t n) { return py::bytes(fake::read(ptr, n)); });
+  t.def("write", [](std::uint64_t ptr, const py::bytes& data) { fake::write(ptr, std::string(data)); });
+  t.def("pending_ops", &fake::pending_ops);
+  t.def("device_allocations", &fake::device_allocations);
+  t.def("pinned_allocations", &fake::pinned_allocations);
+
+  auto f = m.def_submodule("fault_host_os", "A HostOS that fails on request (fault_host_os.h).");
+  f.def(
+      "table",
+      [](std::uintptr_t inner) {
+        return reinterpret_cast<std::uintptr_t>(tg::test::fault_host_os(reinterpret_cast<const tg_host_os*>(inner)));
+      },
+      py::arg("inner"), "Address of the fault injector's tg_host_os table, delegating to the table at `inner`.");
+  f.def("fail_next_alloc", &tg::test::fail_next_allocs, py::arg("n") = 1);
+  f.def("fail_next_load", &tg::test::fail_next_loads, py::arg("n") = 1);
+}

@@ -1,0 +1,130 @@
+"""The test doubles of the C++ runtimes (test/native), built on first use and loaded into the test process.
+
+They are never part of the package: the runtime modules offer seams only (`_cuda.use_driver_library`,
+`_cuda.nvrtc_load`, `_cpu.set_host_os`), and the doubles plug in through them. The build goes to build/test-native
+with cmake (and ninja where available), from the environment the tests run in; it is skipped when no source changed
+since the last one, so after the first run it costs a hash of a few files.
+
+    T = fake_cuda()             # the fake driver's inspection API: T.launches(), T.calls("cuMemAlloc"), ...
+    install_fake_cuda(device_count=2)
+    ...
+    uninstall_fake_cuda()
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import hashlib
+import importlib.util
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "test" / "native"
+BUILD = ROOT / "build" / "test-native"
+MODULE = "tinygrad_test_doubles"
+# what the doubles are compiled from: their own folder and the runtime headers they implement
+_INPUTS = [SOURCE, ROOT / "runtimes" / "cuda" / "cuda_api.h", ROOT / "runtimes" / "cpu" / "host_os.h"]
+
+
+def _tool(name: str) -> str | None:
+    """A build tool from PATH, or installed next to this Python (a venv's bin/ that is not activated)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else None
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256(f"{sys.executable}\n{sys.version}\n".encode())
+    for item in _INPUTS:
+        for path in sorted(item.rglob("*")) if item.is_dir() else [item]:
+            if path.is_file():
+                h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _library() -> Path | None:
+    found = sorted(BUILD.glob(f"{MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"))
+    return found[0] if found else None
+
+
+@functools.cache
+def build() -> Path:
+    """Builds the doubles if any source changed since the last build; returns the path of the module."""
+    stamp = BUILD / "sources.sha256"
+    fingerprint = _fingerprint()
+    lib = _library()
+    if lib is not None and stamp.exists() and stamp.read_text() == fingerprint:
+        return lib
+    cmake = _tool("cmake")
+    if cmake is None:
+        raise RuntimeError("building test/native needs cmake: pip install '.[test]' installs it")
+    configure = [cmake, "-S", str(SOURCE), "-B", str(BUILD), f"-DPython_EXECUTABLE={sys.executable}",
+                 "-DCMAKE_BUILD_TYPE=Debug"]  # Debug: the quickest to compile; the doubles need no speed
+    ninja = _tool("ninja")
+    if ninja is not None and not (BUILD / "CMakeCache.txt").exists():
+        configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    for cmd in (configure, [cmake, "--build", str(BUILD)]):
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            log = out.stdout[-4000:] + out.stderr[-4000:]
+            raise RuntimeError(f"building test/native failed: {' '.join(cmd)}\n{log}")
+    lib = _library()
+    if lib is None:
+        raise RuntimeError(f"building test/native made no {MODULE} module in {BUILD}")
+    stamp.write_text(fingerprint)
+    return lib
+
+
+@functools.cache
+def doubles():
+    """The tinygrad_test_doubles module (built first if needed)."""
+    path = build()
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_cuda():
+    """The fake CUDA driver's configuration and inspection API (test/native/fake_driver.h)."""
+    return doubles().fake_cuda
+
+
+def install_fake_cuda(**config) -> None:
+    """A fresh fake machine (`config`: device_count, driver_version, memory_bytes, compute_capability, param_info),
+    loaded by the CUDA runtime as its driver and its NVRTC, by path, the way it loads libcuda.so.1 and libnvrtc."""
+    from tinygrad.runtime import _cuda
+    fake_cuda().install(**config)
+    path = str(build())
+    _cuda.use_driver_library(path)
+    _cuda.nvrtc_unload()
+    _cuda.nvrtc_load([path])
+
+
+def uninstall_fake_cuda() -> None:
+    """Back to libcuda.so.1 and no NVRTC loaded. Devices of the fake are collected first, while it still answers."""
+    from tinygrad.runtime import _cuda
+    gc.collect()
+    fake_cuda().uninstall()
+    _cuda.use_driver_library(None)
+    _cuda.nvrtc_unload()
+
+
+def install_fault_host_os():
+    """Routes the CPU runtime's OS calls through the fault injector (wrapping the real ones); returns its API:
+    fail_next_alloc(n), fail_next_load(n)."""
+    from tinygrad.runtime import _cpu
+    faults = doubles().fault_host_os
+    _cpu.set_host_os(faults.table(_cpu.real_host_os()))
+    return faults
+
+
+def uninstall_fault_host_os() -> None:
+    from tinygrad.runtime import _cpu
+    _cpu.set_host_os(0)
