@@ -52,13 +52,14 @@ def test_four_concurrent_writers(db):
     assert conn.execute(f"SELECT COUNT(*) FROM stress_v{diskcache.VERSION}").fetchone()[0] == 10 + 4 * 200
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("damage", ["header_then_garbage", "truncated"])
 def test_damaged_file_is_rebuilt(db, damage):
     diskcache.diskcache_put("t", "key", b"value" * 1000)
     diskcache._local.conn.close()
     diskcache._local.conn = None
     raw = db.read_bytes()
-    db.write_bytes(os.urandom(4096) if damage == "garbage" else raw[:len(raw) // 3])
+    damaged = raw[:100] + os.urandom(4096) if damage == "header_then_garbage" else raw[:len(raw) // 3]
+    db.write_bytes(damaged)
     for suffix in ("-wal", "-shm"):
         if os.path.exists(str(db) + suffix):
             os.remove(str(db) + suffix)
@@ -71,6 +72,40 @@ def test_damaged_file_is_rebuilt(db, damage):
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CACHEDB": str(db)}, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+NOT_OURS = textwrap.dedent("""
+    import warnings
+    from tinygrad import Tensor
+    from tinygrad.engine.diskcache import diskcache_get, diskcache_put
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        diskcache_put("t", "key", b"value")
+        assert diskcache_get("t", "key") is None
+        assert (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1 and "running without it" in msgs[0], msgs
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("kind", ["directory", "text", "random", "zip"])
+def test_a_path_that_is_not_a_cache_is_never_touched(tmp_path, kind):
+    path = tmp_path / "notes.db"
+    if kind == "directory":
+        path.mkdir()
+        (path / "inside.txt").write_text("mine")
+    else:
+        path.write_bytes({"text": b"my thesis, chapter 1\n", "random": os.urandom(8192),
+                          "zip": b"PK\x03\x04" + os.urandom(100)}[kind])
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    content = path.read_bytes() if path.is_file() else None
+    out = subprocess.run([sys.executable, "-c", NOT_OURS], env={**os.environ, "CACHEDB": str(path)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before, "a file was created, moved or renamed"
+    if content is not None:
+        assert path.read_bytes() == content
 
 
 def test_a_damaged_row_is_dropped(db):

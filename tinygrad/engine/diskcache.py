@@ -3,7 +3,9 @@
 Where: `CACHEDB`, else `<user cache dir>/tinygrad/cache.db`. `CACHELEVEL=0` turns it off. Every table name carries
 VERSION, so a format change starts fresh tables instead of misreading old rows. Concurrent processes share the file
 safely (sqlite's WAL journal and a busy timeout). Each row stores a checksum of its value: a row that does not
-match is dropped and recomputed, and a file sqlite cannot read at all is moved aside and rebuilt, never crashed on.
+match is dropped and recomputed, and a sqlite file sqlite cannot read is moved aside and rebuilt, never crashed on.
+A path that is not a sqlite file (a directory, a user's document) is never touched: tinygrad warns once and runs
+without the cache.
 """
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ import os
 import pathlib
 import sqlite3
 import threading
+import warnings
 
 from tinygrad.helpers import CACHELEVEL, cache_dir, getenv
 
 VERSION = 1
 _local = threading.local()
+SQLITE_HEADER = b"SQLite format 3\0"
+# paths found not to be sqlite files: warned about once, then left alone
+_refused: set[str] = set()
 
 
 def cache_path() -> pathlib.Path:
@@ -30,6 +36,8 @@ def _connect() -> sqlite3.Connection | None:
     conn = getattr(_local, "conn", None)
     if conn is not None and _local.path == path:
         return conn
+    if not _may_use(path):
+        return None
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
@@ -44,8 +52,32 @@ def _connect() -> sqlite3.Connection | None:
     return conn
 
 
+def _may_use(path: str) -> bool:
+    """Whether `path` may hold the cache: missing, empty, or a sqlite file. Anything else belongs to someone else."""
+    if path in _refused:
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return True
+    except OSError as e:  # a directory, no permission, ...
+        head, why = None, e.strerror or type(e).__name__
+    else:
+        why = "it is not a sqlite file"
+    if head is not None and (head == SQLITE_HEADER or head == b""):
+        return True
+    _refused.add(path)
+    warnings.warn(f"tinygrad's disk cache can't use {path} ({why}): running without it; set CACHEDB to another "
+                  "path, or CACHELEVEL=0", RuntimeWarning, stacklevel=4)
+    return False
+
+
 def _rebuild(path: str) -> sqlite3.Connection | None:
-    """Move an unreadable cache file aside and start an empty one."""
+    """Move an unreadable cache file aside and start an empty one, if the file is a sqlite file (else the cache is
+    off for this path: see _may_use)."""
+    if not _may_use(path):
+        return None
     for suffix in ("", "-wal", "-shm"):
         try:
             os.replace(path + suffix, f"{path}{suffix}.corrupt-{os.getpid()}")
