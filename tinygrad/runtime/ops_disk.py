@@ -11,6 +11,7 @@ file I/O.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
@@ -31,8 +32,25 @@ def _address(mv: memoryview) -> int:
     return np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0]
 
 
+def _still_mapped(mv: memoryview, dname: str) -> memoryview:
+    """`mv`, after checking that the file under its map still holds all of its bytes. Reading a page of a map past
+    the end of a file truncated since it was mapped kills the process with SIGBUS; this raises instead. (A file
+    truncated while the read is in progress can still do it: the check narrows the window, it can't close it.)"""
+    mm = mv.obj
+    if isinstance(mm, mmap.mmap) and len(mv):
+        with memoryview(mm) as whole:
+            end = _address(mv) - _address(whole) + len(mv)
+        size = mm.size()  # the size of the mapped file now (fstat of the map's own descriptor)
+        if size < end:
+            raise OSError(errno.EIO, f"{dname}: the file was truncated to {size} bytes after it was mapped, and this "
+                                     f"tensor's bytes end at {end}: load it again")
+    return mv
+
+
 class DiskAllocator(Allocator):
     """Buffers of a DISK device: memoryview slices of its file's map. `alloc(n)` is the file's first n bytes."""
+    # a mapped file is not device memory
+    counts_memory = False
 
     def __init__(self, device: DiskDevice):
         self.device = device
@@ -46,10 +64,10 @@ class DiskAllocator(Allocator):
 
     def as_buffer(self, src: memoryview, size: int | None = None) -> memoryview:
         # zero-copy: the caller reads the mapped file's pages directly
-        return src
+        return _still_mapped(src, self.device.dname)
 
     def copyout(self, dest: memoryview, src: memoryview) -> None:
-        dest[:] = src
+        dest[:] = _still_mapped(src, self.device.dname)
 
     def copyin(self, dest: memoryview, src: memoryview) -> None:
         # the map is read-only; the write goes to the file, and the shared map shows it
