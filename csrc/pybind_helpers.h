@@ -1,8 +1,10 @@
-// The bridge between pybind11 and the runtime contract; the only header that knows both.
+// The bridge between pybind11 and the runtime contract: the pieces pybind_runtime.h binds every runtime with (and
+// that bindings.cpp files may use for their extras). Together with pybind_runtime.h, the only code that knows both.
 //
-// Every backend's bindings.cpp uses it to
+// It provides what is needed to
 //  * translate tg:: exceptions into Python ones (register_exception_translators),
-//  * turn Python launch arguments into KernelArgs (LaunchArgs) or graph arguments (to_bound_arg),
+//  * turn Python launch arguments into KernelArgs (LaunchArgs) or graph arguments (to_bound_arg), and launch
+//    dimensions into LaunchDims (dims_from),
 //  * give the Python class bound to tg::Buffer a safe buffer protocol (enable_buffer_protocol),
 //  * copy between Python buffers and tg::Buffers (copyin / copyout).
 //

@@ -160,6 +160,8 @@ struct BoundArg {
   bool is_pointer() const { return buffer != nullptr || value.kind == KernelArg::Kind::Pointer; }
 };
 
+// Implementations keep their launches in a tg::LaunchList (csrc/graph_launches.h), which provides the checks of
+// set_arg, the busy guard that makes the graph non-reentrant, and the pinning of bound Buffers for run().
 class Graph {
  public:
   virtual ~Graph() = default;
