@@ -13,6 +13,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Callable
 
+from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv
 
@@ -363,7 +364,6 @@ class Compiler:
         lib = self._mem.get(src)
         if lib is not None:
             return lib
-        from tinygrad.engine.diskcache import diskcache_get, diskcache_put
         lib = diskcache_get(self.cachekey, src) if self.cachekey else None
         if lib is None:
             lib = self.compile(src)

@@ -27,7 +27,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     DEVICE_KNOB: (0, "1: make <DEVICE> the default device, for every device tinygrad.runtime has a module "
                      "ops_<device>.py for: CLANG (C kernels on host memory), CPU (numpy buffers, C kernels), CUDA"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
-    "CC": ("", "C compiler for the CLANG/CPU devices; default: clang if on PATH, else cc"),
+    "CC": ("", "C compiler for the CLANG/CPU devices; default: the first of clang, cc, gcc that builds half kernels"),
+    "COMPILE_TIMEOUT": (300, "seconds a kernel compile may take before it is stopped with an error (0: no limit)"),
     "CACHELEVEL": (2, "0: no on-disk cache; 1: compiled kernels are kept on disk; 2: also schedules and rendered "
                       "kernels"),
     "CACHEDB": ("", "path of the on-disk cache database; default: <user cache dir>/tinygrad/cache.db"),

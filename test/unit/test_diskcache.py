@@ -7,12 +7,12 @@ import textwrap
 
 import pytest
 
-from tinygrad.engine import diskcache
+from tinygrad import diskcache
 from tinygrad.helpers import Context
 
 WRITER = textwrap.dedent("""
     import sys
-    from tinygrad.engine.diskcache import diskcache_get, diskcache_put
+    from tinygrad.diskcache import diskcache_get, diskcache_put
     me = int(sys.argv[1])
     for i in range(200):
         diskcache_put("stress", f"shared{i % 10}", b"x" * (i % 50))
@@ -64,7 +64,7 @@ def test_damaged_file_is_rebuilt(db, damage):
         if os.path.exists(str(db) + suffix):
             os.remove(str(db) + suffix)
     # a fresh process must neither crash nor return wrong bytes
-    code = ("from tinygrad.engine.diskcache import diskcache_get, diskcache_put\n"
+    code = ("from tinygrad.diskcache import diskcache_get, diskcache_put\n"
             "assert diskcache_get('t', 'key') in (None, b'value' * 1000)\n"
             "diskcache_put('t', 'key2', b'new')\n"
             "assert diskcache_get('t', 'key2') == b'new'\n"
@@ -77,7 +77,7 @@ def test_damaged_file_is_rebuilt(db, damage):
 NOT_OURS = textwrap.dedent("""
     import warnings
     from tinygrad import Tensor
-    from tinygrad.engine.diskcache import diskcache_get, diskcache_put
+    from tinygrad.diskcache import diskcache_get, diskcache_put
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         diskcache_put("t", "key", b"value")

@@ -15,7 +15,7 @@ from libc.math cimport copysign
 
 import pickle
 
-from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, raise_pending_interrupt

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from tinygrad.device import Buffer, Device
-from tinygrad.engine.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 

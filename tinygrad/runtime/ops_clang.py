@@ -1,14 +1,13 @@
 """The CLANG device: kernels rendered as C, compiled by the host C compiler, loaded and called from C++.
 
-The compiler is clang when it is on PATH, else the system `cc` (gcc), with the same flags; `CC=...` overrides.
+The compiler is chosen by probing (tinygrad/runtime/host_cc.py): `CC` if set, else the first of clang, cc and gcc
+that builds half-precision kernels; every compile has a time limit (COMPILE_TIMEOUT).
 """
 from __future__ import annotations
 
 import functools
 import os
 import platform
-import shutil
-import subprocess
 import tempfile
 
 from tinygrad.codegen.kernel import LinearizerOptions
@@ -17,6 +16,7 @@ from tinygrad.helpers import getenv
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime import _cpu
 from tinygrad.runtime.graph import NativeGraph
+from tinygrad.runtime.host_cc import CFLAGS, host_cc, run_cc
 
 # the csrc/runtime.h version this Python layer was written against
 RUNTIME_ABI_VERSION = 1
@@ -24,20 +24,9 @@ if _cpu.abi_version() != RUNTIME_ABI_VERSION:
     raise ImportError(f"tinygrad.runtime._cpu was built for runtime ABI {_cpu.abi_version()}, this package expects "
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
-# -ffp-contract=off: no fused multiply-add; -fexcess-precision=standard: every half result is rounded to half, as
-# PyTorch rounds each op: results match the reference bit for bit where C allows
-CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fexcess-precision=standard",
-          "-fno-math-errno", "-fno-strict-aliasing",
-          "-x", "c")
-
-
-@functools.lru_cache(None)
 def find_cc() -> str:
-    """The C compiler to use: $CC, else clang, else cc."""
-    cc = getenv("CC") or shutil.which("clang") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise RuntimeError("no C compiler found for the CLANG device: install clang or gcc, or set CC")
-    return cc
+    """The path of the C compiler kernels are compiled with (see tinygrad.runtime.host_cc)."""
+    return host_cc().path
 
 
 def _host_threads() -> int:
@@ -84,19 +73,18 @@ class ClangCompiler(Compiler):
         super().__init__(cachekey or f"compile_clang_{_host_fingerprint()}")
 
     def compile(self, src: str) -> bytes:
+        cc = host_cc()
+        if not cc.float16 and "_Float16" in src:
+            raise CompileError(f"the C compiler {cc.path} has no _Float16 on this machine, which float16 kernels "
+                               "need: install gcc (or a clang that has it) and set CC to it")
+        # without OpenMP a threaded kernel's pragma is simply ignored: it runs on one thread
+        flags = ["-fopenmp"] if cc.openmp and "#pragma omp" in src else []
         with tempfile.TemporaryDirectory(prefix="tinygrad-cc-") as tmp:
             out = os.path.join(tmp, "kernel.so")
-            proc = None
-            if "#pragma omp" in src:
-                # loops split across threads; a compiler without OpenMP builds them serial (the pragma is ignored)
-                proc = subprocess.run([find_cc(), *CFLAGS, "-fopenmp", "-", "-o", out, "-lm"], input=src.encode(),
-                                      capture_output=True)
-            if proc is None or proc.returncode != 0:
-                proc = subprocess.run([find_cc(), *CFLAGS, "-", "-o", out, "-lm"], input=src.encode(),
-                                      capture_output=True)
+            proc = run_cc(cc.path, flags, src, out)
             if proc.returncode != 0:
-                raise CompileError(f"{find_cc()} failed to compile a kernel:\n{proc.stderr.decode(errors='replace')}"
-                                   f"\n--- source ---\n{src}")
+                raise CompileError(f"the C compiler {cc.path} failed to compile a kernel (set CC to use another):\n"
+                                   f"{proc.stderr.decode(errors='replace')}\n--- source ---\n{src}")
             with open(out, "rb") as f:
                 return f.read()
 
@@ -110,7 +98,8 @@ def _host_fingerprint() -> str:
             cpu = next((line for line in f if line.startswith("flags")), "")
     except OSError:
         pass
-    parts = [find_cc(), *CFLAGS, platform.machine(), platform.processor(), cpu]
+    cc = host_cc()
+    parts = [cc.path, f"openmp={cc.openmp}", *CFLAGS, platform.machine(), platform.processor(), cpu]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -159,4 +148,4 @@ class ClangDevice(Compiled):
         return _cpu.Graph()
 
 
-__all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "find_cc"]
+__all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "CFLAGS", "find_cc"]

@@ -150,7 +150,7 @@ def code_version() -> str:
     schedules and rendered kernels are keyed by it: they were made by this code, so a rebuild or an upgrade starts
     them afresh instead of serving what older code produced. (Compiled binaries are keyed by their source and need
     no such key.)"""
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parent
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
         if p.suffix in (".py", ".pyx", ".pxd", ".so"):
