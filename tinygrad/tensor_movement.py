@@ -51,6 +51,23 @@ def _zero(dtype) -> Any:
     return dtypes.as_const(0, dtype)
 
 
+# tensors joined by one kernel of cat
+CAT_FANIN = 16
+
+
+def _cat_group(tensors: list, dim: int, dt) -> Tensor:
+    """`tensors` (of dtype `dt`) joined along `dim` in one kernel: each padded to the full length with zeros at the
+    others' places; the padded parts don't overlap, so their sum (an or, for bools) is the concatenation."""
+    if len(tensors) == 1:
+        return tensors[0]
+    total = sum(t.shape[dim] for t in tensors)
+    parts, start = [], 0
+    for t in tensors:
+        parts.append(t.pad(tuple((start, total - start - t.shape[dim]) if d == dim else None for d in range(t.ndim))))
+        start += t.shape[dim]
+    return functools.reduce(lambda a, b: a | b if dt == dtypes.bool else a + b, parts)
+
+
 class MovementMixin:
     __slots__ = ()
 
@@ -285,16 +302,13 @@ class MovementMixin:
                 raise RuntimeError(f"cat: tensors are on different devices {[x.device for x in tensors]}")
         dt = least_upper_dtype(*[t.dtype for t in tensors])
         tensors = [t.cast(dt) for t in tensors]
-        if len(tensors) == 1:
-            return tensors[0]
-        total = sum(t.shape[dim] for t in tensors)
-        parts, start = [], 0
-        for t in tensors:
-            parts.append(t.pad(tuple((start, total - start - t.shape[dim]) if d == dim else None
-                                     for d in range(t.ndim))))
-            start += t.shape[dim]
-        # the padded parts don't overlap: their sum (an or, for bools) is the concatenation, in one kernel
-        return functools.reduce(lambda a, b: a | b if dt == dtypes.bool else a + b, parts)
+        # many tensors are joined CAT_FANIN at a time, each group in a kernel of its own (equal groups share one
+        # compiled kernel), then the groups' results: a few kernels and compiles whatever the count, where one sum
+        # of a thousand padded parts would be split into hundreds of distinct kernels
+        while len(tensors) > CAT_FANIN:
+            groups = [tensors[i:i + CAT_FANIN] for i in range(0, len(tensors), CAT_FANIN)]
+            tensors = [_cat_group(g, dim, dt).contiguous() if len(g) > 1 else g[0] for g in groups]
+        return _cat_group(tensors, dim, dt)
 
     def stack(self, *args, dim: int = 0) -> Tensor:
         """Stack equal-shaped tensors along a new dim: `a.stack(b, dim=1)` or `Tensor.stack([a, b], dim=1)`."""
