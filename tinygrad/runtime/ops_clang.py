@@ -128,8 +128,7 @@ class ClangProgram:
         self.name, self.lib = name, lib
         if b"libgomp.so" in lib or b"libomp.so" in lib:
             _pin_openmp_runtime(b"libgomp.so" in lib)
-        self._library = _cpu.Library(lib)
-        self._prg = _cpu.Program(self._library, name)
+        self._prg = _cpu.Device().load_program(name, lib)
         # the C++ program: NativeGraph adds it to graphs, and its call is the launch itself, for callers that pass
         # raw buffers only (engine/plan.pyx)
         self.native = self.direct = self._prg
@@ -143,9 +142,7 @@ class ClangProgram:
 class ClangDevice(Compiled):
     def __init__(self, device: str):
         super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
-
-    def create_graph(self):
-        return _cpu.Graph()
+        self.native = _cpu.Device()
 
 
 __all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "CFLAGS", "find_cc"]

@@ -32,6 +32,4 @@ class NumpyAllocator(Allocator):
 class CPUDevice(Compiled):
     def __init__(self, device: str):
         super().__init__(device, NumpyAllocator(), ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
-
-    def create_graph(self):
-        return _cpu.Graph()
+        self.native = _cpu.Device()

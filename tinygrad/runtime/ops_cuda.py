@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import hashlib
 import math
 import os
 import re
@@ -116,9 +117,10 @@ class CUDACompiler(Compiler):
             target, self.ptx = f"compute_{max(older)}", True
         # --minimal (NVRTC 12.4+) leaves out language features these kernels never use: compiles ~40% faster
         self.options = [f"--gpu-architecture={target}"] + (["--minimal"] if version >= (12, 4) else [])
-        # the test driver's "CUBINs" are source text: they must never be served to a real GPU from the disk cache
-        kind = "fake_" if source == "fake nvrtc" else ""
-        self.cachekey = f"compile_cuda_{kind}{self.arch}_nvrtc{version[0]}.{version[1]}_{'_'.join(self.options)}"
+        # the NVRTC library is part of the key: CUBINs are only served to the library that made them (a test's fake
+        # NVRTC makes "CUBINs" that are source text and must never reach a real GPU)
+        library = hashlib.sha256(source.encode()).hexdigest()[:16]
+        self.cachekey = f"compile_cuda_{self.arch}_nvrtc{version[0]}.{version[1]}_{library}_{'_'.join(self.options)}"
 
     def compile_cached(self, src: str) -> bytes:
         self._setup()
@@ -148,7 +150,7 @@ class CUDAProgram:
     def __init__(self, device: CUDADevice, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
         image, self.default_dims, persistent = unpack_lib(lib)
-        self._prg = self.native = _cuda.Program(device._dev, name, image)
+        self._prg = self.native = device._dev.load_program(name, image)
         if self.default_dims is not None:
             if persistent:
                 (gx, gy, gz), block = self.default_dims
@@ -199,7 +201,7 @@ class CUDADevice(Compiled):
 
     def __init__(self, device: str):
         ordinal = int(device.split(":")[1]) if ":" in device else 0
-        self._dev = _cuda.Device(ordinal, cache_freed=False)  # CUDAAllocator caches
+        self._dev = self.native = _cuda.Device(ordinal, cache_freed=False)  # CUDAAllocator caches
         self.arch = self._dev.arch
         a = self._dev.attribute
         self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
@@ -214,5 +216,3 @@ class CUDADevice(Compiled):
     def synchronize(self) -> None:
         self._dev.synchronize()
 
-    def create_graph(self):
-        return _cuda.Graph(self._dev)
