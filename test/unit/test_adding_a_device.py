@@ -36,6 +36,8 @@ def toy(tmp_path, monkeypatch):
 def test_the_module_is_the_registration(toy, monkeypatch):
     assert "TOY" in Device.KNOWN and "CLANG" in Device.KNOWN
     monkeypatch.setattr(Device, "_default", None)
+    for name in Device.KNOWN:  # CUDA=1 and the like from the calling shell
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TOY", "1")
     assert Device.DEFAULT == "TOY"
 

@@ -99,12 +99,16 @@ class CUDACompiler(Compiler):
         self.arch = arch
         self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", has_local=True, has_shared=True)
         self.options: list[str] | None = None
+        self._source: str | None = None
         self.ptx = False
 
     def _setup(self) -> None:
-        if self.options is not None:
-            return
+        # NOTE: asked at every compile, not once: NVRTC can be unloaded and another loaded (tests put a fake in its
+        # place), and options and cache key belong to the library that compiles
         source = _cuda.nvrtc_load(nvrtc_candidates())
+        if self.options is not None and source == self._source:
+            return
+        self._source = source
         version = tuple(_cuda.nvrtc_version())
         target, self.ptx = self.arch, False
         supported = _cuda.nvrtc_supported_archs()
