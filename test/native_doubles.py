@@ -12,6 +12,7 @@ since the last one, so after the first run it costs a hash of a few files.
 """
 from __future__ import annotations
 
+import fcntl
 import functools
 import gc
 import hashlib
@@ -55,7 +56,18 @@ def _library() -> Path | None:
 
 @functools.cache
 def build() -> Path:
-    """Builds the doubles if any source changed since the last build; returns the path of the module."""
+    """Builds the doubles if any source changed since the last build; returns the path of the module. Parallel test
+    processes (pytest-xdist) take turns: one builds, the others wait and then find the build done."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _build_locked()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build_locked() -> Path:
     stamp = BUILD / "sources.sha256"
     fingerprint = _fingerprint()
     lib = _library()
