@@ -125,6 +125,9 @@ class Buffer:
             raise ValueError(f"buffer size must be a non-negative int, got {size!r}")
         self.device, self.size, self.dtype, self.options = device, size, dtype, options
         self._nbytes = size * dtype.itemsize
+        if self._nbytes >= 1 << 63:
+            raise MemoryError(f"a buffer of {size} {dtype} elements ({self._nbytes} bytes) on {device} is beyond what "
+                              "a 64-bit address space holds")
         self._buf: Any = None
         if opaque is not None:
             self.allocate(opaque)

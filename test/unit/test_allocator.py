@@ -92,3 +92,10 @@ def test_a_loop_does_not_call_the_system_allocator_each_step():
     finally:
         del alloc._alloc
     assert calls == []
+
+
+def test_sizes_beyond_64_bits_are_memory_errors_naming_the_size():
+    for shape in [(2**62, 16), (2**40, 2**30), (2**22, 2**21, 2**20)]:
+        with pytest.raises(MemoryError, match="beyond what a 64-bit address space holds"):
+            Tensor.empty(*shape).realize()
+    assert (Tensor([1.0]) + 1).tolist() == [2.0]
