@@ -127,12 +127,27 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return len(self.shape)
 
     def numel(self) -> sint:
+        """The number of elements: the product of the shape (symbolic when a dim is).
+
+        >>> Tensor.ones(2, 3).numel()
+        6
+        """
         return prod(self.shape)
 
     def element_size(self) -> int:
+        """Bytes per element of this tensor's dtype.
+
+        >>> Tensor([1.0]).element_size(), Tensor([1], dtype=dtypes.int64).element_size()
+        (4, 8)
+        """
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """Bytes the data takes: numel() * element_size().
+
+        >>> Tensor.zeros(2, 3).nbytes()
+        24
+        """
         return self.numel() * self.element_size()
 
     def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
@@ -140,6 +155,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return self.shape if dim is None else self.shape[dim if dim >= 0 else dim + self.ndim]
 
     def is_floating_point(self) -> bool:
+        """Whether the dtype is a float type (half, bfloat16, float or double).
+
+        >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+        (True, False)
+        """
         return dtypes.is_float(self.dtype)
 
     def __len__(self) -> int:
@@ -166,6 +186,13 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
     @staticmethod
     def corealize(lst: Sequence[Tensor]) -> None:
+        """Realize every tensor of `lst` in one schedule, so kernels they share run once.
+
+        >>> a, b = Tensor([1]) + 1, Tensor([2]) * 2
+        >>> Tensor.corealize([a, b])
+        >>> a.tolist(), b.tolist()
+        ([2], [4])
+        """
         outs = [t.lazydata for t in lst]
         if _realize_with_next:
             outs += [lb for lb in (r() for r in _realize_with_next) if lb is not None]
@@ -173,6 +200,12 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         realize_lazybuffers(outs)
 
     def schedule(self):
+        """The list of ScheduleItems (kernels and copies) that would compute this tensor, without running them.
+
+        >>> a = Tensor([1.0, 2.0]).realize()
+        >>> [type(si).__name__ for si in (a * 2).schedule()]
+        ['ScheduleItem']
+        """
         from tinygrad.engine.schedule import create_schedule
         return create_schedule([self.lazydata])
 
@@ -200,17 +233,37 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return np.frombuffer(self._data(), dtype=self.dtype.np).reshape(self.shape).copy()
 
     def item(self) -> ConstType:
+        """The single element of a one-element tensor, as a Python bool, int or float.
+
+        >>> Tensor([[3.5]]).item()
+        3.5
+        """
         if self.numel() != 1:
             raise ValueError(f"item() needs exactly one element, the tensor has shape {self.shape}")
         return self.numpy().reshape(-1)[0].item()
 
     def tolist(self):
+        """The data as nested Python lists (a 0-d tensor gives a scalar), realizing it if needed.
+
+        >>> Tensor([[1, 2], [3, 4]]).tolist()
+        [[1, 2], [3, 4]]
+        """
         return self.numpy().tolist()
 
     def data(self) -> memoryview:
+        """The data as a memoryview in this tensor's shape and element format (realizing it, laid out contiguously).
+
+        >>> Tensor([[1, 2], [3, 4]]).data().tolist()
+        [[1, 2], [3, 4]]
+        """
         return self._data().cast(self.dtype.fmt, self.shape) if self.shape else self._data().cast(self.dtype.fmt)
 
     def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (a copy; self when it is already there); the gradient moves with it.
+
+        >>> Tensor([1, 2]).to("CPU").device
+        'CPU'
+        """
         device = Device.canonicalize(device)
         if device == self.device:
             return self
@@ -230,6 +283,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return F.Clone.apply(self)
 
     def detach(self) -> Tensor:
+        """The same data as a new tensor cut off from the autograd graph (requires_grad False).
+
+        >>> Tensor([1.0], requires_grad=True).detach().requires_grad
+        False
+        """
         return Tensor(self.lazydata, device=self.device, requires_grad=False)
 
     def assign(self, x: TensorLike) -> Tensor:
@@ -245,6 +303,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return self
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+        """Set requires_grad in place (True: gradients are kept for this tensor) and return self.
+
+        >>> Tensor([1.0]).requires_grad_().requires_grad
+        True
+        """
         self.requires_grad = requires_grad
         return self
 

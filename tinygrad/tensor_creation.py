@@ -113,19 +113,44 @@ class CreationMixin:
 
     @classmethod
     def zeros(cls, *shape, **kwargs) -> Tensor:
+        """A tensor of `shape` (as `zeros(2, 3)` or `zeros((2, 3))`) filled with 0; float32 unless `dtype=` says.
+
+        >>> Tensor.zeros(2, 2).tolist()
+        [[0.0, 0.0], [0.0, 0.0]]
+        """
         return cls.full(check_shape(*shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
 
     @classmethod
     def ones(cls, *shape, **kwargs) -> Tensor:
+        """A tensor of `shape` (as `ones(2, 3)` or `ones((2, 3))`) filled with 1; float32 unless `dtype=` says.
+
+        >>> Tensor.ones(2, dtype=dtypes.int32).tolist()
+        [1, 1]
+        """
         return cls.full(check_shape(*shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
 
     def full_like(self, fill_value: ConstType, **kwargs) -> Tensor:
+        """`fill_value` in this tensor's shape, with its dtype and device unless `dtype=`/`device=` say.
+
+        >>> Tensor([1, 2, 3]).full_like(7).tolist()
+        [7, 7, 7]
+        """
         return type(self).full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
     def zeros_like(self, **kwargs) -> Tensor:
+        """Zeros in this tensor's shape, dtype and device (keyword arguments override them).
+
+        >>> Tensor([1.5, 2.5]).zeros_like().tolist()
+        [0.0, 0.0]
+        """
         return self.full_like(0, **kwargs)
 
     def ones_like(self, **kwargs) -> Tensor:
+        """Ones in this tensor's shape, dtype and device (keyword arguments override them).
+
+        >>> Tensor([[4, 5]]).ones_like().tolist()
+        [[1, 1]]
+        """
         return self.full_like(1, **kwargs)
 
     @classmethod
@@ -286,13 +311,28 @@ class CreationMixin:
         return cls._leaf((offset.cast(dtypes.int64) + low).cast(dtype), requires_grad)
 
     def rand_like(self, **kwargs) -> Tensor:
+        """Uniform random values in [0, 1) in this tensor's shape, dtype and device (see `rand`).
+
+        >>> Tensor.zeros(2, 3).rand_like().shape
+        (2, 3)
+        """
         return type(self).rand(*self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
     def randn_like(self, **kwargs) -> Tensor:
+        """Standard normal random values in this tensor's shape, dtype and device (see `randn`).
+
+        >>> Tensor.zeros(2, 3, dtype=dtypes.float16).randn_like().dtype
+        dtypes.half
+        """
         return type(self).randn(*self.shape, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
     @classmethod
     def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor:
+        """Normal random values with the given `mean` and `std`: `randn(*shape) * std + mean`.
+
+        >>> Tensor.normal(2, 3, mean=1.0, std=0.5).shape
+        (2, 3)
+        """
         requires_grad = kwargs.pop("requires_grad", None)
         return cls._leaf(cls.randn(*shape, **kwargs) * std + mean, requires_grad)
 

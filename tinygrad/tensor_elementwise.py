@@ -109,34 +109,84 @@ class ElementwiseMixin:
 
     # ---- unary math ----
     def neg(self) -> Tensor:
+        """-x elementwise (for a bool tensor: logical not).
+
+        >>> Tensor([1, -2]).neg().tolist()
+        [-1, 2]
+        """
         return F.Neg.apply(self) if self.dtype != dtypes.bool else self.logical_not()
 
     def log(self) -> Tensor:
+        """Natural logarithm elementwise; ints and bools are computed in the default float.
+
+        >>> Tensor([1.0]).log().tolist()
+        [0.0]
+        """
         return F.Log.apply(self._as_float())
 
     def log2(self) -> Tensor:
+        """Base-2 logarithm elementwise; ints and bools are computed in the default float.
+
+        >>> Tensor([1.0, 8.0]).log2().tolist()
+        [0.0, 3.0]
+        """
         return F.Log2.apply(self._as_float())
 
     def exp(self) -> Tensor:
+        """e ** x elementwise; ints and bools are computed in the default float.
+
+        >>> Tensor([0.0]).exp().tolist()
+        [1.0]
+        """
         return F.Exp.apply(self._as_float())
 
     def exp2(self) -> Tensor:
+        """2 ** x elementwise; ints and bools are computed in the default float.
+
+        >>> Tensor([3.0, -1.0]).exp2().tolist()
+        [8.0, 0.5]
+        """
         return F.Exp2.apply(self._as_float())
 
     def sqrt(self) -> Tensor:
+        """Square root elementwise (nan below 0); ints and bools are computed in the default float.
+
+        >>> Tensor([4.0, 9.0]).sqrt().tolist()
+        [2.0, 3.0]
+        """
         return F.Sqrt.apply(self._as_float())
 
     def rsqrt(self) -> Tensor:
+        """1 / sqrt(x) elementwise, in a float dtype.
+
+        >>> Tensor([4.0, 16.0]).rsqrt().tolist()
+        [0.5, 0.25]
+        """
         return self.sqrt().reciprocal()
 
     def reciprocal(self) -> Tensor:
+        """1 / x elementwise, in a float dtype (ints give the default float).
+
+        >>> Tensor([2, 4]).reciprocal().tolist()
+        [0.5, 0.25]
+        """
         return F.Reciprocal.apply(self._as_float())
 
     def sin(self) -> Tensor:
+        """Sine elementwise (radians), in a float dtype.
+
+        >>> Tensor([0.0]).sin().tolist()
+        [0.0]
+        """
         x = self._as_float()
         return _with_grad(F.Sin.apply(x), (x, lambda: x.cos()))
 
     def cos(self) -> Tensor:
+        """Cosine elementwise (radians), in a float dtype; accurate for large |x| too.
+
+        >>> Tensor([0.0]).cos().tolist()
+        [1.0]
+        """
         # 1 - 2 sin(x/2)^2: halving is exact, so this keeps sin's accuracy for large |x| (sin(pi/2 - x) would not)
         def fxn(x: Tensor) -> Tensor:
             s = F.Sin.apply(x * 0.5)
@@ -144,15 +194,30 @@ class ElementwiseMixin:
         return self._opmath(fxn)
 
     def tan(self) -> Tensor:
+        """Tangent elementwise (radians), in a float dtype.
+
+        >>> Tensor([0.0]).tan().tolist()
+        [0.0]
+        """
         def fxn(x: Tensor) -> Tensor:
             value = F.Sin.apply(x) / x.cos()
             return _with_grad(value, (x, lambda: 1 + value * value))
         return self._opmath(fxn)
 
     def square(self) -> Tensor:
+        """x * x elementwise, keeping the dtype.
+
+        >>> Tensor([-3, 2]).square().tolist()
+        [9, 4]
+        """
         return self * self
 
     def abs(self) -> Tensor:
+        """|x| elementwise, keeping the dtype (bool and unsigned tensors come back as they are).
+
+        >>> Tensor([1.0, -2.0]).abs().tolist()
+        [1.0, 2.0]
+        """
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
         return self.relu() + (-self).relu()
@@ -161,21 +226,41 @@ class ElementwiseMixin:
         return self.abs()
 
     def sign(self) -> Tensor:
+        """-1, 0 or 1 by the sign of each element, in this tensor's dtype (its gradient is 0).
+
+        >>> Tensor([-2.0, 0.0, 3.0]).sign().tolist()
+        [-1.0, 0.0, 1.0]
+        """
         if self.dtype == dtypes.bool:
             return self
         value = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
         return _with_grad(value, (self, 0.0))
 
     def trunc(self) -> Tensor:
+        """Round toward zero, keeping the dtype (int tensors come back as they are).
+
+        >>> Tensor([1.7, -1.7]).trunc().tolist()
+        [1.0, -1.0]
+        """
         return _with_grad(self._trunc_value(), (self, 0.0)) if dtypes.is_float(self.dtype) else self
 
     def floor(self) -> Tensor:
+        """Round down to the nearest integer, keeping the dtype (int tensors come back as they are).
+
+        >>> Tensor([1.5, -1.5]).floor().tolist()
+        [1.0, -2.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self._trunc_value()
         return _with_grad((t > self).where(t - 1, t), (self, 0.0))
 
     def ceil(self) -> Tensor:
+        """Round up to the nearest integer, keeping the dtype (int tensors come back as they are).
+
+        >>> Tensor([1.5, -1.5]).ceil().tolist()
+        [2.0, -1.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self._trunc_value()
@@ -193,18 +278,38 @@ class ElementwiseMixin:
         return _with_grad(away.where((self < 0).where(t - 1, t + 1), t), (self, 0.0))
 
     def isnan(self) -> Tensor:
+        """A bool tensor: True where the element is NaN.
+
+        >>> Tensor([1.0, float("nan")]).isnan().tolist()
+        [False, True]
+        """
         return self != self
 
     def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """A bool tensor: True where the element is +inf (if `detect_positive`) or -inf (if `detect_negative`).
+
+        >>> Tensor([1.0, float("inf"), -float("inf")]).isinf(detect_negative=False).tolist()
+        [False, True, False]
+        """
         pos, neg = self == math.inf, self == -math.inf
         if detect_positive and detect_negative:
             return pos | neg
         return pos if detect_positive else neg if detect_negative else self.full_like(False, dtype=dtypes.bool)
 
     def isfinite(self) -> Tensor:
+        """A bool tensor: True where the element is neither inf nor NaN (always True for ints and bools).
+
+        >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
+        [True, False, False]
+        """
         return (self - self) == 0 if dtypes.is_float(self.dtype) else self.full_like(True, dtype=dtypes.bool)
 
     def erf(self) -> Tensor:
+        """The Gauss error function elementwise, in a float dtype (accurate to about 1e-7).
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).erf().tolist()]
+        [0.0, 0.8427]
+        """
         def fxn(x: Tensor) -> Tensor:
             a = x.abs()
             a2 = a * a
@@ -221,6 +326,11 @@ class ElementwiseMixin:
 
     # ---- hyperbolic ----
     def tanh(self) -> Tensor:
+        """Hyperbolic tangent elementwise, in a float dtype (finite for any input).
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).tanh().tolist()]
+        [0.0, 0.7616]
+        """
         def fxn(x: Tensor) -> Tensor:
             # tanh|x| = -m / (2 + m) with m = expm1(-2|x|): finite for any x, accurate near 0
             m = (x.abs() * -2)._expm1()
@@ -239,17 +349,37 @@ class ElementwiseMixin:
         return (self < 0).where(-s, s)
 
     def sinh(self) -> Tensor:
+        """Hyperbolic sine elementwise, in a float dtype.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).sinh().tolist()]
+        [0.0, 1.1752]
+        """
         return self._opmath(lambda x: _with_grad(x._sinh_cosh(False), (x, lambda: x._sinh_cosh(True))))
 
     def cosh(self) -> Tensor:
+        """Hyperbolic cosine elementwise, in a float dtype.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).cosh().tolist()]
+        [1.0, 1.5431]
+        """
         return self._opmath(lambda x: _with_grad(x._sinh_cosh(True), (x, lambda: x._sinh_cosh(False))))
 
     def atanh(self) -> Tensor:
+        """Inverse hyperbolic tangent elementwise, in a float dtype (+-inf at +-1, NaN beyond).
+
+        >>> [round(v, 4) for v in Tensor([0.0, 0.5]).atanh().tolist()]
+        [0.0, 0.5493]
+        """
         def fxn(x: Tensor) -> Tensor:
             return _with_grad((2 * x / (1 - x))._log1p() * 0.5, (x, lambda: 1 / (1 - x * x)))
         return self._opmath(fxn)
 
     def asinh(self) -> Tensor:
+        """Inverse hyperbolic sine elementwise, in a float dtype.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).asinh().tolist()]
+        [0.0, 0.8814]
+        """
         def fxn(x: Tensor) -> Tensor:
             a = x.abs()
             # log1p(a + a^2 / (1 + sqrt(1 + a^2))); for large a, log(2a), before a^2 overflows
@@ -259,6 +389,11 @@ class ElementwiseMixin:
         return self._opmath(fxn)
 
     def acosh(self) -> Tensor:
+        """Inverse hyperbolic cosine elementwise, in a float dtype (NaN below 1).
+
+        >>> [round(v, 4) for v in Tensor([1.0, 2.0]).acosh().tolist()]
+        [0.0, 1.317]
+        """
         def fxn(x: Tensor) -> Tensor:
             near = ((x - 1) + ((x - 1) * (x + 1)).sqrt())._log1p()
             value = (x < 1).where(math.nan, (x > 4096).where(x.log() + _LN2, near))
@@ -267,15 +402,35 @@ class ElementwiseMixin:
 
     # ---- activations ----
     def sigmoid(self) -> Tensor:
+        """The logistic function 1 / (1 + exp(-x)) elementwise, in a float dtype.
+
+        >>> Tensor([0.0]).sigmoid().tolist()
+        [0.5]
+        """
         return F.Sigmoid.apply(self._as_float())
 
     def relu(self) -> Tensor:
+        """max(x, 0) elementwise, keeping the dtype (the gradient at 0 is 0).
+
+        >>> Tensor([-1.0, 2.0]).relu().tolist()
+        [0.0, 2.0]
+        """
         return F.Relu.apply(self)
 
     def relu6(self) -> Tensor:
+        """min(max(x, 0), 6) elementwise.
+
+        >>> Tensor([-1.0, 3.0, 8.0]).relu6().tolist()
+        [0.0, 3.0, 6.0]
+        """
         return self.hardtanh(0, 6)
 
     def leakyrelu(self, neg_slope: float = 0.01) -> Tensor:
+        """x where x > 0, else x * neg_slope.
+
+        >>> Tensor([-2.0, 3.0]).leakyrelu(0.5).tolist()
+        [-1.0, 3.0]
+        """
         return (self > 0).where(self, self * neg_slope)
 
     def _elu(self, alpha: float, scale: float, input_scale: float) -> Tensor:
@@ -286,12 +441,27 @@ class ElementwiseMixin:
         return _with_grad(value, (self, lambda: pos.where(scale, xi.exp() * (alpha * scale * input_scale))))
 
     def elu(self, alpha: float = 1.0) -> Tensor:
+        """x where x > 0, else alpha * (exp(x) - 1), as torch.nn.functional.elu.
+
+        >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).elu().tolist()]
+        [-0.6321, 2.0]
+        """
         return self._opmath(lambda x: x._elu(alpha, 1.0, 1.0))
 
     def celu(self, alpha: float = 1.0) -> Tensor:
+        """x where x > 0, else alpha * (exp(x / alpha) - 1), as torch.nn.functional.celu.
+
+        >>> [round(v, 4) for v in Tensor([-2.0, 2.0]).celu(alpha=2.0).tolist()]
+        [-1.2642, 2.0]
+        """
         return self._opmath(lambda x: x._elu(alpha, 1.0, 1.0 / alpha))
 
     def selu(self) -> Tensor:
+        """scale * elu(x, alpha) with PyTorch's fixed constants (scale ~1.0507, alpha ~1.6733).
+
+        >>> [round(v, 4) for v in Tensor([-1.0, 1.0]).selu().tolist()]
+        [-1.1113, 1.0507]
+        """
         return self._opmath(lambda x: x._elu(_SELU_ALPHA, _SELU_SCALE, 1.0))
 
     def gelu(self) -> Tensor:
@@ -299,15 +469,35 @@ class ElementwiseMixin:
         return self._opmath(lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh()))
 
     def quick_gelu(self) -> Tensor:
+        """The sigmoid approximation of GELU: x * sigmoid(1.702 x).
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).quick_gelu().tolist()]
+        [0.0, 0.8458]
+        """
         return self * (self * 1.702).sigmoid()
 
     def swish(self) -> Tensor:
+        """x * sigmoid(x) (the same function as silu).
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).swish().tolist()]
+        [0.0, 0.7311]
+        """
         return self * self.sigmoid()
 
     def silu(self) -> Tensor:
+        """x * sigmoid(x), as torch.nn.functional.silu.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).silu().tolist()]
+        [0.0, 0.7311]
+        """
         return self.swish()
 
     def mish(self) -> Tensor:
+        """x * tanh(softplus(x)), as torch.nn.functional.mish.
+
+        >>> [round(v, 4) for v in Tensor([0.0, 1.0]).mish().tolist()]
+        [0.0, 0.8651]
+        """
         return self * self.softplus().tanh()
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -321,19 +511,44 @@ class ElementwiseMixin:
         return self._opmath(fxn)
 
     def logsigmoid(self) -> Tensor:
+        """log(sigmoid(x)), computed as -softplus(-x) so it stays finite for very negative x.
+
+        >>> [round(v, 4) for v in Tensor([0.0, -100.0]).logsigmoid().tolist()]
+        [-0.6931, -100.0]
+        """
         return -(-self).softplus()
 
     def softsign(self) -> Tensor:
+        """x / (1 + |x|) elementwise.
+
+        >>> Tensor([1.0, -3.0]).softsign().tolist()
+        [0.5, -0.75]
+        """
         return self / (1 + self.abs())
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        """x clipped to [min_val, max_val]; unlike clip, the gradient is 0 at the bounds (PyTorch's).
+
+        >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
+        [-1.0, 0.5, 1.0]
+        """
         # like clip, except that the gradient is 0 at the bounds (PyTorch's)
         return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
 
     def hardswish(self) -> Tensor:
+        """x * relu6(x + 3) / 6, as torch.nn.functional.hardswish.
+
+        >>> Tensor([-4.0, 0.0, 3.0]).hardswish().tolist()
+        [0.0, 0.0, 3.0]
+        """
         return (self <= -3).where(0.0, (self < 3).where(self * (self + 3) / 6, self))
 
     def hardsigmoid(self) -> Tensor:
+        """relu6(x + 3) / 6: 0 up to -3, 1 from 3, linear between.
+
+        >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+        [0.0, 0.5, 1.0]
+        """
         return (self <= -3).where(0.0, (self >= 3).where(1.0, (self + 3) / 6))
 
     def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
@@ -348,30 +563,70 @@ class ElementwiseMixin:
         return x
 
     def clamp(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
+        """The same as clip: min(max(x, min_), max_), either bound optional.
+
+        >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist()
+        [-1, 0, 3]
+        """
         return self.clip(min_, max_)
 
     # ---- logic and casts ----
     def logical_not(self) -> Tensor:
+        """A bool tensor: True where the element is zero (or False).
+
+        >>> Tensor([True, False]).logical_not().tolist()
+        [False, True]
+        """
         return F.Eq.apply(*self._broadcasted(False))
 
     def cast(self, dtype: DType | str) -> Tensor:
+        """The values converted to `dtype` (a DType or its name); float to int truncates toward zero, as C.
+
+        >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
+        [1, -1]
+        """
         dtype = to_dtype(dtype)
         return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bits read as `dtype` (same itemsize), without converting the values.
+
+        >>> Tensor([1.0]).bitcast(dtypes.int32).tolist()
+        [1065353216]
+        """
         dtype = to_dtype(dtype)
         return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype, bitcast=True)
 
     def float(self) -> Tensor:
+        """Cast to float32.
+
+        >>> Tensor([1, 2]).float().tolist()
+        [1.0, 2.0]
+        """
         return self.cast(dtypes.float32)
 
     def half(self) -> Tensor:
+        """Cast to float16.
+
+        >>> Tensor([1.5]).half().dtype
+        dtypes.half
+        """
         return self.cast(dtypes.float16)
 
     def int(self) -> Tensor:
+        """Cast to int32 (floats truncate toward zero).
+
+        >>> Tensor([1.9, -1.9]).int().tolist()
+        [1, -1]
+        """
         return self.cast(dtypes.int32)
 
     def bool(self) -> Tensor:
+        """Cast to bool: True where the element is nonzero.
+
+        >>> Tensor([0, 2]).bool().tolist()
+        [False, True]
+        """
         return self.cast(dtypes.bool)
 
     # ---- binary: broadcasting and promotion ----
@@ -405,17 +660,32 @@ class ElementwiseMixin:
 
     # ---- arithmetic ----
     def add(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self + x with broadcasting and dtype promotion (`reverse`: x + self); bool + bool is logical or.
+
+        >>> Tensor([1, 2]).add(3).tolist()
+        [4, 5]
+        """
         a, b = self._broadcasted(x, reverse)
         # bool + bool is logical or (PyTorch's); the C sum of two _Bools would be 2 inside a fused expression
         return F.BitwiseOr.apply(a, b) if a.dtype == dtypes.bool else F.Add.apply(a, b)
 
     def sub(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self - x with broadcasting and dtype promotion (`reverse`: x - self); bool tensors are refused.
+
+        >>> Tensor([5, 6]).sub(1, reverse=True).tolist()
+        [-4, -5]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("subtracting bool tensors is not supported: use ^ (xor) or logical_not")
         return F.Sub.apply(a, b)
 
     def mul(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self * x with broadcasting and dtype promotion (`reverse`: x * self); bool * bool is logical and.
+
+        >>> Tensor([[1], [2]]).mul(Tensor([1.0, 10.0])).tolist()
+        [[1.0, 10.0], [2.0, 20.0]]
+        """
         a, b = self._broadcasted(x, reverse)
         return F.BitwiseAnd.apply(a, b) if a.dtype == dtypes.bool else F.Mul.apply(a, b)
 
@@ -549,9 +819,19 @@ class ElementwiseMixin:
         return acc
 
     def maximum(self, x: TensorLike) -> Tensor:
+        """The larger of self and x elementwise, broadcast (ties share the gradient).
+
+        >>> Tensor([1, 5]).maximum(3).tolist()
+        [3, 5]
+        """
         return F.Maximum.apply(*self._broadcasted(x))
 
     def minimum(self, x: TensorLike) -> Tensor:
+        """The smaller of self and x elementwise, broadcast (ties share the gradient).
+
+        >>> Tensor([1, 5]).minimum(3).tolist()
+        [1, 3]
+        """
         a, b = self._broadcasted(x)
         if dtypes.is_float(a.dtype):
             return -((-a).maximum(-b))
@@ -559,6 +839,11 @@ class ElementwiseMixin:
         return ~((~a).maximum(~b))
 
     def where(self, x: TensorLike, y: TensorLike) -> Tensor:
+        """x where this tensor (the condition) is nonzero, else y; all three broadcast together.
+
+        >>> Tensor([True, False]).where(1, 2).tolist()
+        [1, 2]
+        """
         if not isinstance(x, ElementwiseMixin) and not isinstance(y, ElementwiseMixin):
             x = type(self)(x, device=self.device, dtype=dtypes.from_py(x), requires_grad=False)
         if isinstance(x, ElementwiseMixin):
@@ -589,15 +874,35 @@ class ElementwiseMixin:
         return fxn.apply(a, b)
 
     def xor(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Bitwise exclusive or of int or bool tensors, broadcast (`reverse`: x ^ self).
+
+        >>> Tensor([12, 5]).xor(10).tolist()
+        [6, 15]
+        """
         return self._bitwise(F.Xor, x, reverse, "xor")
 
     def bitwise_and(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Bitwise and of int or bool tensors, broadcast (`reverse`: x & self).
+
+        >>> Tensor([12, 5]).bitwise_and(10).tolist()
+        [8, 0]
+        """
         return self._bitwise(F.BitwiseAnd, x, reverse, "bitwise_and")
 
     def bitwise_or(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Bitwise or of int or bool tensors, broadcast (`reverse`: x | self).
+
+        >>> Tensor([12, 5]).bitwise_or(10).tolist()
+        [14, 15]
+        """
         return self._bitwise(F.BitwiseOr, x, reverse, "bitwise_or")
 
     def bitwise_not(self) -> Tensor:
+        """~x: every bit flipped for ints, logical not for bools.
+
+        >>> Tensor([0, 5]).bitwise_not().tolist()
+        [-1, -6]
+        """
         if self.dtype == dtypes.bool:
             return self.logical_not()
         if not dtypes.is_int(self.dtype):
@@ -621,9 +926,19 @@ class ElementwiseMixin:
         return ok.where(shifted, F.ShiftRight.apply(*a._broadcasted(bits - 1)))
 
     def lshift(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self << x for int tensors (`reverse`: x << self); shifting by the width or more gives 0, as PyTorch.
+
+        >>> Tensor([1, 3]).lshift(2).tolist()
+        [4, 12]
+        """
         return self._shift(x, reverse, True)
 
     def rshift(self, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self >> x for int tensors (`reverse`: x >> self); arithmetic (sign-filling) for signed dtypes.
+
+        >>> Tensor([16, -16]).rshift(2).tolist()
+        [4, -4]
+        """
         return self._shift(x, reverse, False)
 
     # ---- comparisons (bool results, no gradient) ----

@@ -73,6 +73,11 @@ class MovementMixin:
 
     # ---- reshapes ----
     def reshape(self, shape, *args) -> Tensor:
+        """The same elements in row-major order under a new shape (one dim may be -1, inferred); a view.
+
+        >>> Tensor.arange(6).reshape(2, -1).tolist()
+        [[0, 1, 2], [3, 4, 5]]
+        """
         if type(shape) is tuple and not args and all(type(s) is int and s >= 0 for s in shape) and \
                 all(type(s) is int for s in self.shape):
             # the common case, checked cheaply: a concrete shape of the same size
@@ -95,9 +100,19 @@ class MovementMixin:
         return self if new_shape == self.shape else F.Reshape.apply(self, shape=new_shape)
 
     def view(self, shape, *args) -> Tensor:
+        """The same as reshape (PyTorch's spelling).
+
+        >>> Tensor.arange(4).view(2, 2).shape
+        (2, 2)
+        """
         return self.reshape(shape, *args)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims start_dim..end_dim (inclusive) into one; a 0-d tensor becomes shape (1,).
+
+        >>> Tensor.ones(2, 3, 4).flatten(1).shape
+        (2, 12)
+        """
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
@@ -106,6 +121,11 @@ class MovementMixin:
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split dim `dim` into `sizes` (one of them may be -1), the inverse of flatten.
+
+        >>> Tensor.ones(6, 4).unflatten(0, (2, -1)).shape
+        (2, 3, 4)
+        """
         dim = self._resolve_dim(dim)
         sizes = tuple(sizes)
         if sizes.count(-1) > 1:
@@ -120,10 +140,20 @@ class MovementMixin:
         return self.reshape(self.shape[:dim] + sizes + self.shape[dim + 1:])
 
     def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a dim of size 1 at `dim` (negative counts from the end of the result).
+
+        >>> Tensor.ones(2, 3).unsqueeze(-1).shape
+        (2, 3, 1)
+        """
         dim = self._resolve_dim(dim, outer=True)
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Remove dims of size 1: all of them, or those among `dim` (an int or a sequence).
+
+        >>> Tensor.ones(1, 3, 1).squeeze().shape, Tensor.ones(1, 3, 1).squeeze(0).shape
+        ((3,), (3, 1))
+        """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         dims = {self._resolve_dim(d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
@@ -131,6 +161,11 @@ class MovementMixin:
 
     # ---- views ----
     def expand(self, shape, *args) -> Tensor:
+        """Broadcast size-1 dims (and new leading dims) to `shape` without copying; -1 keeps a dim's size.
+
+        >>> Tensor([[1], [2]]).expand(-1, 3).tolist()
+        [[1, 1, 1], [2, 2, 2]]
+        """
         new_shape = argfix(shape, *args)
         if len(new_shape) < self.ndim:
             raise ValueError(f"can't expand {self.shape} to fewer dims {new_shape}")
@@ -146,12 +181,22 @@ class MovementMixin:
         return x if x.shape == new_shape else F.Expand.apply(x, shape=new_shape)
 
     def permute(self, order, *args) -> Tensor:
+        """Reorder the dims: dim i of the result is dim order[i] of this tensor (a view).
+
+        >>> Tensor.ones(2, 3, 4).permute(2, 0, 1).shape
+        (4, 2, 3)
+        """
         order = tuple(self._resolve_dim(d) for d in argfix(order, *args))
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
         return self if order == tuple(range(self.ndim)) else F.Permute.apply(self, order=order)
 
     def transpose(self, ax1: int = 1, ax2: int = 0) -> Tensor:
+        """Swap dims ax1 and ax2 (by default the first two).
+
+        >>> Tensor([[1, 2], [3, 4]]).transpose().tolist()
+        [[1, 3], [2, 4]]
+        """
         order = list(range(self.ndim))
         a, b = self._resolve_dim(ax1), self._resolve_dim(ax2)
         order[a], order[b] = order[b], order[a]
@@ -163,12 +208,22 @@ class MovementMixin:
         return self.permute(tuple(range(self.ndim))[::-1])
 
     def flip(self, axis, *args) -> Tensor:
+        """Reverse the order of elements along the given dims (a view).
+
+        >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
+        [[2, 1], [4, 3]]
+        """
         axes = tuple(self._resolve_dim(a) for a in argfix(axis, *args))
         if len(set(axes)) != len(axes):
             raise ValueError(f"flip: dim appears more than once in {axes}")
         return self if not axes else F.Flip.apply(self, axis=axes)
 
     def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
+        """Keep [start, end) of each dim, one pair (or None: the whole dim) per dim; a view.
+
+        >>> Tensor.arange(6).reshape(2, 3).shrink((None, (1, 3))).tolist()
+        [[1, 2], [4, 5]]
+        """
         if len(arg) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) or None per dim: {arg} for shape {self.shape}")
         full = tuple(tuple(a) if a is not None else (0, s) for a, s in zip(arg, self.shape))
@@ -349,6 +404,11 @@ class MovementMixin:
 
     # ---- layout ----
     def contiguous(self) -> Tensor:
+        """The same values laid out in row-major order in a buffer of their own (a no-op when they already are).
+
+        >>> Tensor.arange(4).reshape(2, 2).T.contiguous().tolist()
+        [[0, 2], [1, 3]]
+        """
         if not self.requires_grad:
             # nothing to record for autograd: straight to the LazyBuffer (eager code calls this per step)
             ret = object.__new__(type(self))
@@ -358,6 +418,11 @@ class MovementMixin:
         return F.Contiguous.apply(self)
 
     def contiguous_backward(self) -> Tensor:
+        """The identity forward; the gradient flowing back through it is made contiguous.
+
+        >>> Tensor([1.0, 2.0]).contiguous_backward().tolist()
+        [1.0, 2.0]
+        """
         return F.ContiguousBackward.apply(self)
 
     def _resolve_dim(self, dim: int, outer: bool = False) -> int:
@@ -625,6 +690,11 @@ class MovementMixin:
 
 
     def expand_as(self, other: Tensor) -> Tensor:
+        """Expand to the shape of `other` (see expand).
+
+        >>> Tensor([1, 2]).expand_as(Tensor.ones(2, 2)).tolist()
+        [[1, 2], [1, 2]]
+        """
         return self.expand(other.shape)
 
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Tensor:

@@ -83,6 +83,11 @@ class ProcessingMixin:
         return x.mul(w).sum(-1, acc_dtype=acc_dtype).cast(least_upper_dtype(x.dtype, w.dtype))
 
     def matmul(self, x: Tensor, reverse: bool = False, acc_dtype: DType | None = None) -> Tensor:
+        """Matrix product self @ x (`reverse`: x @ self), with dot's rules for 1-d operands and batch dims.
+
+        >>> Tensor([[1, 2], [3, 4]]).matmul(Tensor([[1], [1]])).tolist()
+        [[3], [7]]
+        """
         return x.dot(self, acc_dtype=acc_dtype) if reverse else self.dot(x, acc_dtype=acc_dtype)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -404,6 +409,11 @@ class ProcessingMixin:
 
     # ---- layers ----
     def sequential(self, ll: list) -> Tensor:
+        """Apply each callable of `ll` in turn (layers, functions), feeding each the previous result.
+
+        >>> Tensor([1.0, -2.0]).sequential([Tensor.relu, lambda x: x * 2]).tolist()
+        [2.0, 0.0]
+        """
         x = self
         for f in ll:
             x = f(x)
