@@ -175,11 +175,13 @@ cdef class LazyBuffer:
 
     def assign(self, LazyBuffer x):
         """`x`, computed straight into this buffer's memory when this is a realized, contiguous buffer (so kernels
-        captured by the JIT keep seeing it); otherwise simply `x`."""
+        captured by the JIT keep seeing it); otherwise `x`, given a buffer of its own if it is a constant."""
         cdef LazyBuffer target = self.base
         if x.base is target or target.realized is None or target.op is _CONST or \
                 not (self.st.contiguous and self.size == target.size):
-            return x
+            # NOTE: state assigned a constant (a counter starting from zeros, folded without a kernel) must still
+            # become a buffer: a jitted step captures the kernels that write buffers, and would never update it
+            return x.contiguous() if x.base is not target and x.is_inlined() else x
         if _reads_shifted(x, target):
             # writing in place while reading other elements of the same memory: compute into a temporary first
             x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
@@ -241,6 +243,13 @@ cdef class LazyBuffer:
                 if s.dtype is not self.dtype and s.dtype != self.dtype:
                     raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
             out_dtype = dtypes.bool if op in _CMP_OPS else self.dtype
+        for s in srcs:
+            # cheap test first: only graphs with a constant operand are looked at further
+            if (s._base if s._base is not None else s).op is _CONST:
+                folded = _fold(op, srcs, out_dtype)
+                if folded is not None:
+                    return folded
+                break
         return new_base(self.device, contiguous_st(self.shape), out_dtype, op, arg, srcs)
 
     def r(self, op, axis):
@@ -279,6 +288,89 @@ cdef class LazyBuffer:
 
     def stride(self, arg):
         return self if all(a == 1 for a in arg) else self._view(self.st.stride(tuple(arg)))
+
+
+# ---- constant folding: ops whose result is known without running a kernel ----
+# ops on constants computed here with numpy, whose results match the kernels' (C semantics, IEEE rounding in the
+# operands' dtype); int DIV/MOD (C truncates, numpy floors), transcendentals (libm vs numpy) and bfloat16 (numpy
+# has none) are left to the kernels
+_NP_FOLD = {BinaryOps.ADD: np.add, BinaryOps.SUB: np.subtract, BinaryOps.MUL: np.multiply, BinaryOps.MAX: np.maximum,
+            BinaryOps.CMPLT: np.less, BinaryOps.CMPEQ: np.equal, BinaryOps.CMPNE: np.not_equal,
+            BinaryOps.AND: np.bitwise_and, BinaryOps.OR: np.bitwise_or, BinaryOps.XOR: np.bitwise_xor,
+            UnaryOps.NEG: np.negative}
+_FLOAT_ONLY_FOLD = {BinaryOps.DIV: np.true_divide}
+
+
+cdef object _const_value(LazyBuffer s):
+    """The value of `s` when it is a constant everywhere (an unrealized CONST read through unmasked views), else
+    None."""
+    cdef LazyBuffer b = s._base if s._base is not None else s
+    if b.op is not _CONST or b.buffer is not None:
+        return None
+    for v in s.st.views:
+        if v.mask is not None:
+            return None
+    val = b.arg
+    return val if type(val) is int or type(val) is float or type(val) is bool else None
+
+
+cdef LazyBuffer _const_like(LazyBuffer like, object dtype, object val):
+    c = new_base(like.device, contiguous_st(()), dtype, _CONST, dtypes.as_const(val, dtype), ())
+    if not like.shape:
+        return c
+    if not _concrete(like.shape):
+        return c.reshape((1,) * len(like.shape)).expand(like.shape)
+    return new_view(c, broadcast_st(like.shape))
+
+
+cdef inline bint _is_zero(object v):
+    # +0 only: x - (-0.0) is x + 0.0, which turns -0.0 into +0.0
+    return v == 0 and not (type(v) is float and np.copysign(1.0, v) < 0)
+
+
+cdef object _fold(object op, tuple srcs, object out_dtype):
+    """The result of elementwise `op` on `srcs` when it needs no kernel, else None. Only exact rewrites: x*0 is
+    not 0 for a float x that is NaN or infinite, and x+0 is not x for x = -0.0, so those fold for ints and bools
+    only."""
+    vals = [_const_value(s) for s in srcs]
+    cdef LazyBuffer x
+    dt = srcs[0].dtype
+    if op is _WHERE:
+        if vals[0] is not None:
+            return srcs[1] if vals[0] else srcs[2]
+        return None
+    if all(v is not None for v in vals):
+        fn = _NP_FOLD.get(op) or (_FLOAT_ONLY_FOLD.get(op) if _is_float(dt) else None)
+        if fn is None or dt is _BF16 or dt.np is None:
+            return None
+        with np.errstate(all="ignore"):
+            res = fn(*[np.array(v, dtype=dt.np) for v in vals])
+        return _const_like(srcs[0], out_dtype, res.item())
+    if len(srcs) != 2:
+        return None
+    a, b = vals
+    exact = not _is_float(dt)  # ints and bools: no NaN, no signed zero
+    if op is BinaryOps.MUL:
+        for c, x in ((b, srcs[0]), (a, srcs[1])):
+            if c is not None and c == 1:
+                return x
+            if c is not None and c == 0 and exact:
+                return _const_like(x, out_dtype, 0)
+    elif op is BinaryOps.ADD or op is BinaryOps.OR or op is BinaryOps.XOR:
+        for c, x in ((b, srcs[0]), (a, srcs[1])):
+            if c is not None and c == 0 and (exact or op is not BinaryOps.ADD):
+                return x
+    elif op is BinaryOps.SUB:
+        if b is not None and _is_zero(b):
+            return srcs[0]
+    elif op is BinaryOps.DIV:
+        if b is not None and b == 1:
+            return srcs[0]
+    elif op is BinaryOps.AND and dt is dtypes.bool:
+        for c, x in ((b, srcs[0]), (a, srcs[1])):
+            if c is not None:
+                return x if c else _const_like(x, out_dtype, False)
+    return None
 
 
 cdef object _disk_view(LazyBuffer lb, object dtype):
