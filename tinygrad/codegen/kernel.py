@@ -2,7 +2,8 @@
 
 An optimisation (`Opt`) reshapes how the linearizer walks a kernel's iteration space without changing what it
 computes: `UPCAST` and `UNROLL` expand part of a dimension into copies held side by side in registers (an output
-tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value.
+tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value, and
+on GPUs `LOCAL` sets how many threads of a block walk an output dimension.
 
 >>> from tinygrad.codegen.kernel import Opt, OptOps
 >>> Opt(OptOps.UPCAST, 0, 4)
@@ -41,6 +42,7 @@ class OptOps(Enum):
     UPCAST = auto()      # an output dimension: `amt` consecutive outputs per loop step, each with its own registers
     UNROLL = auto()      # a reduced dimension: `amt` consecutive reduction steps per loop step
     VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
+    LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"
@@ -55,3 +57,4 @@ class Opt:
 
     def __repr__(self) -> str:
         return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
+

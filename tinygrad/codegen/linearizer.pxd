@@ -16,6 +16,9 @@ cdef class Linearizer:
     cdef public object loop_order
     # how many threads the outermost output loop is split across (1: none)
     cdef public int threads
+    # the output dims map to the GPU's grid (SPECIAL uops) instead of loops; LOCAL opts by dim
+    cdef public bint gpu
+    cdef readonly dict local_dims
     cdef readonly int vector_axis
     cdef readonly int vector_width
     # id(LazyOp) -> the dims of the full shape its value varies along
@@ -40,6 +43,7 @@ cdef class Linearizer:
     cdef object _lower_node(self, object node)
     cdef object _alu(self, object op, object dtype, tuple vin)
     cdef object _loop(self, int axis, int threads=*)
+    cdef void _grid_indices(self, list global_axes)
     cdef list _combos(self, list axes)
     cdef int _copies(self, int d)
     cdef list _idx_nodes(self, tuple combo, bint post)

@@ -2,8 +2,12 @@
 """The linearizer: lowers one kernel's AST (a tree of LazyOps) to a flat list of UOps.
 
 The kernel iterates over its full shape (the reduce's input shape when it has a reduce, else the output's):
-the output dimensions are outer loops (or GPU grid indices), the reduced dimensions inner loops around an
-accumulator. Index arithmetic comes from each buffer's ShapeTracker as symbolic expressions, lowered to ALU uops.
+the output dimensions are outer loops, the reduced dimensions inner loops around an accumulator. On a GPU
+(LinearizerOptions.has_local) the output dimensions are the grid instead: each thread computes one step of them
+(one output, or one tile of outputs under UPCAST), its position recovered from SPECIAL uops by division and modulo
+as `codegen/gpu_dims.py` plans it, and threads past the end of a dimension return at once (the guard). The launch
+sizes that plan gives are the kernel's `global_size` and `local_size`. Kernels that `codegen/heuristic_gpu.py` leaves
+to the CUDA renderer's own plan (memory-bound reductions) keep plain loops. Index arithmetic comes from each buffer's ShapeTracker as symbolic expressions, lowered to ALU uops.
 Identical uops are made once (CSE), scoped so that nothing defined inside a loop is used after it.
 
 Optimisations (`kernel.Opt`, chosen by `tinygrad.codegen.opt` where the device allows) expand part of a dimension:
@@ -108,9 +112,14 @@ cdef class Linearizer:
         self.threads = 1
         self.vector_axis = -1
         self.vector_width = 1
+        self.local_dims = {}
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
         self.name = self._make_name()
+        self.gpu = False
+        if opts is not None and getattr(opts, "has_local", False):
+            from tinygrad.codegen.heuristic_gpu import uses_grid
+            self.gpu = uses_grid(self)
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
@@ -136,10 +145,25 @@ cdef class Linearizer:
         if not isinstance(s, int):
             raise ValueError(f"{opt}: axis {opt.axis} has the symbolic size {s.render()}")
         left = s // self.upcasts[opt.axis]
+        is_reduce = opt.axis in self.reduce_axes
+        if opt.op is OptOps.LOCAL:
+            if not self.gpu:
+                raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
+            if is_reduce:
+                raise ValueError(f"{opt}: axis {opt.axis} is reduced; only output dims map to threads")
+            if opt.axis in self.local_dims:
+                raise ValueError(f"{opt}: axis {opt.axis} already has its threads")
+            # NOTE: the threads need not divide the dim: the plan guards the threads past its end
+            threads = left if opt.amt == 0 else opt.amt
+            if not 1 <= threads <= 1024:
+                raise ValueError(f"{opt}: a block has between 1 and 1024 threads")
+            self.local_dims[opt.axis] = threads
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         amt = left if opt.amt == 0 else opt.amt
         if amt < 1 or left % amt != 0:
             raise ValueError(f"{opt}: {amt} does not divide the {left} indices left of axis {opt.axis} (size {s})")
-        is_reduce = opt.axis in self.reduce_axes
         if opt.op is OptOps.UPCAST and is_reduce:
             raise ValueError(f"{opt}: axis {opt.axis} is reduced; UNROLL it instead")
         if opt.op is OptOps.UNROLL and not is_reduce:
@@ -161,8 +185,15 @@ cdef class Linearizer:
         optimised kernels, NOOPT is set, or optimisations were already applied."""
         if not self._decided and self.opts is not None and getattr(self.opts, "supports_upcast", False) and \
                 not NOOPT:
-            from tinygrad.codegen.opt import choose_opts
-            for o in choose_opts(self):
+            if self.gpu:
+                from tinygrad.codegen.heuristic_gpu import gpu_opts
+                chosen = gpu_opts(self)
+            elif getattr(self.opts, "has_local", False):
+                chosen = []  # a kernel the GPU renderer parallelises itself: plain loops are what it reads
+            else:
+                from tinygrad.codegen.opt import choose_opts
+                chosen = choose_opts(self)
+            for o in chosen:
                 self.apply_opt(o)
         self._decided = True
         return self
@@ -293,6 +324,9 @@ cdef class Linearizer:
             steps = s // self.upcasts[i] if isinstance(s, int) else s
             self._loop_vars.append(None if _is_one(steps) else Variable(f"ridx{i}", 0, _max_index(steps)))
         global_axes = [i for i in range(len(full)) if i not in self.reduce_axes]
+        if self.gpu:
+            self.loop_order = list(global_axes)
+            self._grid_indices(global_axes)
         if self.loop_order is None:
             self.loop_order = list(global_axes)
             if self.applied_opts:
@@ -302,7 +336,7 @@ cdef class Linearizer:
         if sorted(self.loop_order) != global_axes:
             raise ValueError(f"loop_order {self.loop_order} is not an order of the output dims {global_axes}")
         # the outermost loop may be split across threads: each step writes outputs of its own
-        looped = [i for i in self.loop_order if self._loop_vars[i] is not None]
+        looped = [i for i in self.loop_order if self._loop_vars[i] is not None and not self.gpu]
         loops = [self._loop(i, self.threads if j == 0 else 1) for j, i in enumerate(looped)]
         gcombos = self._combos(global_axes)
         red = self._lower_reduce(global_axes, gcombos) if self.reduceop is not None else None
@@ -318,6 +352,46 @@ cdef class Linearizer:
             from tinygrad.codegen.uops import print_uops
             print(print_uops(self.uops))
         return self
+
+    cdef void _grid_indices(self, list global_axes):
+        """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
+        that dimension's extent) per grid dimension, and each dim's step as (flat // div) % size of it. Sets the
+        launch sizes; symbolic extents make symbolic global sizes, evaluated per call."""
+        from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, plan_grid
+        i32 = dtypes.int32
+        full = self.full_shape
+        steps = [1] * len(full)
+        for d in global_axes:
+            steps[d] = full[d] // self.upcasts[d] if isinstance(full[d], int) else full[d]
+        plan = plan_grid(steps, self.opts.global_max or CUDA_GLOBAL_MAX, self.opts.local_max or CUDA_LOCAL_MAX,
+                         local=self.local_dims)
+        gsize = [1, 1, 1]
+        mapped = set()
+        for dim in range(3):
+            group = sorted([a.axis for a in plan.axes if a.dim == dim])
+            if not group:
+                continue
+            extent = _sint_prod([steps[d] for d in group])
+            lsize = plan.local_size[dim]
+            gsize[dim] = plan.global_size[dim] if isinstance(extent, int) else (extent + (lsize - 1)) // lsize
+            size_arg = extent if isinstance(extent, int) else self._lower_node(extent)
+            flat = self._uop(UOps.SPECIAL, i32, (), (dim, f"idx{dim}", size_arg, lsize), False)
+            for j, d in enumerate(group):
+                v = flat
+                div = _sint_prod([steps[e] for e in group[j + 1:]])
+                if not (isinstance(div, int) and div == 1):
+                    v = self._alu(BinaryOps.DIV, i32, (v, self._lower_node(div)))
+                if j != 0:
+                    v = self._alu(BinaryOps.MOD, i32, (v, self._lower_node(steps[d])))
+                if self._loop_vars[d] is not None:
+                    self._var_uops[self._loop_vars[d]] = v
+                mapped.add(d)
+        for d in global_axes:
+            # a symbolic dim whose bound is 1 has no place in the grid: its only index is 0
+            if self._loop_vars[d] is not None and d not in mapped:
+                self._var_uops[self._loop_vars[d]] = self._const(0, i32)
+        self.global_size = tuple(gsize)
+        self.local_size = tuple(plan.local_size)
 
     cdef object _loop(self, int axis, int threads=1):
         size = self.full_shape[axis]
@@ -610,6 +684,14 @@ cdef object _lane_base(object idx, object lane):
     if not found:
         return None
     return Node.sum(rest) if rest else NumNode(0)
+
+
+cdef object _sint_prod(list xs):
+    """The product of ints and symbolic sizes (an int when every factor is)."""
+    out = 1
+    for x in xs:
+        out = x * out if isinstance(x, Node) else out * x
+    return out
 
 
 cdef bint _is_one(object s):

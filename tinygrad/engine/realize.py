@@ -16,6 +16,7 @@ from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
+from tinygrad.shape.symbolic import Node, sym_infer
 
 
 class Runner:
@@ -35,6 +36,8 @@ class CompiledRunner(Runner):
                  lib: bytes | None = None, outcount: int = 1, display_name: str | None = None):
         self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
+        # launch sizes that depend on symbolic variables are evaluated at every call
+        self._symbolic_dims = any(isinstance(d, Node) for d in tuple(global_size or ()) + tuple(local_size or ()))
         # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
         self.op_estimate = 0
         dev = Device[dname]
@@ -51,11 +54,17 @@ class CompiledRunner(Runner):
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         vals = [var_vals[v] for v in self.vars]
+        gs, ls = self.global_size, self.local_size
+        if self._symbolic_dims:
+            gs, ls = _launch_dims(gs, var_vals), _launch_dims(ls, var_vals)
         st = time.perf_counter()
         # an asynchronous device returns the kernel's own time when asked to wait; host kernels return None
-        et = self.clprg(*[b._buf for b in bufs], vals=vals, global_size=self.global_size,
-                        local_size=self.local_size, wait=wait or DEBUG >= 2)
+        et = self.clprg(*[b._buf for b in bufs], vals=vals, global_size=gs, local_size=ls, wait=wait or DEBUG >= 2)
         return et if et is not None else time.perf_counter() - st
+
+
+def _launch_dims(dims, var_vals: dict):
+    return None if dims is None else tuple(sym_infer(d, var_vals) for d in dims)
 
 
 class BufferCopy(Runner):
@@ -148,7 +157,10 @@ _names: dict[str, int] = {}
 
 
 class Rendered(NamedTuple):
-    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps)."""
+    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps).
+    `global_size` and `local_size` (blocks in the grid and threads in a block, x/y/z; ints or symbolic sizes) are
+    the launch of a kernel whose linearizer mapped it to the GPU grid; None where the device or its renderer
+    decides (CPU kernels, and the CUDA renderer's own reductions)."""
     name: str
     src: str
     global_size: Any

@@ -1,0 +1,262 @@
+"""The linearizer's GPU path (output dims on the grid, SPECIAL uops, guards) and its optimisations, checked by running
+the rendered CUDA kernels on the host: the host C++ compiler builds them with a shim in which blockIdx/threadIdx are
+globals and a launch is a loop over every block and thread (x fastest), or one std::thread per thread of a block
+where the kernel has barriers. Results are compared with numpy (and, for optimised kernels, with the same kernel
+unoptimised), over odd sizes, sizes that no block or tile divides, size-1 dims and symbolic dims."""
+import ctypes
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tinygrad.codegen.linearizer import Linearizer
+from tinygrad.engine.schedule import create_schedule_with_vars
+from tinygrad.shape.symbolic import sym_infer
+
+from tinygrad import Tensor, Variable, dtypes
+from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, plan_grid
+from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.uops import UOps
+from tinygrad.helpers import Context
+from tinygrad.ops import BufferOps
+from tinygrad.renderer.cuda import HALF_PRELUDE, CUDARenderer
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
+
+CUDA = LinearizerOptions("CUDA", has_local=True, has_shared=True, global_max=CUDA_GLOBAL_MAX,
+                         local_max=CUDA_LOCAL_MAX)
+
+_SHIM = r"""
+#include <cstring>
+#include <math.h>
+#include <pthread.h>
+#include <thread>
+#include <vector>
+struct tg_dim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local tg_dim3 threadIdx, blockIdx;
+static tg_dim3 gridDim, blockDim;
+static pthread_barrier_t tg_block_bar;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__ __restrict
+#define __launch_bounds__(n)
+static void __syncthreads() { pthread_barrier_wait(&tg_block_bar); }
+static float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+static float tg_f16_to_f32(unsigned short h) { _Float16 x; std::memcpy(&x, &h, 2); return (float)x; }
+static unsigned short tg_f32_to_f16(float f) { _Float16 x = (_Float16)f; unsigned short h; std::memcpy(&h, &x, 2);
+  return h; }
+static float tg_f16_round(float f) { return tg_f16_to_f32(tg_f32_to_f16(f)); }
+// every block in turn; its threads one after another, or (with barriers) all at once
+static void tg_run(const unsigned* g, const unsigned* l, bool together, void (*thread)(void**, const int*),
+                   void** ptrs, const int* ints) {
+  gridDim.x = g[0]; gridDim.y = g[1]; gridDim.z = g[2];
+  blockDim.x = l[0]; blockDim.y = l[1]; blockDim.z = l[2];
+  unsigned n = l[0] * l[1] * l[2];
+  if (together) pthread_barrier_init(&tg_block_bar, nullptr, n);
+  for (unsigned bz = 0; bz < g[2]; bz++) for (unsigned by = 0; by < g[1]; by++) for (unsigned bx = 0; bx < g[0]; bx++) {
+    tg_dim3 b; b.x = bx; b.y = by; b.z = bz;
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < n; t++) {
+      tg_dim3 th; th.x = t % l[0]; th.y = (t / l[0]) % l[1]; th.z = t / (l[0] * l[1]);
+      auto body = [=] { blockIdx = b; threadIdx = th; thread(ptrs, ints); };
+      if (together) threads.emplace_back(body); else body();
+    }
+    for (auto& t : threads) t.join();
+  }
+  if (together) pthread_barrier_destroy(&tg_block_bar);
+}
+"""
+
+
+class Kernel:
+    """A kernel linearized for CUDA: its Linearizer, source, and the buffers of its schedule item."""
+
+    def __init__(self, out: Tensor, opts: list | None = None):
+        items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
+        assert len(items) == 1, "the expressions tested here are one kernel each"
+        self.si = items[0]
+        self.lin = Linearizer(self.si.ast, CUDA)
+        if opts is not None:
+            # exactly these optimisations (none for []): the heuristic does not run
+            for o in opts:
+                self.lin.apply_opt(o)
+            with Context(NOOPT=1):
+                self.lin.linearize()
+        self.lin.linearize()
+        self.src = CUDARenderer(self.lin.name, self.lin.uops)
+
+    def launch(self, var_vals: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        gs = tuple(sym_infer(g, var_vals) for g in self.lin.global_size)
+        ls = tuple(self.lin.local_size)
+        assert all(1 <= g <= m for g, m in zip(gs, CUDA_GLOBAL_MAX)), gs
+        assert all(1 <= lc <= m for lc, m in zip(ls, CUDA_LOCAL_MAX)) and math.prod(ls) <= 1024, ls
+        m = re.search(r"__launch_bounds__\((\d+)\)", self.src)
+        assert m is None or int(m.group(1)) >= math.prod(ls), "a block larger than the kernel's launch bounds"
+        return gs, ls
+
+
+def _compile(kernels: list[Kernel]) -> list:
+    """One host library for all `kernels`: a launcher per kernel, (grid, block, arrays, ints) -> None."""
+    parts = [_SHIM]
+    for k, kern in enumerate(kernels):
+        src = kern.src
+        m = re.search(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*)\) \{', src)
+        args, nptr, nint = [], 0, 0
+        for p in [p.replace("__restrict__", "").rsplit(" ", 1)[0].strip() for p in m.group(2).split(", ")]:
+            if p.endswith("*"):
+                args.append(f"({p})ptrs[{nptr}]")
+                nptr += 1
+            else:
+                args.append(f"ints[{nint}]")
+                nint += 1
+        body = src.replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(").replace('extern "C" ', "")
+        together = "true" if "__syncthreads" in src else "false"
+        parts.append(f"namespace k{k} {{\n{body}\n"
+                     f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"
+                     f'extern "C" void tg_launch{k}(const unsigned* g, const unsigned* l, void** p, const int* i) '
+                     f"{{ tg_run(g, l, {together}, k{k}::thread, p, i); }}\n")
+    folder = tempfile.mkdtemp()
+    src_path, lib_path = os.path.join(folder, "kernels.cpp"), os.path.join(folder, "kernels.so")
+    Path(src_path).write_text("\n".join(parts))
+    out = subprocess.run(["g++", "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-pthread", src_path, "-o", lib_path],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[:4000]
+    lib = ctypes.CDLL(lib_path)
+    launchers = []
+    for k in range(len(kernels)):
+        fn = getattr(lib, f"tg_launch{k}")
+        fn.argtypes = [ctypes.c_void_p] * 4
+        launchers.append(fn)
+    return launchers
+
+
+def _run(kernels: list[Kernel], var_vals: dict | None = None, launchers: list | None = None) -> list[np.ndarray]:
+    """Run each kernel on the host on its schedule item's input buffers; its output buffer, as numpy. `launchers`:
+    the kernels compiled already (by _compile)."""
+    var_vals = var_vals or {}
+    outs = []
+    for kern, fn in zip(kernels, launchers or _compile(kernels)):
+        gs, ls = kern.launch(var_vals)
+        arrays = []
+        for i, b in enumerate(kern.si.bufs):
+            if i == 0:
+                # NaN (or a marker) everywhere: an element no thread writes shows up
+                fill = np.nan if dtypes.is_float(b.dtype) else 123
+                arrays.append(np.full(b.size, fill, dtype=b.dtype.np))
+            else:
+                arrays.append(np.frombuffer(b.as_buffer(), dtype=b.dtype.np).copy())
+        ints = [var_vals[v] for v in kern.lin.vars]
+        ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        fn((ctypes.c_uint * 3)(*gs), (ctypes.c_uint * 3)(*ls), ptrs, (ctypes.c_int * max(1, len(ints)))(*ints))
+        outs.append(arrays[0])
+    return outs
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _t(a: np.ndarray) -> Tensor:
+    return Tensor(a).realize()
+
+
+# --- the grid: SPECIALs, guards and launch sizes ------------------------------------------------------------------
+
+
+def test_elementwise_and_matmul_take_the_grid_with_launch_sizes_as_data():
+    add = Kernel(_t(_rand(1000)) + _t(_rand(1000)), opts=[])
+    assert add.lin.gpu and "tinygrad launch" not in add.src
+    assert add.lin.global_size == (4, 1, 1) and add.lin.local_size == (250, 1, 1)
+    assert [u.arg[:2] for u in add.lin.uops if u.uop is UOps.SPECIAL] == [(0, "idx0")]
+    assert not any(u.uop is UOps.LOOP for u in add.lin.uops)
+    mm = Kernel(_t(_rand(64, 64)) @ _t(_rand(64, 64)))
+    assert mm.lin.gpu and sum(u.uop is UOps.LOOP for u in mm.lin.uops) == 1  # only the reduce is a loop
+    # memory-bound reductions stay with the renderer: a full sum, and rows read contiguously
+    assert not Kernel(_t(_rand(70001)).sum()).lin.gpu
+    assert not Kernel(_t(_rand(40, 1001)).sum(axis=1)).lin.gpu
+    # a reduction over a strided dim with many outputs is a thread per output, reading coalesced
+    assert Kernel(_t(_rand(300, 2000)).sum(axis=0)).lin.gpu
+
+
+def test_grid_kernels_match_numpy():
+    a, b, row, col = _rand(37, 53, seed=1), _rand(37, 53, seed=2), _rand(53, seed=3), _rand(37, 1, seed=4)
+    m1, m2 = _rand(33, 65, seed=5), _rand(65, 17, seed=6)
+    x, w = _rand(2, 3, 9, 11, seed=7), _rand(4, 3, 3, 3, seed=8)
+    cases = [
+        (_t(a) + _t(b), a + b),
+        (_t(a) * _t(row) - _t(col), a * row - col),  # broadcasts along either dim
+        (_t(a).permute(1, 0).exp2(), np.exp2(a.T)),
+        (_t(a)[::2, 3:40:3] * 2, a[::2, 3:40:3] * 2),
+        (_t(a).pad(((1, 2), (0, 3))) + 1, np.pad(a, ((1, 2), (0, 3))) + 1),
+        (_t(_rand(1, 7, 1, 5)) * 3, _rand(1, 7, 1, 5) * 3),
+        (_t(m1) @ _t(m2), m1 @ m2),
+        (_t(_rand(1, 65, seed=9)) @ _t(m2), _rand(1, 65, seed=9) @ m2),
+        (_t(_rand(300, 1500)).sum(axis=0), _rand(300, 1500).sum(axis=0)),
+        (_t(_rand(2000, 3)).max(axis=1), _rand(2000, 3).max(axis=1)),
+        (_t(x).conv2d(_t(w)), None),
+    ]
+    kernels = [Kernel(t) for t, _ in cases]
+    assert [k.lin.name for k in kernels if not k.lin.gpu] == []
+    outs = _run(kernels)
+    conv = np.zeros((2, 4, 7, 9), np.float32)
+    for i in range(7):
+        for j in range(9):
+            conv[:, :, i, j] = np.einsum("bchw,ochw->bo", x[:, :, i:i + 3, j:j + 3], w)
+    for (_, want), got, k in zip(cases, outs, kernels):
+        want = conv if want is None else want
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4, err_msg=k.src)
+
+
+def test_symbolic_dims_evaluate_their_launch_per_call():
+    n = Variable("n", 1, 3000)
+    src = _rand(7, 3000, seed=11)
+    k = Kernel(_t(src).shrink(((0, 7), (0, n.bind(100)))) * 2)
+    assert any(not isinstance(g, int) for g in k.lin.global_size)
+    launchers = _compile([k])
+    for val in (1, 7, 250, 251, 2999):
+        (out,) = _run([k], {n: val}, launchers)
+        got = out[:7 * val].reshape(7, val)
+        np.testing.assert_array_equal(got, src[:, :val] * 2)
+        assert np.isnan(out[7 * val:]).all()
+
+
+def test_guarded_threads_write_nothing_past_the_end():
+    # 1000003 is prime: no block divides it, so the last block has threads past the end that must return
+    a = _rand(1000003, seed=12)
+    k = Kernel(_t(a) + 1)
+    assert k.lin.global_size[0] * k.lin.local_size[0] > 1000003
+    (out,) = _run([k])
+    np.testing.assert_array_equal(out, a + 1)
+
+
+def test_plan_grid_gives_asked_blocks_within_limits():
+    assert plan_grid((64, 64), local={0: 16, 1: 16}).local_size == (16, 16, 1)
+    assert plan_grid((64, 64), local={1: 2048}).local_size[0] == 1024  # clamped to the hardware's limit
+    p = plan_grid((3, 5), local={0: 16, 1: 16})  # more threads than elements: guarded
+    assert p.local_size == (16, 16, 1) and p.guarded == (True, True, False)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=4), st.dictionaries(st.integers(0, 3), st.integers(1, 40)))
+def test_plan_grid_with_asked_blocks_covers_every_element_once(shape, local):
+    from itertools import product
+    plan = plan_grid(shape, local={a: n for a, n in local.items() if a < len(shape)})
+    assert math.prod(plan.local_size) <= 1024
+    seen = []
+    for block in product(*[range(g) for g in plan.global_size]):
+        for thread in product(*[range(lc) for lc in plan.local_size]):
+            idx = plan.index(block, thread)
+            if idx is not None:
+                seen.append(idx + (0,) * (len(shape) - len(idx)))
+    assert sorted(seen) == sorted(product(*[range(s) for s in shape]))
