@@ -178,7 +178,7 @@ def rendered(renderer, out: Tensor) -> tuple[str, str]:
 
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
-    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)
     items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
     lin = Linearizer(items[-1].ast, opts)
     lin.gpu = False  # the sweep times the renderer's own plan (its knobs), which the add no longer takes by default

@@ -652,7 +652,7 @@ def _render_all(*tensors, grid: bool = True) -> list[str]:
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
     from tinygrad.renderer.cuda import CUDARenderer
-    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)
     out = []
     for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
         if si.ast[0].op is BufferOps.STORE:
@@ -691,8 +691,10 @@ def test_rendered_kernels_look_like_cuda(kernels):
     from tinygrad.renderer.cuda import launch_dims, launch_persistent
     g = kernels["elementwise"]  # the linearizer's grid: a thread per output, its launch given as data
     assert "tinygrad launch" not in g and launch_dims(g) is None
-    assert 'extern "C" __global__ void __launch_bounds__(' in g and "if (idx0 >= 300) return;" in g
-    assert "int idx1 = blockIdx.y*blockDim.y+threadIdx.y;" in g and "exp2f(" in g
+    assert 'extern "C" __global__ void __launch_bounds__(' in g and "exp2f(" in g
+    # 4 floats a thread, moved 16 bytes at a time: 75 threads along a row of 300, 40 rows
+    assert "if (idx0 >= 75) return;" in g and "int idx1 = blockIdx.y*blockDim.y+threadIdx.y;" in g
+    assert "tg_vload<float, 4>(data1+" in g and "tg_vstore<float, 4>(data0+" in g
     e = kernels["elementwise_loops"]
     # the renderer's own plan for a loop-only kernel: 12000 outputs, 4 a vector: 12 blocks of 256 threads
     assert e.startswith("// tinygrad launch: grid=(12,1,1) block=(256,1,1)")

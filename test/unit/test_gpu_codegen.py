@@ -22,7 +22,7 @@ from tinygrad.shape.symbolic import sym_infer
 
 from tinygrad import Tensor, Variable, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, plan_grid
-from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
 from tinygrad.codegen.uops import UOps
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
@@ -30,8 +30,8 @@ from tinygrad.renderer.cuda import HALF_PRELUDE, CUDARenderer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
 
-CUDA = LinearizerOptions("CUDA", has_local=True, has_shared=True, global_max=CUDA_GLOBAL_MAX,
-                         local_max=CUDA_LOCAL_MAX)
+CUDA = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                         global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX)
 
 _SHIM = r"""
 #include <cstring>
@@ -260,3 +260,95 @@ def test_plan_grid_with_asked_blocks_covers_every_element_once(shape, local):
             if idx is not None:
                 seen.append(idx + (0,) * (len(shape) - len(idx)))
     assert sorted(seen) == sorted(product(*[range(s) for s in shape]))
+
+
+# --- optimisations on the grid ------------------------------------------------------------------------------------
+
+
+def test_heuristic_tiles_matmul_in_registers_with_vector_loads():
+    k = Kernel(_t(_rand(256, 128)) @ _t(_rand(128, 256)))
+    ops = {(o.op, o.axis): o.amt for o in k.lin.applied_opts}
+    assert ops[(OptOps.VECTORIZE, 1)] == 4 and ops[(OptOps.UPCAST, 0)] == 4 and ops[(OptOps.UNROLL, 2)] == 4
+    assert ops[(OptOps.LOCAL, 1)] == 16 and ops[(OptOps.LOCAL, 0)] == 16 and k.lin.local_size == (16, 16, 1)
+    # a 4x4 tile a thread: 4 vector accumulators, B's rows as 16-byte loads shared by the 4 rows of A
+    assert k.src.count("tg_vec<float, 4> acc") == 4 and "tg_vload<float, 4>(data2+" in k.src
+    assert k.src.count("tg_vstore<float, 4>(data0+") == 4
+    e = Kernel(_t(_rand(64, 1024)) * 2)
+    assert e.lin.applied_opts == [Opt(OptOps.VECTORIZE, 1, 4)] and "tg_vload<float, 4>(data1+" in e.src
+    assert Kernel(_t(_rand(63, 1023)) * 2).lin.applied_opts == []  # no vector divides the rows
+
+
+def _opt_cases(draw_shape):
+    """(tensor, numpy result) for a kernel kind and its sizes."""
+    kind, a, b, c = draw_shape
+    if kind == "elementwise":
+        x, y = _rand(a, b, seed=a), _rand(1, b, seed=b)
+        return _t(x) * _t(y) + 1, x * y + 1
+    if kind == "matmul":
+        x, y = _rand(a, c, seed=a), _rand(c, b, seed=b)
+        return _t(x) @ _t(y), x @ y
+    if kind == "batched":
+        x, y = _rand(2, a, c, seed=a), _rand(2, c, b, seed=b)
+        return _t(x) @ _t(y), x @ y
+    x = _rand(c, a, b, seed=c)  # a strided reduction with many outputs: max over the outer dim
+    return _t(x).max(axis=0), x.max(axis=0)
+
+
+_OPS = [OptOps.UPCAST, OptOps.UNROLL, OptOps.VECTORIZE, OptOps.LOCAL]
+
+
+def _draw_opts(data, lin_of) -> list[Opt]:
+    """Up to 4 optimisations that fit the kernel, drawn one at a time (amounts among the divisors left)."""
+    applied: list[Opt] = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        lin = lin_of(applied)
+        op = data.draw(st.sampled_from(_OPS))
+        axis = data.draw(st.integers(0, len(lin.full_shape) - 1))
+        left = lin.full_shape[axis] // lin.upcasts[axis]
+        if op is OptOps.LOCAL:
+            amt = data.draw(st.sampled_from([1, 2, 3, 8, 16, 32]))
+        else:
+            amt = data.draw(st.sampled_from([a for a in range(1, min(left, 8) + 1) if left % a == 0] + [0]))
+        try:
+            lin.apply_opt(Opt(op, axis, amt))
+            applied.append(Opt(op, axis, amt))
+        except ValueError:  # not this kernel's (a reduced axis upcast, a second vector axis...): drawn again
+            pass
+    return applied
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.tuples(st.sampled_from(["elementwise", "matmul", "batched", "maxcols"]), st.integers(1, 24),
+                 st.integers(1, 40), st.integers(1, 20)), st.data())
+def test_random_opts_match_numpy(shape, data):
+    t, want = _opt_cases(shape)
+    kernels = [Kernel(t, opts=[])]
+
+    def lin_of(opts):
+        lin = Linearizer(kernels[0].si.ast, CUDA)
+        for o in opts:
+            lin.apply_opt(o)
+        return lin
+    for _ in range(3):
+        kernels.append(Kernel(t, opts=_draw_opts(data, lin_of)))
+    kernels.append(Kernel(t))  # and the heuristic's choice
+    for k, got in zip(kernels, _run(kernels)):
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{k.lin.applied_opts}\n{k.src}")
+
+
+def test_opts_with_symbolic_dims_and_misaligned_vectors():
+    n = Variable("n", 1, 64)
+    x, y = _rand(64, 48, seed=21), _rand(48, 36, seed=22)
+    mm = Kernel(_t(x).shrink(((0, n.bind(10)), (0, 48))) @ _t(y))
+    assert mm.lin.applied_opts and mm.lin.gpu  # tiles on the int dims; the symbolic dim is the guarded grid
+    launchers = _compile([mm])
+    for val in (1, 5, 64):
+        (out,) = _run([mm], {n: val}, launchers)
+        np.testing.assert_allclose(out[:val * 36].reshape(val, 36), x[:val] @ y, rtol=1e-4, atol=1e-4)
+    # rows that start 1 element past a vector boundary: wide accesses fall back to single elements
+    a = _rand(8, 9, seed=23)
+    k = Kernel(_t(a)[:, 1:] * 2, opts=[Opt(OptOps.VECTORIZE, 1, 4)])
+    assert "tg_vload<float, 4>" in k.src
+    (out,) = _run([k])
+    np.testing.assert_array_equal(out.reshape(8, 8), a[:, 1:] * 2)

@@ -58,3 +58,11 @@ class Opt:
     def __repr__(self) -> str:
         return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
 
+
+def opts_text(opts) -> str:
+    """Optimisations in short, as DEBUG=2 prints them: `[VECTORIZE 1:4 UPCAST 0:4]` (op, axis:amount).
+
+    >>> opts_text([Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 16)])
+    '[UPCAST 0:4 LOCAL 1:16]'
+    """
+    return "[" + " ".join(f"{o.op.name} {o.axis}:{o.amt}" for o in opts) + "]"

@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from tinygrad.codegen.kernel import opts_text
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
@@ -33,13 +34,15 @@ class CompiledRunner(Runner):
     `name` is the kernel function's name in the source; `display_name` tells same-named kernels apart in output."""
 
     def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
-                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None):
+                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None, opts: tuple = ()):
         self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
         # launch sizes that depend on symbolic variables are evaluated at every call
         self._symbolic_dims = any(isinstance(d, Node) for d in tuple(global_size or ()) + tuple(local_size or ()))
         # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
         self.op_estimate = 0
+        # the optimisations the kernel was linearized with (DEBUG=2 shows them)
+        self.opts = tuple(opts)
         dev = Device[dname]
         if DEBUG >= 4:
             print(prg)
@@ -145,8 +148,10 @@ class ExecItem:
         if DEBUG >= 2:
             ms = f"{et * 1e3:9.3f} ms" if et is not None else " " * 12
             rate = f" ({ops / et * 1e-9:9.2f} GFLOPS {mem / et * 1e-9:8.2f} GB/s)" if et and mem else ""
+            opts = getattr(self.prg, "opts", ())
+            shown = f" {opts_text(opts)}" if opts else ""
             print(f"{colored(f'*** {self.prg.dname:7s} {GlobalCounters.kernel_count:4d}', 'magenta')} "
-                  f"{self.prg.display_name:40s} tm {ms}{rate}")
+                  f"{self.prg.display_name:40s} tm {ms}{rate}{shown}")
         raise_pending_interrupt()
         return et
 
@@ -166,6 +171,7 @@ class Rendered(NamedTuple):
     global_size: Any
     local_size: Any
     vars: list
+    opts: tuple = ()
 
 
 def _render(dname: str, ast: tuple) -> Rendered:
@@ -187,7 +193,8 @@ def _render(dname: str, ast: tuple) -> Rendered:
     from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(ast, dev.linearizer_opts).linearize()
     # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
-    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars))
+    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars),
+                   tuple(lin.applied_opts))
     if key is not None:
         diskcache_put("program", key, pickle.dumps(tuple(ret)))
     return ret
@@ -216,7 +223,7 @@ def _runner(dname: str, r: Rendered, ast: tuple, lib: bytes | None = None) -> Co
     n = _names.get(r.name, 0)
     _names[r.name] = n + 1
     runner = CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
-                            display_name=r.name if n == 0 else f"{r.name}n{n}")
+                            display_name=r.name if n == 0 else f"{r.name}n{n}", opts=r.opts)
     runner.op_estimate = op_estimate(ast)
     return runner
 
