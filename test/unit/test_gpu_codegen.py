@@ -294,7 +294,7 @@ def _opt_cases(draw_shape):
     return _t(x).max(axis=0), x.max(axis=0)
 
 
-_OPS = [OptOps.UPCAST, OptOps.UNROLL, OptOps.VECTORIZE, OptOps.LOCAL]
+_OPS = [OptOps.UPCAST, OptOps.UNROLL, OptOps.VECTORIZE, OptOps.LOCAL, OptOps.GROUP]
 
 
 def _draw_opts(data, lin_of) -> list[Opt]:
@@ -352,3 +352,66 @@ def test_opts_with_symbolic_dims_and_misaligned_vectors():
     assert "tg_vload<float, 4>" in k.src
     (out,) = _run([k])
     np.testing.assert_array_equal(out.reshape(8, 8), a[:, 1:] * 2)
+
+
+# --- GROUP: a reduction split across the threads of a block, combined through shared memory ------------------------
+
+
+def test_heuristic_groups_a_matvec_down_columns():
+    x, w = _rand(1, 512, seed=31), _rand(512, 1100, seed=32)
+    k = Kernel(_t(x) @ _t(w))
+    assert k.lin.gpu and Opt(OptOps.GROUP, 2, 16) in k.lin.applied_opts
+    assert k.lin.local_size[2] == 16 and math.prod(k.lin.local_size) <= 256
+    # every thread reaches the barrier: guards are gates on the store, no early return
+    assert "__syncthreads();" in k.src and "__shared__ float temp" in k.src and "return;" not in k.src
+    (got,) = _run([k])
+    np.testing.assert_allclose(got.reshape(1, 1100), x @ w, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(st.integers(1, 7), st.integers(1, 37), st.sampled_from([2, 3, 4, 8]), st.sampled_from([1, 3, 16]),
+       st.booleans(), st.booleans())
+def test_group_with_other_opts_matches_numpy(m, n, group, local, vec, maxred):
+    x, w = _rand(m, 48, seed=m), _rand(48, n, seed=n)
+    t, want = (_t(x) @ _t(w), x @ w) if not maxred else (_t(w).max(axis=0), w.max(axis=0))
+    raxis = 2 if not maxred else 0
+    oaxis = 1 if not maxred else 1
+    opts = [Opt(OptOps.UNROLL, raxis, 2), Opt(OptOps.GROUP, raxis, group), Opt(OptOps.LOCAL, oaxis, local)]
+    if vec and n % 2 == 0:
+        opts.insert(0, Opt(OptOps.VECTORIZE, oaxis, 2))
+    if not maxred and m % 3 == 0:
+        opts.insert(0, Opt(OptOps.UPCAST, 0, 3))
+    kernels = [Kernel(t, opts=opts)]
+    if not maxred:  # a symbolic number of rows: the grid's y extent is a variable
+        v = Variable("m", 1, 7)
+        kernels.append(Kernel(_t(_rand(7, 48, seed=m)).shrink(((0, v.bind(m)), (0, 48))) @ _t(w),
+                              opts=[o for o in opts if o.axis != 0]))
+    outs = _run(kernels[:1])
+    np.testing.assert_allclose(outs[0].reshape(want.shape), want, rtol=1e-4, atol=1e-4, err_msg=kernels[0].src)
+    if not maxred:
+        (got,) = _run(kernels[1:], {v: m})
+        np.testing.assert_allclose(got[:m * n].reshape(m, n), _rand(7, 48, seed=m)[:m] @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_group_needs_a_reduced_dim_that_it_divides():
+    lin = Linearizer(Kernel(_t(_rand(30, 40)).sum(axis=0), opts=[]).si.ast, CUDA)
+    with pytest.raises(ValueError):
+        lin.apply_opt(Opt(OptOps.GROUP, 1, 2))  # an output dim
+    with pytest.raises(ValueError):
+        lin.apply_opt(Opt(OptOps.GROUP, 0, 7))  # 7 does not divide 30
+    lin.apply_opt(Opt(OptOps.GROUP, 0, 5))
+    with pytest.raises(ValueError):
+        lin.apply_opt(Opt(OptOps.UNROLL, 0, 2))  # the grouped dim takes no more opts
+
+
+def test_half_kernels_with_tiles_and_groups():
+    # half buffers: float registers, vectors of float accumulators, half loads and stores one element at a time
+    x, w = (_rand(64, 96) * 0.5).astype(np.float16), (_rand(96, 128, seed=3) * 0.5).astype(np.float16)
+    xv, wv = _rand(1, 512, seed=5).astype(np.float16), _rand(512, 1100, seed=6).astype(np.float16)
+    mm, mv = Kernel(_t(x) @ _t(w)), Kernel(_t(xv) @ _t(wv))
+    assert any(o.op is OptOps.UPCAST for o in mm.lin.applied_opts)
+    assert any(o.op is OptOps.GROUP for o in mv.lin.applied_opts)
+    got_mm, got_mv = _run([mm, mv])
+    for got, a, b in ((got_mm, x, w), (got_mv, xv, wv)):
+        want = a.astype(np.float32) @ b.astype(np.float32)
+        np.testing.assert_allclose(got.astype(np.float32).reshape(want.shape), want, rtol=5e-3, atol=0.1)

@@ -34,6 +34,11 @@ UNROLL = 4
 # the block of a tiled kernel: LOCAL_X threads along the innermost output dim, LOCAL_THREADS in all
 LOCAL_X = 16
 LOCAL_THREADS = 256
+# kernels left with fewer threads than this, reducing at least GROUP_MIN_INPUTS per output, split the reduction
+# across GROUP threads of a block (a matrix-vector product: 8192 outputs would fill a twentieth of an H100)
+GROUP_BELOW_THREADS = 1 << 15
+GROUP_MIN_INPUTS = 256
+GROUP = 16
 
 
 def _bound(s) -> int:
@@ -91,7 +96,9 @@ def gpu_opts(lin) -> list[Opt]:
       is contiguous (B and C move 16 bytes at a time, coalesced across the threads of a warp); its second dim the
       innermost other output dim along which the loads that vary with the first are reused (B's row, for every row
       of the tile). The innermost reduced dim is unrolled by UNROLL, and the block is LOCAL_X x LOCAL_Y threads over
-      the tile's two dims, so that a block's loads are a compact block of A and of B.
+      the tile's two dims, so that a block's loads are a compact block of A and of B. Kernels left with too few
+      threads to fill the GPU split the reduction across GROUP threads of a block as well (GROUP: partial results
+      combined through shared memory), so a matrix-vector product keeps enough loads in flight.
     Tiles shrink (then go) where they would leave fewer than MIN_THREADS threads."""
     full, red = lin.full_shape, frozenset(lin.reduce_axes)
     outs = [d for d in range(len(full)) if d not in red and isinstance(full[d], int) and full[d] > 1]
@@ -127,13 +134,23 @@ def gpu_opts(lin) -> list[Opt]:
             tiled.append(d)
         break
     rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
-    if rdims and full[rdims[-1]] >= 2 * UNROLL and full[rdims[-1]] % UNROLL == 0:
-        ret.append(Opt(OptOps.UNROLL, rdims[-1], UNROLL))
+    unroll = UNROLL if rdims and full[rdims[-1]] >= 2 * UNROLL and full[rdims[-1]] % UNROLL == 0 else 1
+    if unroll > 1:
+        ret.append(Opt(OptOps.UNROLL, rdims[-1], unroll))
+    # too few threads for the GPU (a matrix-vector product): the reduction is split across threads of a block too
+    group = 1
+    threads = outputs // math.prod(o.amt for o in ret if o.op in (OptOps.UPCAST, OptOps.VECTORIZE))
+    if rdims and threads < GROUP_BELOW_THREADS and math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
+        group = _fit(full[rdims[-1]] // unroll, GROUP)
+        if group > 1:
+            ret.append(Opt(OptOps.GROUP, rdims[-1], group))
     # the block: LOCAL_X threads along the innermost output dim, the rest of the block along the next one out
     steps = {d: full[d] // math.prod(o.amt for o in ret if o.axis == d and o.op is not OptOps.UNROLL) for d in outs}
     live = [d for d in outs if steps[d] > 1]
-    if len(live) >= 2:
-        lx = min(LOCAL_X, steps[live[-1]])
+    budget = LOCAL_THREADS // group
+    if len(live) >= 2 or (live and group > 1):
+        lx = min(LOCAL_X, steps[live[-1]], budget)
         ret.append(Opt(OptOps.LOCAL, live[-1], lx))
-        ret.append(Opt(OptOps.LOCAL, live[-2], min(LOCAL_THREADS // lx, steps[live[-2]])))
+        if len(live) >= 2:
+            ret.append(Opt(OptOps.LOCAL, live[-2], max(1, min(budget // lx, steps[live[-2]]))))
     return ret

@@ -3,7 +3,8 @@
 An optimisation (`Opt`) reshapes how the linearizer walks a kernel's iteration space without changing what it
 computes: `UPCAST` and `UNROLL` expand part of a dimension into copies held side by side in registers (an output
 tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value, and
-on GPUs `LOCAL` sets how many threads of a block walk an output dimension.
+on GPUs `LOCAL` sets how many threads of a block walk an output dimension and `GROUP` splits a reduction across
+threads of a block.
 
 >>> from tinygrad.codegen.kernel import Opt, OptOps
 >>> Opt(OptOps.UPCAST, 0, 4)
@@ -43,6 +44,7 @@ class OptOps(Enum):
     UNROLL = auto()      # a reduced dimension: `amt` consecutive reduction steps per loop step
     VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
     LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
+    GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

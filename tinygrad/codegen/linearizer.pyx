@@ -113,6 +113,9 @@ cdef class Linearizer:
         self.vector_axis = -1
         self.vector_width = 1
         self.local_dims = {}
+        self.group_axis = -1
+        self.group = 1
+        self._gate = None
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
         self.name = self._make_name()
@@ -162,6 +165,17 @@ cdef class Linearizer:
             self._decided = True
             return self
         amt = left if opt.amt == 0 else opt.amt
+        if opt.op is OptOps.GROUP:
+            if not self.gpu or not is_reduce or self.group_axis != -1:
+                raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
+            if not 2 <= amt <= 64 or left % amt != 0:
+                raise ValueError(f"{opt}: 2 to 64 threads that divide the {left} steps left of axis {opt.axis}")
+            self.group_axis, self.group = opt.axis, amt
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
+        if opt.axis == self.group_axis:
+            raise ValueError(f"{opt}: axis {opt.axis} is grouped: optimise it before GROUP")
         if amt < 1 or left % amt != 0:
             raise ValueError(f"{opt}: {amt} does not divide the {left} indices left of axis {opt.axis} (size {s})")
         if opt.op is OptOps.UPCAST and is_reduce:
@@ -357,16 +371,22 @@ cdef class Linearizer:
         """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
         that dimension's extent) per grid dimension, and each dim's step as (flat // div) % size of it. Sets the
         launch sizes; symbolic extents make symbolic global sizes, evaluated per call."""
-        from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, plan_grid
+        from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, TARGET_THREADS, plan_grid
         i32 = dtypes.int32
         full = self.full_shape
         steps = [1] * len(full)
         for d in global_axes:
             steps[d] = full[d] // self.upcasts[d] if isinstance(full[d], int) else full[d]
-        plan = plan_grid(steps, self.opts.global_max or CUDA_GLOBAL_MAX, self.opts.local_max or CUDA_LOCAL_MAX,
-                         local=self.local_dims)
+        grouped = self.group_axis != -1
+        gmax = list(self.opts.global_max or CUDA_GLOBAL_MAX)
+        if grouped:
+            gmax[2] = 1  # the block's z dimension holds the group's threads: outputs use x and y
+        plan = plan_grid(steps, gmax, self.opts.local_max or CUDA_LOCAL_MAX, max_threads=1024 // self.group,
+                         target_threads=max(1, TARGET_THREADS // self.group), local=self.local_dims)
         gsize = [1, 1, 1]
         mapped = set()
+        gates = []
+        base = self._const(0, i32)
         for dim in range(3):
             group = sorted([a.axis for a in plan.axes if a.dim == dim])
             if not group:
@@ -374,8 +394,22 @@ cdef class Linearizer:
             extent = _sint_prod([steps[d] for d in group])
             lsize = plan.local_size[dim]
             gsize[dim] = plan.global_size[dim] if isinstance(extent, int) else (extent + (lsize - 1)) // lsize
-            size_arg = extent if isinstance(extent, int) else self._lower_node(extent)
-            flat = self._uop(UOps.SPECIAL, i32, (), (dim, f"idx{dim}", size_arg, lsize), False)
+            if grouped:
+                # NOTE: threads past the end must still reach the barrier: they compute the last element's value
+                # again (an index clamped in bounds) and store nothing
+                gid = self._uop(UOps.SPECIAL, i32, (), (dim, f"gidx{dim}", plan.global_size[dim]), False)
+                lid = self._uop(UOps.SPECIAL, i32, (), (dim, f"lidx{dim}", lsize), False)
+                flat = self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (gid, self._const(lsize, i32))),
+                                                      lid))
+                base = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.MUL, i32, (
+                    lid, self._const(1 if dim == 0 else plan.local_size[0], i32)))))
+                if not isinstance(extent, int) or plan.global_size[dim] * lsize != extent:
+                    inside = self._alu(BinaryOps.CMPLT, dtypes.bool, (flat, self._lower_node(extent)))
+                    gates.append(inside)
+                    flat = self._uop(UOps.ALU, i32, (inside, flat, self._const(0, i32)), TernaryOps.WHERE)
+            else:
+                size_arg = extent if isinstance(extent, int) else self._lower_node(extent)
+                flat = self._uop(UOps.SPECIAL, i32, (), (dim, f"idx{dim}", size_arg, lsize), False)
             for j, d in enumerate(group):
                 v = flat
                 div = _sint_prod([steps[e] for e in group[j + 1:]])
@@ -392,14 +426,34 @@ cdef class Linearizer:
                 self._var_uops[self._loop_vars[d]] = self._const(0, i32)
         self.global_size = tuple(gsize)
         self.local_size = tuple(plan.local_size)
+        if grouped:
+            lx, ly = plan.local_size[0], plan.local_size[1]
+            self._group_idx = self._uop(UOps.SPECIAL, i32, (), (2, "lidx2", self.group), False)
+            self._base_id = base
+            self._thread_id = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.MUL, i32, (
+                self._group_idx, self._const(lx * ly, i32)))))
+            self._block_threads = lx * ly * self.group
+            # only the group's first thread stores the combined result
+            gates.append(self._alu(BinaryOps.CMPLT, dtypes.bool, (self._group_idx, self._const(1, i32))))
+            self.local_size = (lx, ly, self.group)
+        for g in gates:
+            self._gate = g if self._gate is None else self._alu(BinaryOps.AND, dtypes.bool, (self._gate, g))
 
     cdef object _loop(self, int axis, int threads=1):
         size = self.full_shape[axis]
         steps = size // self.upcasts[axis] if isinstance(size, int) else size
+        if axis == self.group_axis:
+            steps = steps // self.group
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
-        self._var_uops[self._loop_vars[axis]] = lp
         self._open_scope()
+        if axis == self.group_axis:
+            # the group's threads take interleaved steps: thread t of the group the steps t, t+group, ...
+            i32 = dtypes.int32
+            self._var_uops[self._loop_vars[axis]] = self._alu(BinaryOps.ADD, i32, (self._alu(
+                BinaryOps.MUL, i32, (lp, self._const(self.group, i32))), self._group_idx))
+        else:
+            self._var_uops[self._loop_vars[axis]] = lp
         return lp
 
     cdef list _combos(self, list axes):
@@ -521,6 +575,8 @@ cdef class Linearizer:
         if vax != -1 and vax in self.reduce_axes:
             # each lane summed its share of the reduced dim: combine the lanes
             accs = {key: self._horizontal(a, alu_op, dtype) for key, a in accs.items()}
+        if self.group_axis != -1:
+            accs = self._group_combine(accs, alu_op, dtype)
         return (acc_axes, accs)
 
     cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop):
@@ -537,6 +593,44 @@ cdef class Linearizer:
             raise RuntimeError("internal error: a scalar accumulator got a value that differs between lanes")
         new = self._uop(UOps.ALU, dtype, (val, cur), op, False)
         return self._uop(UOps.PHI, dtype, (cur, new) + tail, None, False)
+
+    cdef object _group_combine(self, object accs, object op, object dtype):
+        """GROUP: each thread of a group holds a partial result per accumulator lane; they meet in shared memory
+        (a slot per thread of the block), and after a barrier every thread folds its group's partials in order."""
+        i32 = dtypes.int32
+        slots = []
+        for key, a in accs.items():
+            scalar = not isinstance(a, tuple) and a.dtype.count == 1
+            lanes = [a] if scalar else [self._lane_of(a, i) for i in range(self.vector_width)]
+            temps = []
+            for lane in lanes:
+                t = self._uop(UOps.DEFINE_LOCAL, PtrDType(dtype), (), (f"temp{len(self.uops)}", self._block_threads),
+                              False)
+                self._uop(UOps.STORE, None, (t, self._thread_id, lane), None, False)
+                temps.append(t)
+            slots.append((key, scalar, temps))
+        self._uop(UOps.BARRIER, None, (), None, False)
+        stride = self._block_threads // self.group
+        out = {}
+        for key, scalar, temps in slots:
+            vals = []
+            for t in temps:
+                acc = None
+                for j in range(self.group):
+                    v = self._uop(UOps.LOAD, dtype, (t, self._alu(BinaryOps.ADD, i32, (self._base_id, self._const(
+                        j * stride, i32)))), None)
+                    acc = v if acc is None else self._uop(UOps.ALU, dtype, (acc, v), op)
+                vals.append(acc)
+            out[key] = vals[0] if scalar else tuple(vals)
+        return out
+
+    cdef object _gated(self, object valid):
+        """A store's condition: `valid` (a symbolic Node) and the grid's gate; None when always true."""
+        if self._gate is None:
+            return None if _is_true(valid) else self._lower_node(valid)
+        if _is_true(valid):
+            return self._gate
+        return self._alu(BinaryOps.AND, dtypes.bool, (self._lower_node(valid), self._gate))
 
     cdef object _horizontal(self, object acc, object op, object dtype):
         """Fold the lanes of an accumulator into one scalar, pairwise."""
@@ -638,16 +732,18 @@ cdef class Linearizer:
             if isinstance(val, tuple) or val.dtype.count > 1:
                 raise RuntimeError("internal error: lanes with different values stored to one address")
             vin = (buf, self._lower_node(idx), val)
-            if not _is_true(valid):
-                vin = vin + (self._lower_node(valid),)
+            gate = self._gated(valid)
+            if gate is not None:
+                vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
             return
         if self._vec_ok(mb.dtype) and lane not in valid.vars():
             base = _lane_base(idx, lane)
             if base is not None:
                 vin = (buf, self._lower_node(base), self._as_vec(val, mb.dtype))
-                if not _is_true(valid):
-                    vin = vin + (self._lower_node(valid),)
+                gate = self._gated(valid)
+                if gate is not None:
+                    vin = vin + (gate,)
                 self._uop(UOps.STORE, None, vin, None, False)
                 return
         for i in range(self.vector_width):
@@ -656,8 +752,9 @@ cdef class Linearizer:
             if _is_false(lvalid):
                 continue
             vin = (buf, self._lower_node(li), self._lane_of(val, i))
-            if not _is_true(lvalid):
-                vin = vin + (self._lower_node(lvalid),)
+            gate = self._gated(lvalid)
+            if gate is not None:
+                vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
 
 
