@@ -7,8 +7,9 @@ the output dimensions are outer loops, the reduced dimensions inner loops around
 (one output, or one tile of outputs under UPCAST), its position recovered from SPECIAL uops by division and modulo
 as `codegen/gpu_dims.py` plans it, and threads past the end of a dimension return at once (the guard). The launch
 sizes that plan gives are the kernel's `global_size` and `local_size`. Kernels that `codegen/heuristic_gpu.py` leaves
-to the CUDA renderer's own plan (memory-bound reductions) keep plain loops. Index arithmetic comes from each buffer's ShapeTracker as symbolic expressions, lowered to ALU uops.
-Identical uops are made once (CSE), scoped so that nothing defined inside a loop is used after it.
+to the CUDA renderer's own plan (memory-bound reductions) keep plain loops. Index arithmetic comes from each
+buffer's ShapeTracker as symbolic expressions, lowered to ALU uops. Identical uops are made once (CSE), scoped so
+that nothing defined inside a loop is used after it.
 
 Optimisations (`kernel.Opt`, chosen by `tinygrad.codegen.opt` where the device allows) expand part of a dimension:
 a dim of size s with upcast u loops s/u times, and one loop step covers the u indices `loop*u + copy`. Each node
@@ -18,6 +19,9 @@ output of the tile. The vector dim's copies are split further into lanes (`loop*
 that vary along it are vectors (contiguous loads, whole-vector ALU) or, where that is not possible, tuples of W
 scalar lanes. A vector along a reduced dim gives each lane its own partial result, summed across lanes at the
 end: that reassociates the reduction (as PyTorch's vectorised sums do); elementwise results stay bit-exact.
+On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` splits a reduced dim across threads
+of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
+kernel clamps its out-of-range threads and gates their stores rather than returning early.
 """
 from itertools import product
 
