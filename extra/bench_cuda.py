@@ -1,8 +1,10 @@
 """The CUDA device against PyTorch (torch.cuda) in the same process, on the same GPU.
 
 Rows: elementwise add and full sum of 64M floats (GB/s, beside the bandwidth of a plain device-to-device copy),
-a 4096x4096 fp16 matmul (TFLOP/s), the per-kernel cost of replaying a jitted 100-kernel function (CUDA graph), and
-the host cost of one small fused op run eagerly. Kernel rows are GPU time from events, best of several runs.
+a 4096x4096 fp16 matmul (TFLOP/s), a 1024x1024 fp32 matmul and an 8x64x56x56 3x3 fp32 conv2d (GFLOP/s), an
+8192x8192 fp16 matrix-vector product both ways round (GB/s of the matrix), the per-kernel cost of replaying a
+jitted 100-kernel function (CUDA graph), and the host cost of one small fused op run eagerly. Kernel rows are GPU
+time from events, best of several runs.
 Run: python extra/bench_cuda.py   (needs an NVIDIA GPU, its driver and NVRTC; about a minute)
 
 `--sweep` also times the add and sum kernels for each block size (and the sum for each vector unroll) the CUDA
@@ -26,6 +28,11 @@ from tinygrad.runtime.ops_cuda import CUDAProgram
 
 N = 64 * 1024 * 1024
 MATMUL = 4096
+SMALL_MATMUL = 1024
+MATVEC = 8192
+# conv2d: a batch of 8 images of 64 channels, 56x56, 64 filters of 3x3, padding 1
+CONV_IN, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
+CONV_FLOPS = 2 * 8 * 64 * 56 * 56 * 64 * 9
 CHAIN = 100
 REPS = 10
 
@@ -42,7 +49,8 @@ def kernel_seconds(fn, *inputs: Tensor) -> float:
     items = jf.jit_cache
 
     def once() -> float:
-        return sum(ei.prg.clprg(*[b._buf for b in ei.bufs], wait=True) for ei in items)
+        # through the runner: it launches with the kernel's own grid (evaluated for its variables)
+        return sum(ei.prg(ei.bufs, {}, wait=True) for ei in items)
     once()
     return best(once)
 
@@ -82,11 +90,19 @@ def tinygrad_rows(dev) -> dict[str, float]:
 
     m = [Tensor(rng.standard_normal((MATMUL, MATMUL), dtype=np.float32), device="CUDA").cast(dtypes.float16).realize()
          for _ in range(2)]
-    jf = TinyJit(lambda x, y: x @ y)
-    for _ in range(2):
-        jf(*m)
-    secs = sum(ei.prg.clprg(*[b._buf for b in ei.bufs], wait=True) for ei in jf.jit_cache)
-    rows["matmul fp16 TFLOP/s"] = 2 * MATMUL**3 / secs / 1e12
+    rows["matmul fp16 TFLOP/s"] = 2 * MATMUL**3 / kernel_seconds(lambda x, y: x @ y, *m) / 1e12
+    s = [Tensor(rng.standard_normal((SMALL_MATMUL, SMALL_MATMUL), dtype=np.float32), device="CUDA").realize()
+         for _ in range(2)]
+    rows["matmul 1024 fp32 GFLOP/s"] = 2 * SMALL_MATMUL**3 / kernel_seconds(lambda x, y: x @ y, *s) / 1e9
+    x = Tensor(rng.standard_normal(CONV_IN, dtype=np.float32), device="CUDA").realize()
+    w = Tensor(rng.standard_normal(CONV_W, dtype=np.float32), device="CUDA").realize()
+    rows["conv2d fp32 GFLOP/s"] = CONV_FLOPS / kernel_seconds(lambda a, b: a.conv2d(b, padding=1), x, w) / 1e9
+    v = Tensor(rng.standard_normal((1, MATVEC), dtype=np.float32), device="CUDA").cast(dtypes.float16).realize()
+    wm = Tensor(rng.standard_normal((MATVEC, MATVEC), dtype=np.float32), device="CUDA").cast(dtypes.float16).realize()
+    mv_bytes = MATVEC * MATVEC * 2
+    # x @ W.T reads W's rows (a reduction along contiguous memory); x @ W reads down W's columns
+    rows["matvec fp16 x@W.T GB/s"] = mv_bytes / kernel_seconds(lambda a, b: a @ b.T, v, wm) / 1e9
+    rows["matvec fp16 x@W GB/s"] = mv_bytes / kernel_seconds(lambda a, b: a @ b, v, wm) / 1e9
 
     small = Tensor(rng.standard_normal(1024, dtype=np.float32), device="CUDA").realize()
     jc = TinyJit(chain)
@@ -125,6 +141,15 @@ def torch_rows() -> dict[str, float]:
     x = torch.randn(MATMUL, MATMUL, device="cuda", dtype=torch.float16, generator=g)
     y = torch.randn(MATMUL, MATMUL, device="cuda", dtype=torch.float16, generator=g)
     rows["matmul fp16 TFLOP/s"] = 2 * MATMUL**3 / gpu(lambda: x @ y) / 1e12
+    s1 = torch.randn(SMALL_MATMUL, SMALL_MATMUL, device="cuda", generator=g)
+    s2 = torch.randn(SMALL_MATMUL, SMALL_MATMUL, device="cuda", generator=g)
+    rows["matmul 1024 fp32 GFLOP/s"] = 2 * SMALL_MATMUL**3 / gpu(lambda: s1 @ s2) / 1e9
+    ci, cw = torch.randn(CONV_IN, device="cuda", generator=g), torch.randn(CONV_W, device="cuda", generator=g)
+    rows["conv2d fp32 GFLOP/s"] = CONV_FLOPS / gpu(lambda: torch.nn.functional.conv2d(ci, cw, padding=1)) / 1e9
+    v = torch.randn(1, MATVEC, device="cuda", dtype=torch.float16, generator=g)
+    wm = torch.randn(MATVEC, MATVEC, device="cuda", dtype=torch.float16, generator=g)
+    rows["matvec fp16 x@W.T GB/s"] = MATVEC * MATVEC * 2 / gpu(lambda: v @ wm.T) / 1e9
+    rows["matvec fp16 x@W GB/s"] = MATVEC * MATVEC * 2 / gpu(lambda: v @ wm) / 1e9
 
     small = torch.randn(1024, device="cuda", generator=g)
 
@@ -153,9 +178,11 @@ def rendered(renderer, out: Tensor) -> tuple[str, str]:
 
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
-    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)
     items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
-    lin = Linearizer(items[-1].ast, opts).linearize()
+    lin = Linearizer(items[-1].ast, opts)
+    lin.gpu = False  # the sweep times the renderer's own plan (its knobs), which the add no longer takes by default
+    lin.linearize()
     return lin.name, renderer(lin.name, lin.uops)
 
 

@@ -147,6 +147,13 @@ KERNELS = {
     "matmul": (lambda a, b: a @ b, [(64, 96), (96, 80)]),
     "math": (lambda a: a.sin() + a.abs().sqrt() + (a.abs() + 1).log2(), [(1000,)]),
     "where_cmp": (lambda a, b: (a < b).where(a, b * 3), [(257,), (257,)]),
+    # the linearizer's grid with register tiles, vectors, unrolled reductions and blocks (codegen/heuristic_gpu.py)
+    "matmul_tiled": (lambda a, b: a @ b, [(256, 192), (192, 320)]),
+    "matmul_odd": (lambda a, b: a @ b, [(129, 67), (67, 131)]),
+    "batched_matmul": (lambda a, b: a @ b, [(3, 64, 40), (3, 40, 96)]),
+    "conv2d": (lambda a, b: a.conv2d(b, padding=1), [(2, 16, 20, 20), (32, 16, 3, 3)]),
+    "matvec_columns": (lambda a, b: a @ b, [(1, 512), (512, 2048)]),
+    "elementwise_vectors": (lambda a, b: a * b + 1, [(64, 1024), (1, 1024)]),
 }
 
 
@@ -157,7 +164,7 @@ def test_kernels_match_clang(name):
     arrays = [rng(i).standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)]
     cuda, clang = both(fn, *arrays)
     # a sum taken in another order differs at the scale of the values summed, not of a result that cancelled out
-    atol = 2e-3 if name == "sum_small_rows" else 2e-5
+    atol = 2e-3 if name == "sum_small_rows" else 2e-4 if name in ("conv2d", "matvec_columns") else 2e-5
     np.testing.assert_allclose(cuda, clang, rtol=2e-5, atol=atol)
 
 
@@ -232,11 +239,12 @@ def test_sum_and_add_of_narrow_and_wide_dtypes(dtype, n):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("fn", ["sum", "add", "rows"])
+@pytest.mark.parametrize("fn", ["sum", "rows"])
 def test_kernels_are_right_for_any_launch_grid(fn):
-    # the renderer's kernels loop over their work: any grid gives the same result (the runtime picks its own)
+    # the renderer's kernels (memory-bound reductions) loop over their work: any grid gives the same result (the
+    # runtime picks its own); the linearizer's grid kernels are launched with the sizes they were planned for
     a = rng(5).random(1 << 22, dtype=np.float32)
-    ops = {"sum": lambda x: x.sum(), "add": lambda x: x + 1, "rows": lambda x: x.reshape(1024, 4096).max(axis=1)}
+    ops = {"sum": lambda x: x.sum(), "rows": lambda x: x.reshape(1024, 4096).max(axis=1)}
     jf = TinyJit(ops[fn])
     for _ in range(2):
         want = jf(Tensor(a, device="CUDA").realize()).numpy()
@@ -260,10 +268,12 @@ def test_default_launch_is_what_the_gpu_holds(dev):
     (grid, _, _), block = prg.default_dims
     assert grid <= GRID_WAVES * resident_blocks(dev.arch, dev.sms, block[0], prg._prg.num_regs)
     assert grid >= dev.sms  # and fills every multiprocessor
-    jf = TinyJit(lambda x: x + 1)  # elementwise: a block per 256 vectors of 4 floats, as written
+    jf = TinyJit(lambda x: x + 1)  # elementwise: the linearizer's grid, a thread per vector of 4 floats
     for _ in range(2):
         jf(Tensor(rng().random(64 << 20, dtype=np.float32), device="CUDA").realize())
-    assert jf.jit_cache[0].prg.clprg.default_dims == ((65536, 1, 1), (256, 1, 1))
+    runner = jf.jit_cache[0].prg
+    assert (runner.global_size, runner.local_size) == ((65536, 1, 1), (256, 1, 1))
+    assert runner.clprg.default_dims is None
 
 
 @needs_nvrtc

@@ -130,21 +130,23 @@ def host():
         return Tensor.empty(*shape, dtype=dtype).realize()
     f = empty(70001)
     v = Variable("w", 1, 3000).bind(100)
+    # NOTE: the elementwise kernels are rendered as loops (grid=False): the renderer's plan for them is tested here,
+    # the linearizer's grid in test_gpu_codegen.py
     cases = {
-        "add": _render_all(empty(1003) + empty(1003)),
-        "strided": _render_all(empty(2001)[::2] * 2),
-        "bcast": _render_all(empty(7, 301) + empty(301)),
-        "flip": _render_all(empty(1003).flip(0) * 2),
-        "pad": _render_all(empty(1000).pad(((3, 5),)) + 1),
+        "add": _render_all(empty(1003) + empty(1003), grid=False),
+        "strided": _render_all(empty(2001)[::2] * 2, grid=False),
+        "bcast": _render_all(empty(7, 301) + empty(301), grid=False),
+        "flip": _render_all(empty(1003).flip(0) * 2, grid=False),
+        "pad": _render_all(empty(1000).pad(((3, 5),)) + 1, grid=False),
         "sum": _render_all(f.sum()),
         "sum_off": _render_all(f[1:].sum()),
         "rows": _render_all(empty(40, 1001).sum(axis=1)),
         "rows_max": _render_all(empty(40, 1001).max(axis=1)),
         "half_sum": _render_all(empty(70001, dtype=dtypes.float16).sum()),
         "int_sum": _render_all(empty(70001, dtype=dtypes.int32).sum()),
-        "int8_add": _render_all(empty(1003, dtype=dtypes.int8) + 3),
+        "int8_add": _render_all(empty(1003, dtype=dtypes.int8) + 3, grid=False),
         "double_max": _render_all(empty(70001, dtype=dtypes.float64).max()),
-        "symbolic": _render_all(empty(3000).shrink(((0, v),)) * 2),
+        "symbolic": _render_all(empty(3000).shrink(((0, v),)) * 2, grid=False),
     }
     srcs = {k: s[-1] for k, s in cases.items()}
     # every case moves whole vectors, but a strided view keeps a thread per element

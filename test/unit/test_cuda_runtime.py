@@ -507,7 +507,7 @@ def test_tensors_copy_through_the_device_and_kernels_launch(cuda):
     T.clear_records()
     out = (t * 2).realize()
     kernel, grid, block, args, _ = T.launches()[-1]
-    assert (kernel, grid, block) == ("E_6", (1, 1, 1), (32, 1, 1))  # the launch the renderer wrote on line 1
+    assert (kernel, grid, block) == ("E_6", (1, 1, 1), (6, 1, 1))  # the launch the linearizer planned
     assert args == struct.pack("<QQ", out.lazydata.base.realized._buf.ptr, t.lazydata.base.realized._buf.ptr)
 
 
@@ -643,18 +643,22 @@ def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monke
 # --- the renderer ---------------------------------------------------------------------------------------------------
 
 
-def _render_all(*tensors) -> list[str]:
+def _render_all(*tensors, grid: bool = True) -> list[str]:
+    """The CUDA source of every kernel computing `tensors`; `grid=False` leaves every kernel as loops for the
+    renderer to spread over the GPU (its path for memory-bound reductions), so that path is tested on any kernel."""
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
 
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
     from tinygrad.renderer.cuda import CUDARenderer
-    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True)
+    opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)
     out = []
     for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
         if si.ast[0].op is BufferOps.STORE:
-            lin = Linearizer(si.ast, opts).linearize()
+            lin = Linearizer(si.ast, opts)
+            lin.gpu = lin.gpu and grid
+            lin.linearize()
             out.append(CUDARenderer(lin.name, lin.uops))
     return out
 
@@ -665,10 +669,11 @@ def _kernels() -> dict[str, str]:
     v = Variable("width", 1, 300).bind(100)
     srcs = {
         "elementwise": _render_all(a * 2 + a.exp2()),
+        "elementwise_loops": _render_all(a * 2 + a.exp2(), grid=False),
         "reduce_rows": _render_all(a.max(axis=1)),
         "reduce_all_big": _render_all(Tensor.empty(1 << 17).realize().sum() / 2),
         "reduce_all_small": _render_all(Tensor.empty(10).realize().sum()),
-        "half": _render_all((a.cast(dtypes.float16) * 3).sqrt()),
+        "half": _render_all((a.cast(dtypes.float16) * 3).sqrt(), grid=False),
         "bfloat16": _render_all((a.cast(dtypes.bfloat16) + 1).cast(dtypes.float32)),
         "int_where": _render_all(((a * 10).cast(dtypes.int32) % 7 < 3).where(a, -a)),
         "symbolic": _render_all((Tensor.empty(40, 300).realize().shrink(((0, 40), (0, v))) * 2).sum(axis=1)),
@@ -684,8 +689,14 @@ def kernels():
 
 def test_rendered_kernels_look_like_cuda(kernels):
     from tinygrad.renderer.cuda import launch_dims, launch_persistent
-    e = kernels["elementwise"]
-    # 12000 outputs, 4 a vector: 12 blocks of 256 threads
+    g = kernels["elementwise"]  # the linearizer's grid: a thread per output, its launch given as data
+    assert "tinygrad launch" not in g and launch_dims(g) is None
+    assert 'extern "C" __global__ void __launch_bounds__(' in g and "exp2f(" in g
+    # 4 floats a thread, moved 16 bytes at a time: 75 threads along a row of 300, 40 rows
+    assert "if (idx0 >= 75) return;" in g and "int idx1 = blockIdx.y*blockDim.y+threadIdx.y;" in g
+    assert "tg_vload<float, 4>(data1+" in g and "tg_vstore<float, 4>(data0+" in g
+    e = kernels["elementwise_loops"]
+    # the renderer's own plan for a loop-only kernel: 12000 outputs, 4 a vector: 12 blocks of 256 threads
     assert e.startswith("// tinygrad launch: grid=(12,1,1) block=(256,1,1)")
     assert launch_dims(e) == ((12, 1, 1), (256, 1, 1))
     assert 'extern "C" __global__ void __launch_bounds__(256) E_40_300(float* __restrict__ data0, ' \
@@ -716,8 +727,11 @@ def test_rendered_kernels_look_like_cuda(kernels):
 
 
 def test_vectorising_needs_contiguous_ungated_access():
+    from functools import partial
+
     from tinygrad import Tensor, dtypes
     from tinygrad.renderer.cuda import launch_dims
+    _render_all = partial(globals()["_render_all"], grid=False)  # the renderer's plan, for every kernel here
     a = Tensor.empty(1000).realize()
     # a strided read, a transpose or an inner loop: a thread per element keeps neighbouring threads' reads together
     assert "tg_vec" not in _render_all(a[::2] + 1)[-1]

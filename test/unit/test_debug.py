@@ -1,5 +1,6 @@
 """DEBUG levels: 2 prints a line per launch, 4 the source once when compiled, 5 the AST, 6 the uops."""
 import os
+import re
 import subprocess
 import sys
 
@@ -47,3 +48,13 @@ def test_debug5_ast_and_debug6_uops():
     out5, out6 = run(5), run(6)
     assert "BufferOps.STORE" in out5 and "BinaryOps.MUL" in out5
     assert "UOps.DEFINE_GLOBAL" in out6 and "UOps.LOOP" in out6 and "UOps.STORE" in out6
+
+
+def test_debug2_shows_each_kernels_opts():
+    script = "from tinygrad import Tensor\na = Tensor.rand(64, 64).realize()\n(a @ a).realize()\n"
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "DEBUG": "2"}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if "***" in ln and "r_64_64_64" in ln]
+    # e.g. [VECTORIZE 1:16 UPCAST 0:4] on CLANG, [VECTORIZE 1:4 UNROLL 2:4 LOCAL 1:16 LOCAL 0:16] on CUDA
+    assert re.search(r"\[([A-Z]+ \d+:\d+ ?)+\]$", line.rstrip()), line

@@ -103,9 +103,16 @@ def _largest_divisor_at_most(extent: int, cap: int) -> int:
 
 def plan_grid(shape: Sequence[Any], global_max: Sequence[int] = CUDA_GLOBAL_MAX,
               local_max: Sequence[int] = CUDA_LOCAL_MAX, max_threads: int = 1024,
-              target_threads: int = TARGET_THREADS) -> GridPlan:
+              target_threads: int = TARGET_THREADS, local: dict[int, int] | None = None) -> GridPlan:
     """The grid for a kernel whose output axes have sizes `shape` (outermost first; ints, or symbolic sizes, which
-    are planned at their upper bound). Raises ValueError if the kernel cannot fit the limits at all."""
+    are planned at their upper bound). `local` asks for a block size by axis (a LOCAL optimisation): the grid
+    dimension holding that axis gets that many threads (the product, where several asked axes share one), within
+    the limits; the other dimensions are chosen as usual. Raises ValueError if the kernel cannot fit the limits at
+    all.
+
+    >>> plan_grid((64, 64), local={0: 16, 1: 16}).local_size
+    (16, 16, 1)
+    """
     sizes = [_bound(s) for s in shape]
     if any(s < 0 for s in sizes):
         raise ValueError(f"axis sizes must be non-negative, got {tuple(shape)}")
@@ -127,14 +134,22 @@ def plan_grid(shape: Sequence[Any], global_max: Sequence[int] = CUDA_GLOBAL_MAX,
             groups[d - 1] = groups[d] + groups[d - 1]
             groups[d] = []
     budget = max(1, min(target_threads, max_threads))
-    lx = _pick_local(extent(0), budget, local_max[0])
+    asked = [prod((local or {}).get(i, 1) for i in groups[d]) if any(i in (local or {}) for i in groups[d]) else 0
+             for d in range(3)]
+    lx = min(asked[0], local_max[0], max_threads) if asked[0] else _pick_local(extent(0), budget, local_max[0])
     if -(-extent(0) // lx) > global_max[0]:  # too many blocks of that size: the biggest blocks there are, guarded
         lx = min(local_max[0], max_threads)
-    ly = _largest_divisor_at_most(extent(1), min(budget // lx, local_max[1])) if groups[1] else 1
-    lz = _largest_divisor_at_most(extent(2), min(budget // (lx * ly), local_max[2])) if groups[2] else 1
-    local = (lx, ly, lz)
+    if asked[1]:
+        ly = max(1, min(asked[1], local_max[1], max_threads // lx))
+    else:
+        ly = _largest_divisor_at_most(extent(1), min(max(1, budget // lx), local_max[1])) if groups[1] else 1
+    if asked[2]:
+        lz = max(1, min(asked[2], local_max[2], max_threads // (lx * ly)))
+    else:
+        lz = _largest_divisor_at_most(extent(2), min(max(1, budget // (lx * ly)), local_max[2])) if groups[2] else 1
+    local_size = (lx, ly, lz)
     extents = tuple(extent(d) if groups[d] else 1 for d in range(3))
-    glob = tuple(-(-e // lc) for e, lc in zip(extents, local))
+    glob = tuple(-(-e // lc) for e, lc in zip(extents, local_size))
     for d in range(3):
         if glob[d] > global_max[d]:
             raise ValueError(f"kernel of shape {tuple(shape)} needs {glob[d]} blocks in grid dimension {d}, more than "
@@ -144,4 +159,4 @@ def plan_grid(shape: Sequence[Any], global_max: Sequence[int] = CUDA_GLOBAL_MAX,
         for j, axis in enumerate(group):
             div = prod(sizes[i] for i in group[j + 1:])
             axes.append(AxisIndex(axis, d, div, sizes[axis], needs_mod=j != 0))
-    return GridPlan(glob, local, extents, tuple(sorted(axes, key=lambda a: a.axis)))
+    return GridPlan(glob, local_size, extents, tuple(sorted(axes, key=lambda a: a.axis)))

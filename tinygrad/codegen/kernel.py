@@ -2,7 +2,9 @@
 
 An optimisation (`Opt`) reshapes how the linearizer walks a kernel's iteration space without changing what it
 computes: `UPCAST` and `UNROLL` expand part of a dimension into copies held side by side in registers (an output
-tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value.
+tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value, and
+on GPUs `LOCAL` sets how many threads of a block walk an output dimension and `GROUP` splits a reduction across
+threads of a block.
 
 >>> from tinygrad.codegen.kernel import Opt, OptOps
 >>> Opt(OptOps.UPCAST, 0, 4)
@@ -41,6 +43,8 @@ class OptOps(Enum):
     UPCAST = auto()      # an output dimension: `amt` consecutive outputs per loop step, each with its own registers
     UNROLL = auto()      # a reduced dimension: `amt` consecutive reduction steps per loop step
     VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
+    LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
+    GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"
@@ -55,3 +59,12 @@ class Opt:
 
     def __repr__(self) -> str:
         return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
+
+
+def opts_text(opts) -> str:
+    """Optimisations in short, as DEBUG=2 prints them: `[VECTORIZE 1:4 UPCAST 0:4]` (op, axis:amount).
+
+    >>> opts_text([Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 16)])
+    '[UPCAST 0:4 LOCAL 1:16]'
+    """
+    return "[" + " ".join(f"{o.op.name} {o.axis}:{o.amt}" for o in opts) + "]"

@@ -16,6 +16,18 @@ cdef class Linearizer:
     cdef public object loop_order
     # how many threads the outermost output loop is split across (1: none)
     cdef public int threads
+    # the output dims map to the GPU's grid (SPECIAL uops) instead of loops; LOCAL opts by dim
+    cdef public bint gpu
+    cdef readonly dict local_dims
+    # GROUP: the reduced dim whose steps are split across `group` threads of a block (-1: none)
+    cdef readonly int group_axis
+    cdef readonly int group
+    # the threads' position in the block and the store gate of a grouped kernel (None otherwise)
+    cdef object _group_idx
+    cdef object _base_id
+    cdef object _thread_id
+    cdef object _gate
+    cdef int _block_threads
     cdef readonly int vector_axis
     cdef readonly int vector_width
     # id(LazyOp) -> the dims of the full shape its value varies along
@@ -40,6 +52,7 @@ cdef class Linearizer:
     cdef object _lower_node(self, object node)
     cdef object _alu(self, object op, object dtype, tuple vin)
     cdef object _loop(self, int axis, int threads=*)
+    cdef void _grid_indices(self, list global_axes)
     cdef list _combos(self, list axes)
     cdef int _copies(self, int d)
     cdef list _idx_nodes(self, tuple combo, bint post)
@@ -50,6 +63,8 @@ cdef class Linearizer:
     cdef object _lower_reduce(self, list global_axes, list gcombos)
     cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop)
     cdef object _horizontal(self, object acc, object op, object dtype)
+    cdef object _group_combine(self, object acc, object op, object dtype)
+    cdef object _gated(self, object valid)
     cdef object _lower_ast(self, object root, tuple combo, bint post, object red, dict memo)
     cdef object _lower_leaf(self, object op, tuple combo, bint post)
     cdef object _leaf_scalar(self, object op, object idx, object valid)

@@ -2,9 +2,14 @@
 """The linearizer: lowers one kernel's AST (a tree of LazyOps) to a flat list of UOps.
 
 The kernel iterates over its full shape (the reduce's input shape when it has a reduce, else the output's):
-the output dimensions are outer loops (or GPU grid indices), the reduced dimensions inner loops around an
-accumulator. Index arithmetic comes from each buffer's ShapeTracker as symbolic expressions, lowered to ALU uops.
-Identical uops are made once (CSE), scoped so that nothing defined inside a loop is used after it.
+the output dimensions are outer loops, the reduced dimensions inner loops around an accumulator. On a GPU
+(LinearizerOptions.has_local) the output dimensions are the grid instead: each thread computes one step of them
+(one output, or one tile of outputs under UPCAST), its position recovered from SPECIAL uops by division and modulo
+as `codegen/gpu_dims.py` plans it, and threads past the end of a dimension return at once (the guard). The launch
+sizes that plan gives are the kernel's `global_size` and `local_size`. Kernels that `codegen/heuristic_gpu.py` leaves
+to the CUDA renderer's own plan (memory-bound reductions) keep plain loops. Index arithmetic comes from each
+buffer's ShapeTracker as symbolic expressions, lowered to ALU uops. Identical uops are made once (CSE), scoped so
+that nothing defined inside a loop is used after it.
 
 Optimisations (`kernel.Opt`, chosen by `tinygrad.codegen.opt` where the device allows) expand part of a dimension:
 a dim of size s with upcast u loops s/u times, and one loop step covers the u indices `loop*u + copy`. Each node
@@ -14,6 +19,9 @@ output of the tile. The vector dim's copies are split further into lanes (`loop*
 that vary along it are vectors (contiguous loads, whole-vector ALU) or, where that is not possible, tuples of W
 scalar lanes. A vector along a reduced dim gives each lane its own partial result, summed across lanes at the
 end: that reassociates the reduction (as PyTorch's vectorised sums do); elementwise results stay bit-exact.
+On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` splits a reduced dim across threads
+of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
+kernel clamps its out-of-range threads and gates their stores rather than returning early.
 """
 from itertools import product
 
@@ -108,9 +116,17 @@ cdef class Linearizer:
         self.threads = 1
         self.vector_axis = -1
         self.vector_width = 1
+        self.local_dims = {}
+        self.group_axis = -1
+        self.group = 1
+        self._gate = None
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
         self.name = self._make_name()
+        self.gpu = False
+        if opts is not None and getattr(opts, "has_local", False):
+            from tinygrad.codegen.heuristic_gpu import uses_grid
+            self.gpu = uses_grid(self)
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
@@ -136,10 +152,36 @@ cdef class Linearizer:
         if not isinstance(s, int):
             raise ValueError(f"{opt}: axis {opt.axis} has the symbolic size {s.render()}")
         left = s // self.upcasts[opt.axis]
+        is_reduce = opt.axis in self.reduce_axes
+        if opt.op is OptOps.LOCAL:
+            if not self.gpu:
+                raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
+            if is_reduce:
+                raise ValueError(f"{opt}: axis {opt.axis} is reduced; only output dims map to threads")
+            if opt.axis in self.local_dims:
+                raise ValueError(f"{opt}: axis {opt.axis} already has its threads")
+            # NOTE: the threads need not divide the dim: the plan guards the threads past its end
+            threads = left if opt.amt == 0 else opt.amt
+            if not 1 <= threads <= 1024:
+                raise ValueError(f"{opt}: a block has between 1 and 1024 threads")
+            self.local_dims[opt.axis] = threads
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         amt = left if opt.amt == 0 else opt.amt
+        if opt.op is OptOps.GROUP:
+            if not self.gpu or not is_reduce or self.group_axis != -1:
+                raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
+            if not 2 <= amt <= 64 or left % amt != 0:
+                raise ValueError(f"{opt}: 2 to 64 threads that divide the {left} steps left of axis {opt.axis}")
+            self.group_axis, self.group = opt.axis, amt
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
+        if opt.axis == self.group_axis:
+            raise ValueError(f"{opt}: axis {opt.axis} is grouped: optimise it before GROUP")
         if amt < 1 or left % amt != 0:
             raise ValueError(f"{opt}: {amt} does not divide the {left} indices left of axis {opt.axis} (size {s})")
-        is_reduce = opt.axis in self.reduce_axes
         if opt.op is OptOps.UPCAST and is_reduce:
             raise ValueError(f"{opt}: axis {opt.axis} is reduced; UNROLL it instead")
         if opt.op is OptOps.UNROLL and not is_reduce:
@@ -161,8 +203,15 @@ cdef class Linearizer:
         optimised kernels, NOOPT is set, or optimisations were already applied."""
         if not self._decided and self.opts is not None and getattr(self.opts, "supports_upcast", False) and \
                 not NOOPT:
-            from tinygrad.codegen.opt import choose_opts
-            for o in choose_opts(self):
+            if self.gpu:
+                from tinygrad.codegen.heuristic_gpu import gpu_opts
+                chosen = gpu_opts(self)
+            elif getattr(self.opts, "has_local", False):
+                chosen = []  # a kernel the GPU renderer parallelises itself: plain loops are what it reads
+            else:
+                from tinygrad.codegen.opt import choose_opts
+                chosen = choose_opts(self)
+            for o in chosen:
                 self.apply_opt(o)
         self._decided = True
         return self
@@ -293,6 +342,9 @@ cdef class Linearizer:
             steps = s // self.upcasts[i] if isinstance(s, int) else s
             self._loop_vars.append(None if _is_one(steps) else Variable(f"ridx{i}", 0, _max_index(steps)))
         global_axes = [i for i in range(len(full)) if i not in self.reduce_axes]
+        if self.gpu:
+            self.loop_order = list(global_axes)
+            self._grid_indices(global_axes)
         if self.loop_order is None:
             self.loop_order = list(global_axes)
             if self.applied_opts:
@@ -302,7 +354,7 @@ cdef class Linearizer:
         if sorted(self.loop_order) != global_axes:
             raise ValueError(f"loop_order {self.loop_order} is not an order of the output dims {global_axes}")
         # the outermost loop may be split across threads: each step writes outputs of its own
-        looped = [i for i in self.loop_order if self._loop_vars[i] is not None]
+        looped = [i for i in self.loop_order if self._loop_vars[i] is not None and not self.gpu]
         loops = [self._loop(i, self.threads if j == 0 else 1) for j, i in enumerate(looped)]
         gcombos = self._combos(global_axes)
         red = self._lower_reduce(global_axes, gcombos) if self.reduceop is not None else None
@@ -319,13 +371,93 @@ cdef class Linearizer:
             print(print_uops(self.uops))
         return self
 
+    cdef void _grid_indices(self, list global_axes):
+        """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
+        that dimension's extent) per grid dimension, and each dim's step as (flat // div) % size of it. Sets the
+        launch sizes; symbolic extents make symbolic global sizes, evaluated per call."""
+        from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, TARGET_THREADS, plan_grid
+        i32 = dtypes.int32
+        full = self.full_shape
+        steps = [1] * len(full)
+        for d in global_axes:
+            steps[d] = full[d] // self.upcasts[d] if isinstance(full[d], int) else full[d]
+        grouped = self.group_axis != -1
+        gmax = list(self.opts.global_max or CUDA_GLOBAL_MAX)
+        if grouped:
+            gmax[2] = 1  # the block's z dimension holds the group's threads: outputs use x and y
+        plan = plan_grid(steps, gmax, self.opts.local_max or CUDA_LOCAL_MAX, max_threads=1024 // self.group,
+                         target_threads=max(1, TARGET_THREADS // self.group), local=self.local_dims)
+        gsize = [1, 1, 1]
+        mapped = set()
+        gates = []
+        base = self._const(0, i32)
+        for dim in range(3):
+            group = sorted([a.axis for a in plan.axes if a.dim == dim])
+            if not group:
+                continue
+            extent = _sint_prod([steps[d] for d in group])
+            lsize = plan.local_size[dim]
+            gsize[dim] = plan.global_size[dim] if isinstance(extent, int) else (extent + (lsize - 1)) // lsize
+            if grouped:
+                # NOTE: threads past the end must still reach the barrier: they compute the last element's value
+                # again (an index clamped in bounds) and store nothing
+                gid = self._uop(UOps.SPECIAL, i32, (), (dim, f"gidx{dim}", plan.global_size[dim]), False)
+                lid = self._uop(UOps.SPECIAL, i32, (), (dim, f"lidx{dim}", lsize), False)
+                flat = self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (gid, self._const(lsize, i32))),
+                                                      lid))
+                base = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.MUL, i32, (
+                    lid, self._const(1 if dim == 0 else plan.local_size[0], i32)))))
+                if not isinstance(extent, int) or plan.global_size[dim] * lsize != extent:
+                    inside = self._alu(BinaryOps.CMPLT, dtypes.bool, (flat, self._lower_node(extent)))
+                    gates.append(inside)
+                    flat = self._uop(UOps.ALU, i32, (inside, flat, self._const(0, i32)), TernaryOps.WHERE)
+            else:
+                size_arg = extent if isinstance(extent, int) else self._lower_node(extent)
+                flat = self._uop(UOps.SPECIAL, i32, (), (dim, f"idx{dim}", size_arg, lsize), False)
+            for j, d in enumerate(group):
+                v = flat
+                div = _sint_prod([steps[e] for e in group[j + 1:]])
+                if not (isinstance(div, int) and div == 1):
+                    v = self._alu(BinaryOps.DIV, i32, (v, self._lower_node(div)))
+                if j != 0:
+                    v = self._alu(BinaryOps.MOD, i32, (v, self._lower_node(steps[d])))
+                if self._loop_vars[d] is not None:
+                    self._var_uops[self._loop_vars[d]] = v
+                mapped.add(d)
+        for d in global_axes:
+            # a symbolic dim whose bound is 1 has no place in the grid: its only index is 0
+            if self._loop_vars[d] is not None and d not in mapped:
+                self._var_uops[self._loop_vars[d]] = self._const(0, i32)
+        self.global_size = tuple(gsize)
+        self.local_size = tuple(plan.local_size)
+        if grouped:
+            lx, ly = plan.local_size[0], plan.local_size[1]
+            self._group_idx = self._uop(UOps.SPECIAL, i32, (), (2, "lidx2", self.group), False)
+            self._base_id = base
+            self._thread_id = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.MUL, i32, (
+                self._group_idx, self._const(lx * ly, i32)))))
+            self._block_threads = lx * ly * self.group
+            # only the group's first thread stores the combined result
+            gates.append(self._alu(BinaryOps.CMPLT, dtypes.bool, (self._group_idx, self._const(1, i32))))
+            self.local_size = (lx, ly, self.group)
+        for g in gates:
+            self._gate = g if self._gate is None else self._alu(BinaryOps.AND, dtypes.bool, (self._gate, g))
+
     cdef object _loop(self, int axis, int threads=1):
         size = self.full_shape[axis]
         steps = size // self.upcasts[axis] if isinstance(size, int) else size
+        if axis == self.group_axis:
+            steps = steps // self.group
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
-        self._var_uops[self._loop_vars[axis]] = lp
         self._open_scope()
+        if axis == self.group_axis:
+            # the group's threads take interleaved steps: thread t of the group the steps t, t+group, ...
+            i32 = dtypes.int32
+            self._var_uops[self._loop_vars[axis]] = self._alu(BinaryOps.ADD, i32, (self._alu(
+                BinaryOps.MUL, i32, (lp, self._const(self.group, i32))), self._group_idx))
+        else:
+            self._var_uops[self._loop_vars[axis]] = lp
         return lp
 
     cdef list _combos(self, list axes):
@@ -447,6 +579,8 @@ cdef class Linearizer:
         if vax != -1 and vax in self.reduce_axes:
             # each lane summed its share of the reduced dim: combine the lanes
             accs = {key: self._horizontal(a, alu_op, dtype) for key, a in accs.items()}
+        if self.group_axis != -1:
+            accs = self._group_combine(accs, alu_op, dtype)
         return (acc_axes, accs)
 
     cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop):
@@ -463,6 +597,44 @@ cdef class Linearizer:
             raise RuntimeError("internal error: a scalar accumulator got a value that differs between lanes")
         new = self._uop(UOps.ALU, dtype, (val, cur), op, False)
         return self._uop(UOps.PHI, dtype, (cur, new) + tail, None, False)
+
+    cdef object _group_combine(self, object accs, object op, object dtype):
+        """GROUP: each thread of a group holds a partial result per accumulator lane; they meet in shared memory
+        (a slot per thread of the block), and after a barrier every thread folds its group's partials in order."""
+        i32 = dtypes.int32
+        slots = []
+        for key, a in accs.items():
+            scalar = not isinstance(a, tuple) and a.dtype.count == 1
+            lanes = [a] if scalar else [self._lane_of(a, i) for i in range(self.vector_width)]
+            temps = []
+            for lane in lanes:
+                t = self._uop(UOps.DEFINE_LOCAL, PtrDType(dtype), (), (f"temp{len(self.uops)}", self._block_threads),
+                              False)
+                self._uop(UOps.STORE, None, (t, self._thread_id, lane), None, False)
+                temps.append(t)
+            slots.append((key, scalar, temps))
+        self._uop(UOps.BARRIER, None, (), None, False)
+        stride = self._block_threads // self.group
+        out = {}
+        for key, scalar, temps in slots:
+            vals = []
+            for t in temps:
+                acc = None
+                for j in range(self.group):
+                    v = self._uop(UOps.LOAD, dtype, (t, self._alu(BinaryOps.ADD, i32, (self._base_id, self._const(
+                        j * stride, i32)))), None)
+                    acc = v if acc is None else self._uop(UOps.ALU, dtype, (acc, v), op)
+                vals.append(acc)
+            out[key] = vals[0] if scalar else tuple(vals)
+        return out
+
+    cdef object _gated(self, object valid):
+        """A store's condition: `valid` (a symbolic Node) and the grid's gate; None when always true."""
+        if self._gate is None:
+            return None if _is_true(valid) else self._lower_node(valid)
+        if _is_true(valid):
+            return self._gate
+        return self._alu(BinaryOps.AND, dtypes.bool, (self._lower_node(valid), self._gate))
 
     cdef object _horizontal(self, object acc, object op, object dtype):
         """Fold the lanes of an accumulator into one scalar, pairwise."""
@@ -564,16 +736,18 @@ cdef class Linearizer:
             if isinstance(val, tuple) or val.dtype.count > 1:
                 raise RuntimeError("internal error: lanes with different values stored to one address")
             vin = (buf, self._lower_node(idx), val)
-            if not _is_true(valid):
-                vin = vin + (self._lower_node(valid),)
+            gate = self._gated(valid)
+            if gate is not None:
+                vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
             return
         if self._vec_ok(mb.dtype) and lane not in valid.vars():
             base = _lane_base(idx, lane)
             if base is not None:
                 vin = (buf, self._lower_node(base), self._as_vec(val, mb.dtype))
-                if not _is_true(valid):
-                    vin = vin + (self._lower_node(valid),)
+                gate = self._gated(valid)
+                if gate is not None:
+                    vin = vin + (gate,)
                 self._uop(UOps.STORE, None, vin, None, False)
                 return
         for i in range(self.vector_width):
@@ -582,8 +756,9 @@ cdef class Linearizer:
             if _is_false(lvalid):
                 continue
             vin = (buf, self._lower_node(li), self._lane_of(val, i))
-            if not _is_true(lvalid):
-                vin = vin + (self._lower_node(lvalid),)
+            gate = self._gated(lvalid)
+            if gate is not None:
+                vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
 
 
@@ -610,6 +785,14 @@ cdef object _lane_base(object idx, object lane):
     if not found:
         return None
     return Node.sum(rest) if rest else NumNode(0)
+
+
+cdef object _sint_prod(list xs):
+    """The product of ints and symbolic sizes (an int when every factor is)."""
+    out = 1
+    for x in xs:
+        out = x * out if isinstance(x, Node) else out * x
+    return out
 
 
 cdef bint _is_one(object s):

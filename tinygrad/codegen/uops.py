@@ -26,7 +26,7 @@ from tinygrad.ops import BinaryOps, UnaryOps
 class UOps(Enum):
     DEFINE_GLOBAL = auto()   # a buffer argument: arg = (index, name, is_output)
     DEFINE_VAR = auto()      # a symbolic variable argument: arg = the Variable
-    DEFINE_LOCAL = auto()    # shared memory (GPU renderers)
+    DEFINE_LOCAL = auto()    # shared memory (GPU renderers): arg = (name, elements), dtype = PtrDType of the element
     DEFINE_ACC = auto()      # an accumulator for a reduce: arg = its start value
     CONST = auto()           # arg = the value
     SPECIAL = auto()         # a GPU thread/block index: arg = (dim, name, size)
@@ -38,7 +38,7 @@ class UOps(Enum):
     CAST = auto()            # vin = (value,), dtype = the target
     BITCAST = auto()         # vin = (value,), dtype = the target, same size
     PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
-    BARRIER = auto()         # GPU renderers
+    BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
     VECTORIZE = auto()       # vin = the lanes (scalars), dtype = the vector type
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
 

@@ -12,10 +12,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from tinygrad.codegen.kernel import opts_text
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
+from tinygrad.shape.symbolic import Node, sym_infer
 
 
 class Runner:
@@ -32,11 +34,15 @@ class CompiledRunner(Runner):
     `name` is the kernel function's name in the source; `display_name` tells same-named kernels apart in output."""
 
     def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
-                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None):
+                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None, opts: tuple = ()):
         self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
+        # launch sizes that depend on symbolic variables are evaluated at every call
+        self._symbolic_dims = any(isinstance(d, Node) for d in tuple(global_size or ()) + tuple(local_size or ()))
         # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
         self.op_estimate = 0
+        # the optimisations the kernel was linearized with (DEBUG=2 shows them)
+        self.opts = tuple(opts)
         dev = Device[dname]
         if DEBUG >= 4:
             print(prg)
@@ -51,11 +57,17 @@ class CompiledRunner(Runner):
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         vals = [var_vals[v] for v in self.vars]
+        gs, ls = self.global_size, self.local_size
+        if self._symbolic_dims:
+            gs, ls = _launch_dims(gs, var_vals), _launch_dims(ls, var_vals)
         st = time.perf_counter()
         # an asynchronous device returns the kernel's own time when asked to wait; host kernels return None
-        et = self.clprg(*[b._buf for b in bufs], vals=vals, global_size=self.global_size,
-                        local_size=self.local_size, wait=wait or DEBUG >= 2)
+        et = self.clprg(*[b._buf for b in bufs], vals=vals, global_size=gs, local_size=ls, wait=wait or DEBUG >= 2)
         return et if et is not None else time.perf_counter() - st
+
+
+def _launch_dims(dims, var_vals: dict):
+    return None if dims is None else tuple(sym_infer(d, var_vals) for d in dims)
 
 
 class BufferCopy(Runner):
@@ -136,8 +148,10 @@ class ExecItem:
         if DEBUG >= 2:
             ms = f"{et * 1e3:9.3f} ms" if et is not None else " " * 12
             rate = f" ({ops / et * 1e-9:9.2f} GFLOPS {mem / et * 1e-9:8.2f} GB/s)" if et and mem else ""
+            opts = getattr(self.prg, "opts", ())
+            shown = f" {opts_text(opts)}" if opts else ""
             print(f"{colored(f'*** {self.prg.dname:7s} {GlobalCounters.kernel_count:4d}', 'magenta')} "
-                  f"{self.prg.display_name:40s} tm {ms}{rate}")
+                  f"{self.prg.display_name:40s} tm {ms}{rate}{shown}")
         raise_pending_interrupt()
         return et
 
@@ -148,12 +162,16 @@ _names: dict[str, int] = {}
 
 
 class Rendered(NamedTuple):
-    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps)."""
+    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps).
+    `global_size` and `local_size` (blocks in the grid and threads in a block, x/y/z; ints or symbolic sizes) are
+    the launch of a kernel whose linearizer mapped it to the GPU grid; None where the device or its renderer
+    decides (CPU kernels, and the CUDA renderer's own reductions)."""
     name: str
     src: str
     global_size: Any
     local_size: Any
     vars: list
+    opts: tuple = ()
 
 
 def _render(dname: str, ast: tuple) -> Rendered:
@@ -175,7 +193,8 @@ def _render(dname: str, ast: tuple) -> Rendered:
     from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(ast, dev.linearizer_opts).linearize()
     # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
-    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars))
+    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars),
+                   tuple(lin.applied_opts))
     if key is not None:
         diskcache_put("program", key, pickle.dumps(tuple(ret)))
     return ret
@@ -204,7 +223,7 @@ def _runner(dname: str, r: Rendered, ast: tuple, lib: bytes | None = None) -> Co
     n = _names.get(r.name, 0)
     _names[r.name] = n + 1
     runner = CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
-                            display_name=r.name if n == 0 else f"{r.name}n{n}")
+                            display_name=r.name if n == 0 else f"{r.name}n{n}", opts=r.opts)
     runner.op_estimate = op_estimate(ast)
     return runner
 

@@ -6,9 +6,12 @@ The spelling is CStyleLanguage's table with CUDA's differences: `extern "C" __gl
 here: buffers hold their 16 bits (`unsigned short`), registers hold the value as a float, and every half or
 bfloat16 result is rounded to its precision (as PyTorch rounds each op), as the C renderer does for bfloat16.
 
-Kernels with SPECIAL uops are launched with the linearizer's global/local sizes. Kernels without them (today's
-linearizer emits only loops) are made parallel here, until the linearizer maps axes to the grid itself
-(tinygrad/codegen/gpu_dims.py): the outer loops over output elements become a grid-stride loop over all threads;
+Kernels with SPECIAL uops are the linearizer's: it mapped their output dims to the grid (codegen/gpu_dims.py) and
+gives their launch sizes as data (the program record's global_size/local_size); they are rendered as they are,
+vector uops included (16-byte loads and stores where the pointer is aligned at run time, else one element at a time).
+Kernels without them are what the linearizer leaves as loops, today the memory-bound reductions
+(codegen/heuristic_gpu.py says which), and are made parallel here: the outer loops over output elements become a
+grid-stride loop over all threads;
 for reductions with few outputs, a loop over blocks, each block's threads splitting the reduction and combining
 with warp shuffles; for one large reduction, the whole grid splits it and the last block to finish combines the
 blocks' results. Such a kernel is correct for any grid (and any block of whole warps); the launch it was written
@@ -64,6 +67,30 @@ __device__ __forceinline__ unsigned short tg_f32_to_bf16(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+# vector values of the linearizer's kernels: tg_vec (cuda_plan.VEC_PRELUDE) with lane-by-lane arithmetic, and
+# loads and stores of `count` consecutive elements at any alignment (one wide access where it is aligned)
+VEC_OPS_PRELUDE = """#define TG_VEC_OP(OP) template <class T, int W> __device__ __forceinline__ tg_vec<T, W> \\
+  operator OP(tg_vec<T, W> a, tg_vec<T, W> b) { \\
+    tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = a.e[i] OP b.e[i]; return r; \\
+  }
+TG_VEC_OP(+) TG_VEC_OP(-) TG_VEC_OP(*) TG_VEC_OP(/)
+template <class T, int W> __device__ __forceinline__ tg_vec<T, W> operator-(tg_vec<T, W> a) {
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = -a.e[i]; return r;
+}
+template <class T, int W> __device__ __forceinline__ tg_vec<T, W> tg_vmax(tg_vec<T, W> a, tg_vec<T, W> b) {
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = (a.e[i] != a.e[i] || a.e[i] > b.e[i]) ? a.e[i] : b.e[i];
+  return r;
+}
+template <class T, int W> __device__ __forceinline__ tg_vec<T, W> tg_vload(const T* p) {
+  if (((unsigned long long)p & (sizeof(T) * W - 1)) == 0) return *(const tg_vec<T, W>*)p;
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = p[i]; return r;
+}
+template <class T, int W> __device__ __forceinline__ void tg_vstore(T* p, tg_vec<T, W> v) {
+  if (((unsigned long long)p & (sizeof(T) * W - 1)) == 0) *(tg_vec<T, W>*)p = v;
+  else for (int i = 0; i < W; i++) p[i] = v.e[i];
+}
 """
 
 BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg_bitcast(F x) {
@@ -152,6 +179,21 @@ class CUDALanguage(CStyleLanguage):
     def prelude(self, dts: set[DType]) -> str:
         out = [HALF_PRELUDE if dtypes.float16 in dts else "", BF16_PRELUDE if dtypes.bfloat16 in dts else ""]
         return "".join(out)
+
+    # ---- vectors (tg_vec, see VEC_OPS_PRELUDE) ----
+    def vector_type_name(self, dt: DType) -> str:
+        return f"tg_vec<{self.render_dtype(dt.scalar())}, {dt.count}>"
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"{self.render_dtype(dt)}{{{{{', '.join(lanes)}}}}}"
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}.e[{lane}]" if vec.isidentifier() else f"({vec}).e[{lane}]"
+
+    def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
+        if op is BinaryOps.MAX:
+            return f"tg_vmax({operands[0]}, {operands[1]})"
+        return super().render_vector_alu(op, operands, dt)
 
     def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
         args = []
@@ -395,14 +437,28 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
             emit("}")
         elif op is UOps.DEFINE_ACC:
             var = fresh("acc")
-            emit(f"{lang.render_dtype(dt)} {var} = {lang.render_const(u.arg, dt)};")
+            start = lang.render_const(u.arg, dt.scalar())
+            if dt.count > 1:
+                start = lang.render_vectorize([start] * dt.count, dt)
+            emit(f"{lang.render_dtype(dt)} {var} = {start};")
             r[id(u)] = var
+        elif op is UOps.LOAD and dt.count > 1:
+            access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"
+            if len(vin) > 2:
+                access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
+            bind(u, access, "val", inline=False)
         elif op is UOps.LOAD:
             access = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
             access = lang.render_load(access, vin[0].dtype.base)
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
+        elif op is UOps.ALU and dt.count > 1:
+            bind(u, lang.render_vector_alu(u.arg, [r[id(v)] for v in vin], dt), "alu", inline=True)
+        elif op is UOps.VECTORIZE:
+            bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
+        elif op is UOps.GEP:
+            bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
         elif op is UOps.ALU:
             bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu", inline=True)
         elif op is UOps.CAST:
@@ -412,6 +468,10 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.PHI:
             emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
             r[id(u)] = r[id(vin[0])]
+        elif op is UOps.STORE and vin[2].dtype.count > 1:
+            vt = f"{buf_type(vin[0])}, {vin[2].dtype.count}"
+            line = f"tg_vstore<{vt}>({r[id(vin[0])]}+{r[id(vin[1])]}, {r[id(vin[2])]});"
+            emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         elif op is UOps.STORE:
             target = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
             line = f"{target} = {lang.render_store(r[id(vin[2])], vin[0].dtype.base)};"
@@ -424,7 +484,9 @@ def uops_to_cuda(lang: CUDALanguage, name: str, uops: list[UOp]) -> str:
     bounds = _launch_bounds(specials, par)
     kernel = lang.render_kernel(name, body, kw.params, bounds)
     prelude = lang.prelude(dts) + (BITCAST_PRELUDE if any(u.uop is UOps.BITCAST for u in uops) else "")
-    prelude += VEC_PRELUDE if par.vec else ""
+    vectors = any(u.dtype is not None and u.dtype.count > 1 and not isinstance(u.dtype, PtrDType) for u in uops)
+    prelude += VEC_PRELUDE if par.vec or vectors else ""
+    prelude += VEC_OPS_PRELUDE if vectors else ""
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     if par.mode == "grid":

@@ -97,7 +97,8 @@ class CUDACompiler(Compiler):
         if not re.fullmatch(r"sm_\d+[a-z]?", arch):
             raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
-        self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", has_local=True, has_shared=True)
+        self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", has_local=True, has_shared=True,
+                                                                    supports_upcast=True, max_vector_bytes=16)
         self.options: list[str] | None = None
         self._source: str | None = None
         self.ptx = False
@@ -210,7 +211,8 @@ class CUDADevice(Compiled):
         a = self._dev.attribute
         self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
-        opts = LinearizerOptions("CUDA", has_local=True, has_shared=True,
+        # the renderer takes the linearizer's tiles and 16-byte vectors (codegen/heuristic_gpu.py picks them)
+        opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)))
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
                          functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)

@@ -1,0 +1,156 @@
+"""Hand-written choices for GPU kernels: which kernels the linearizer maps to the grid, and their optimisations.
+
+Two paths reach a GPU. The linearizer's own (`Linearizer.gpu`): output dims become the grid, a thread computes one
+output or one register tile of outputs (UPCAST, with VECTORIZE along the innermost dim for 16-byte loads and
+stores), LOCAL shapes the block, and UNROLL deepens the reduce loop. The CUDA renderer's plan (`renderer/
+cuda_plan.py`) for kernels left as plain loops: it spreads one reduction over a block (few outputs, each reading
+a long contiguous row) or over the whole grid (one output), combining with warp shuffles.
+
+NOTE: only memory-bound reductions stay with the renderer: few outputs, many contiguous inputs each. There one
+thread per output would leave the GPU nearly idle, and the renderer's split reduction measured at 96% of copy
+bandwidth (H100). Everything else, elementwise kernels and reductions with many outputs or strided inputs (matmul,
+convolution, column sums), is the linearizer's.
+"""
+from __future__ import annotations
+
+import math
+
+from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.codegen.uops import VECTOR_DTYPES
+from tinygrad.ops import BufferOps
+
+# reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
+# with the renderer's split reductions (the same bounds as renderer/cuda_plan.py's block and grid modes)
+RENDERER_MAX_OUTPUTS = 16384
+RENDERER_MIN_INPUTS = 256
+# below this many outputs the renderer splits even a strided reduction: too few threads for the grid otherwise
+GRID_MIN_OUTPUTS = 1024
+# a register tile is at most TILE outputs along each of its two dims (16 accumulators: plenty of registers left)
+TILE = 4
+# tiles never leave fewer threads than this (a GPU holds ~2048 threads per multiprocessor, 132 of them on an H100)
+MIN_THREADS = 1024
+# steps of the reduce loop unrolled into one
+UNROLL = 4
+# the block of a tiled kernel: LOCAL_X threads along the innermost output dim, LOCAL_THREADS in all
+LOCAL_X = 16
+LOCAL_THREADS = 256
+# kernels left with fewer threads than this, reducing at least GROUP_MIN_INPUTS per output, split the reduction
+# across GROUP threads of a block (a matrix-vector product: 8192 outputs would fill a twentieth of an H100)
+GROUP_BELOW_THREADS = 1 << 15
+GROUP_MIN_INPUTS = 256
+GROUP = 16
+
+
+def _bound(s) -> int:
+    return s if isinstance(s, int) else int(s.max)
+
+
+def _reduce_reads_contiguously(lin) -> bool:
+    """Does every load under the reduce read consecutive elements along the innermost reduced dim (or the same
+    element, a broadcast)?"""
+    inner = max(lin.reduce_axes)
+    for op in lin.reduceop.toposort():
+        if op.op is BufferOps.LOAD:
+            stride = op.arg.st.real_strides()[inner]
+            if not (isinstance(stride, int) and stride in (0, 1)):
+                return False
+    return True
+
+
+def uses_grid(lin) -> bool:
+    """Does the linearizer map this kernel's output dims to the GPU grid itself (else the renderer plans it)?"""
+    if lin.reduceop is None or not lin.reduce_axes:
+        return True
+    full = lin.full_shape
+    outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in lin.reduce_axes)
+    inputs = math.prod(_bound(full[d]) for d in lin.reduce_axes)
+    if outputs <= RENDERER_MAX_OUTPUTS and inputs >= RENDERER_MIN_INPUTS:
+        return not (outputs < GRID_MIN_OUTPUTS or _reduce_reads_contiguously(lin))
+    return True
+
+
+def _stride(st, d: int):
+    return st.real_strides()[d]
+
+
+def _broadcast(st, d: int) -> bool:
+    """Does a load through `st` read the same element all along dim `d` (so a tile along d reuses it)?"""
+    s = _stride(st, d)
+    return isinstance(s, int) and s == 0
+
+
+def _fit(size: int, amt: int) -> int:
+    """The largest power of two up to `amt` that divides `size`."""
+    while amt > 1 and size % amt:
+        amt //= 2
+    return amt
+
+
+def gpu_opts(lin) -> list[Opt]:
+    """The optimisations for a kernel on the grid (before linearize), by its shape:
+
+    - elementwise: the innermost output dim as 16-byte vectors where the output is contiguous along it (a thread per
+      vector: one wide load and store each);
+    - reductions (matmul, convolution): a register tile of TILE x TILE outputs a thread. Its first dim is the
+      innermost output dim, along which some load is reused (a matmul's row of A), as vector lanes where the output
+      is contiguous (B and C move 16 bytes at a time, coalesced across the threads of a warp); its second dim the
+      innermost other output dim along which the loads that vary with the first are reused (B's row, for every row
+      of the tile). The innermost reduced dim is unrolled by UNROLL, and the block is LOCAL_X x LOCAL_Y threads over
+      the tile's two dims, so that a block's loads are a compact block of A and of B. Kernels left with too few
+      threads to fill the GPU split the reduction across GROUP threads of a block as well (GROUP: partial results
+      combined through shared memory), so a matrix-vector product keeps enough loads in flight.
+    Tiles shrink (then go) where they would leave fewer than MIN_THREADS threads."""
+    full, red = lin.full_shape, frozenset(lin.reduce_axes)
+    outs = [d for d in range(len(full)) if d not in red and isinstance(full[d], int) and full[d] > 1]
+    if not outs:
+        return []
+    store = lin.ast[0].arg
+    dtype = lin.op_dtypes[id(lin.reduceop)] if lin.reduceop is not None else store.dtype
+    inner = outs[-1]
+    width = lin.opts.max_vector_bytes // dtype.itemsize if dtype in VECTOR_DTYPES else 0
+    contiguous = all(isinstance(_stride(r.arg.st, inner), int) and _stride(r.arg.st, inner) == 1 for r in lin.ast)
+    vec = width if width >= 2 and contiguous and full[inner] % width == 0 else 0
+    if lin.reduceop is None:
+        return [Opt(OptOps.VECTORIZE, inner, vec)] if vec else []
+    outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in red)
+    budget = outputs // MIN_THREADS  # the most outputs a thread may take
+    loads = [op.arg.st for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD]
+    ret, tiled = [], []
+    # the first dim of the tile: vector lanes, or copies
+    first = vec if vec and vec <= budget else _fit(full[inner], min(TILE, budget))
+    if first > 1 and any(_broadcast(st, inner) for st in loads):
+        ret.append(Opt(OptOps.VECTORIZE, inner, first) if first == vec else Opt(OptOps.UPCAST, inner, first))
+        tiled.append(inner)
+        budget //= first
+        varying = [st for st in loads if not _broadcast(st, inner)]
+    else:
+        varying = loads
+    for d in reversed(outs):
+        if d in tiled or not varying or not all(_broadcast(st, d) for st in varying):
+            continue
+        amt = _fit(full[d], min(TILE, budget))
+        if amt > 1:
+            ret.append(Opt(OptOps.UPCAST, d, amt))
+            tiled.append(d)
+        break
+    rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
+    unroll = UNROLL if rdims and full[rdims[-1]] >= 2 * UNROLL and full[rdims[-1]] % UNROLL == 0 else 1
+    if unroll > 1:
+        ret.append(Opt(OptOps.UNROLL, rdims[-1], unroll))
+    # too few threads for the GPU (a matrix-vector product): the reduction is split across threads of a block too
+    group = 1
+    threads = outputs // math.prod(o.amt for o in ret if o.op in (OptOps.UPCAST, OptOps.VECTORIZE))
+    if rdims and threads < GROUP_BELOW_THREADS and math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
+        group = _fit(full[rdims[-1]] // unroll, GROUP)
+        if group > 1:
+            ret.append(Opt(OptOps.GROUP, rdims[-1], group))
+    # the block: LOCAL_X threads along the innermost output dim, the rest of the block along the next one out
+    steps = {d: full[d] // math.prod(o.amt for o in ret if o.axis == d and o.op is not OptOps.UNROLL) for d in outs}
+    live = [d for d in outs if steps[d] > 1]
+    budget = LOCAL_THREADS // group
+    if len(live) >= 2 or (live and group > 1):
+        lx = min(LOCAL_X, steps[live[-1]], budget)
+        ret.append(Opt(OptOps.LOCAL, live[-1], lx))
+        if len(live) >= 2:
+            ret.append(Opt(OptOps.LOCAL, live[-2], max(1, min(budget // lx, steps[live[-2]]))))
+    return ret
