@@ -53,6 +53,14 @@ class Linearizer:
     def vector_axis(self) -> int: ...
     @property
     def vector_width(self) -> int: ...
+    # GPU code generation: LOCAL dims (dim -> threads of a block along it), and the GROUP split of a reduced dim
+    # over `group` threads of a block (group_axis -1: none)
+    @property
+    def local_dims(self) -> dict[int, int]: ...
+    @property
+    def group_axis(self) -> int: ...
+    @property
+    def group(self) -> int: ...
     # id(LazyOp) -> the dims of the full shape its value varies along, and the dtype of its value
     @property
     def op_dims(self) -> dict[int, Any]: ...
@@ -63,6 +71,8 @@ class Linearizer:
     global_size: list[int] | None
     local_size: list[int] | None
     vars: list[Variable]
+    # whether output dims map to the GPU grid (SPECIAL indices) instead of loops
+    gpu: bool
     applied_opts: list[Opt]
     # the output dims' loops, outermost first (None: chosen by linearize)
     loop_order: list[int] | None
