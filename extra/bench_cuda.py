@@ -173,10 +173,9 @@ def torch_rows() -> dict[str, float]:
 
 def rendered(renderer, out: Tensor) -> tuple[str, str]:
     """(name, CUDA source) of the one kernel that computes `out` from realized inputs, by `renderer`."""
+    from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
-
-    from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
     opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)
     items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]

@@ -484,10 +484,9 @@ def test_integers_beyond_64_bits_are_value_errors_naming_the_argument(dev):
 @pytest.fixture
 def cuda(fake, monkeypatch):
     """A CUDADevice on the fake driver, registered as "CUDA" for the test only (no disk cache, no leftovers)."""
-    from tinygrad.engine.plan import clear_plans
-
     from tinygrad.device import Device
     from tinygrad.engine import realize
+    from tinygrad.engine.plan import clear_plans
     from tinygrad.helpers import Context
     from tinygrad.runtime.ops_cuda import CUDADevice
     d = CUDADevice("CUDA")
@@ -646,10 +645,9 @@ def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monke
 def _render_all(*tensors, grid: bool = True) -> list[str]:
     """The CUDA source of every kernel computing `tensors`; `grid=False` leaves every kernel as loops for the
     renderer to spread over the GPU (its path for memory-bound reductions), so that path is tested on any kernel."""
+    from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
-
-    from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.ops import BufferOps
     from tinygrad.renderer.cuda import CUDARenderer
     opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16)

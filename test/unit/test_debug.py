@@ -28,10 +28,10 @@ def test_debug2_one_line_per_launch_with_time():
 
 def test_op_estimate_counts_a_matmul():
     import numpy as np
-    from tinygrad.engine.schedule import create_schedule
 
     from tinygrad import Tensor
     from tinygrad.engine.realize import op_estimate
+    from tinygrad.engine.schedule import create_schedule
     a = Tensor(np.ones((8, 16), np.float32)).realize()
     b = Tensor(np.ones((16, 4), np.float32)).realize()
     (si,) = create_schedule([(a @ b).lazydata])

@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tinygrad.codegen.linearizer import Linearizer
-from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.shape.symbolic import sym_infer
 
 from tinygrad import Tensor, Variable, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX, plan_grid
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.linearizer import Linearizer
 from tinygrad.codegen.uops import UOps
+from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
 from tinygrad.renderer.cuda import HALF_PRELUDE, CUDARenderer
+from tinygrad.shape.symbolic import sym_infer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
 

@@ -1,9 +1,9 @@
 """The scheduler: how many kernels known graphs become (the fusion rules of tinygrad/engine/schedule.pyx)."""
 import numpy as np
 import pytest
-from tinygrad.engine.schedule import create_schedule
 
 from tinygrad import Tensor
+from tinygrad.engine.schedule import create_schedule
 from tinygrad.ops import BufferOps, LoadOps, ReduceOps
 
 
