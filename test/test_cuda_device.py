@@ -407,7 +407,7 @@ def test_tinyjit_replays_through_the_devices_graph():
 
 @needs_nvrtc
 def test_debug2_prints_kernel_time():
-    code = "from tinygrad import Tensor; (Tensor.ones(1 << 20) * 3).realize()"
+    code = "from tinygrad import Tensor; (Tensor.ones(1 << 20).contiguous() * 3).realize()"
     env = {**os.environ, "CUDA": "1", "DEBUG": "2"}
     env.pop("CLANG", None)
     env.pop("CPU", None)

@@ -57,3 +57,19 @@ def test_ctrl_c_stops_an_eager_loop():
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 3, (out, err)
         assert "Exception ignored" not in err
+
+
+def test_ctrl_c_at_the_first_instruction_of_a_finalizer_is_deferred():
+    import sys
+
+    from tinygrad import helpers
+
+    def finalizer():
+        helpers._on_sigint(signal.SIGINT, sys._getframe())  # what the signal handler sees if Ctrl-C lands here
+
+    helpers.guard_finalizers(finalizer)
+    finalizer()  # deferred, not raised
+    with pytest.raises(KeyboardInterrupt):
+        helpers.raise_pending_interrupt()
+    with pytest.raises(KeyboardInterrupt):  # anywhere else it is raised at once
+        helpers._on_sigint(signal.SIGINT, sys._getframe())

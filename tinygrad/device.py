@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv
+from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers
 
 
 class CompileError(RuntimeError):
@@ -196,6 +196,9 @@ class Buffer:
         if self.dtype.np is None:
             raise TypeError(f"{self.dtype} has no numpy equivalent")
         return np.frombuffer(self.as_buffer(), dtype=self.dtype.np).copy()
+
+
+guard_finalizers(Buffer.__del__)
 
 
 class Allocator:

@@ -131,6 +131,32 @@ def defer_interrupt() -> None:
     _interrupt_pending = True
 
 
+_finalizer_codes: set = set()
+
+
+def _on_sigint(signum, frame) -> None:
+    # NOTE: a KeyboardInterrupt raised at the first instruction of a finalizer is outside any try in it: the
+    # finalizers' code objects are recognised here, on the stack of the interrupted frame, and the interrupt deferred
+    f, depth = frame, 0
+    while f is not None and depth < 16:
+        if f.f_code in _finalizer_codes:
+            defer_interrupt()
+            return
+        f, depth = f.f_back, depth + 1
+    raise KeyboardInterrupt
+
+
+def guard_finalizers(*functions) -> None:
+    """Defer Ctrl-C that lands inside these finalizers (see above). Installs the SIGINT handler only where Python's
+    own is in place and this is the main thread: a program's own handler is never replaced."""
+    import signal
+    import threading
+    _finalizer_codes.update(f.__code__ for f in functions)
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
 def raise_pending_interrupt() -> None:
     """Raise the KeyboardInterrupt a finalizer deferred, if any."""
     global _interrupt_pending

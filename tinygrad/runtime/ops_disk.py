@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from tinygrad.device import Allocator, BufferOptions
-from tinygrad.helpers import defer_interrupt
+from tinygrad.helpers import defer_interrupt, guard_finalizers
 
 COMPUTE_MESSAGE = "DISK tensors can't be computed on; move them with .to(device)"
 
@@ -160,3 +160,6 @@ class DiskDevice:
     @property
     def runtime(self):
         raise DiskComputeError(f"{COMPUTE_MESSAGE} (a kernel was scheduled on {self.dname})")
+
+
+guard_finalizers(DiskDevice.__del__)
