@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from tinygrad.shape.symbolic import NumNode, Variable
 
 import tinygrad.mlops as F
 from tinygrad import Tensor, dtypes
 from tinygrad.engine.realize import method_cache
 from tinygrad.helpers import GlobalCounters
+from tinygrad.shape.symbolic import NumNode, Variable
 
 M32 = 0xFFFFFFFF
 

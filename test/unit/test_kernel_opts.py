@@ -5,19 +5,19 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tinygrad.codegen.linearizer import Linearizer
-from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.shape.symbolic import Variable
 
 from tinygrad import Tensor
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.linearizer import Linearizer
 from tinygrad.codegen.opt import choose_opts
 from tinygrad.codegen.uops import UOps
 from tinygrad.dtype import dtypes
 from tinygrad.engine.realize import run_schedule
+from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
+from tinygrad.shape.symbolic import Variable
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tinygrad.shape.shapetracker import ShapeTracker
 from tinygrad.shape.symbolic import AndNode, NumNode, Variable, render_python, sym_infer
 from tinygrad.shape.view import View, strides_for_shape

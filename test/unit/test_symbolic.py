@@ -8,6 +8,7 @@ from typing import Union
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tinygrad.shape.symbolic import (
     AndNode,
     DivNode,
