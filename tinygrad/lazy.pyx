@@ -246,7 +246,7 @@ cdef class LazyBuffer:
         for s in srcs:
             # cheap test first: only graphs with a constant operand are looked at further
             if (s._base if s._base is not None else s).op is _CONST:
-                folded = _fold(op, srcs, out_dtype)
+                folded = _fold(op, srcs)
                 if folded is not None:
                     return folded
                 break
@@ -304,26 +304,16 @@ cdef object _const_value(LazyBuffer s):
     return val if type(val) is int or type(val) is float or type(val) is bool else None
 
 
-cdef LazyBuffer _const_like(LazyBuffer like, object dtype, object val):
-    c = new_base(like.device, contiguous_st(()), dtype, _CONST, dtypes.as_const(val, dtype), ())
-    if not like.shape:
-        return c
-    if not _concrete(like.shape):
-        return c.reshape((1,) * len(like.shape)).expand(like.shape)
-    return new_view(c, broadcast_st(like.shape))
-
-
 cdef inline bint _is_zero(object v):
     # +0 only: x - (-0.0) is x + 0.0, which turns -0.0 into +0.0
     return v == 0 and not (type(v) is float and np.copysign(1.0, v) < 0)
 
 
-cdef object _fold(object op, tuple srcs, object out_dtype):
+cdef object _fold(object op, tuple srcs):
     """The result of elementwise `op` on `srcs` when it needs no kernel, else None. Only exact rewrites: x*0 is
     not 0 for a float x that is NaN or infinite, and x+0 is not x for x = -0.0, so those fold for ints and bools
     only."""
     vals = [_const_value(s) for s in srcs]
-    cdef LazyBuffer x
     dt = srcs[0].dtype
     if op is _WHERE:
         if vals[0] is not None:
@@ -340,7 +330,7 @@ cdef object _fold(object op, tuple srcs, object out_dtype):
             if c is not None and c == 1:
                 return x
             if c is not None and c == 0 and exact:
-                return _const_like(x, out_dtype, 0)
+                return x.const(0)
     elif op is BinaryOps.ADD or op is BinaryOps.OR or op is BinaryOps.XOR:
         for c, x in ((b, srcs[0]), (a, srcs[1])):
             if c is not None and c == 0 and (exact or op is not BinaryOps.ADD):
@@ -354,7 +344,7 @@ cdef object _fold(object op, tuple srcs, object out_dtype):
     elif op is BinaryOps.AND and dt is dtypes.bool:
         for c, x in ((b, srcs[0]), (a, srcs[1])):
             if c is not None:
-                return x if c else _const_like(x, out_dtype, False)
+                return x if c else x.const(False)
     return None
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tinygrad.helpers import prod
+from tinygrad.shape.symbolic import Node, sym_infer
 
 # CUDA's limits (compute capability 3.0 and later, which includes every GPU NVRTC 12/13 can target)
 CUDA_GLOBAL_MAX = (2**31 - 1, 65535, 65535)
@@ -160,3 +161,13 @@ def plan_grid(shape: Sequence[Any], global_max: Sequence[int] = CUDA_GLOBAL_MAX,
             div = prod(sizes[i] for i in group[j + 1:])
             axes.append(AxisIndex(axis, d, div, sizes[axis], needs_mod=j != 0))
     return GridPlan(glob, local_size, extents, tuple(sorted(axes, key=lambda a: a.axis)))
+
+
+def symbolic_launch(*sizes) -> bool:
+    """Whether any of these launch sizes (global, local; each None or a tuple) depends on a symbolic variable."""
+    return any(isinstance(d, Node) for dims in sizes for d in (dims or ()))
+
+
+def resolve_launch(dims, var_vals: dict) -> tuple[int, ...] | None:
+    """A launch size with its symbolic dims evaluated for this call's variable values."""
+    return None if dims is None else tuple(sym_infer(d, var_vals) for d in dims)

@@ -12,12 +12,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
-from tinygrad.shape.symbolic import Node, sym_infer
 
 
 class Runner:
@@ -38,7 +38,7 @@ class CompiledRunner(Runner):
         self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
         self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
         # launch sizes that depend on symbolic variables are evaluated at every call
-        self._symbolic_dims = any(isinstance(d, Node) for d in tuple(global_size or ()) + tuple(local_size or ()))
+        self._symbolic_dims = symbolic_launch(global_size, local_size)
         # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
         self.op_estimate = 0
         # the optimisations the kernel was linearized with (DEBUG=2 shows them)
@@ -59,15 +59,11 @@ class CompiledRunner(Runner):
         vals = [var_vals[v] for v in self.vars]
         gs, ls = self.global_size, self.local_size
         if self._symbolic_dims:
-            gs, ls = _launch_dims(gs, var_vals), _launch_dims(ls, var_vals)
+            gs, ls = resolve_launch(gs, var_vals), resolve_launch(ls, var_vals)
         st = time.perf_counter()
         # an asynchronous device returns the kernel's own time when asked to wait; host kernels return None
         et = self.clprg(*[b._buf for b in bufs], vals=vals, global_size=gs, local_size=ls, wait=wait or DEBUG >= 2)
         return et if et is not None else time.perf_counter() - st
-
-
-def _launch_dims(dims, var_vals: dict):
-    return None if dims is None else tuple(sym_infer(d, var_vals) for d in dims)
 
 
 class BufferCopy(Runner):

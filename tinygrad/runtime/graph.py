@@ -14,17 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.device import Device
 from tinygrad.helpers import GlobalCounters
-from tinygrad.shape.symbolic import Node, Variable, sym_infer
-
-
-def _dims(dims, var_vals: dict) -> tuple[int, ...] | None:
-    return None if dims is None else tuple(sym_infer(d, var_vals) if isinstance(d, Node) else int(d) for d in dims)
-
-
-def _symbolic(dims) -> bool:
-    return any(isinstance(d, Node) for d in (dims or ()))
+from tinygrad.shape.symbolic import Variable
 
 
 class NativeGraph:
@@ -61,7 +54,7 @@ class NativeGraph:
             if gs is None and ls is None:
                 gs, ls = getattr(prg, "default_dims", None) or (None, None)
             args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
-            symbolic = _symbolic(gs) or _symbolic(ls)
+            symbolic = symbolic_launch(gs, ls)
             if gs is None and ls is None or symbolic:
                 launch = graph.add(prg.native, args)
             else:
@@ -77,7 +70,7 @@ class NativeGraph:
         for graph, launch, i, v in self.var_slots:
             graph.set_arg(launch, i, var_vals[v])
         for graph, launch, gs, ls in self.dim_slots:
-            graph.set_dims(launch, _dims(gs, var_vals), _dims(ls, var_vals))
+            graph.set_dims(launch, resolve_launch(gs, var_vals), resolve_launch(ls, var_vals))
         for graph in self.graphs:
             graph()
         GlobalCounters.kernel_count += self.kernels
