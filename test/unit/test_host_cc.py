@@ -123,3 +123,15 @@ def test_the_chosen_compiler_runs_kernels(fresh):
     lib = ClangCompiler("test_no_disk_cache").compile("_Float16 tg_k(_Float16 *a) { return a[0] * 2; }\n")
     assert len(lib) > 0
     np.testing.assert_array_equal((Tensor([1.0, 2.0], dtype=dtypes.float16) * 3).numpy(), [3.0, 6.0])
+
+
+def test_a_changed_compiler_is_probed_again(fresh, tmp_path, monkeypatch):
+    # the probe is remembered in the disk cache by the compiler binary; a replaced binary must not reuse it
+    monkeypatch.setenv("CACHEDB", str(tmp_path / "cache.db"))
+    with Context(CACHELEVEL=2):
+        cc = wrapper(fresh, "cc")
+        assert H.host_cc().float16
+        H.host_cc.cache_clear()
+        os.remove(cc)
+        wrapper(fresh, "cc", refuse="_Float16 ")  # a different binary: other size and modification time
+        assert not H.host_cc().float16
