@@ -11,6 +11,7 @@ import numpy as np
 
 from tinygrad.device import Buffer
 from tinygrad.dtype import dtypes
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import toposort
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
@@ -114,6 +115,11 @@ cdef class LazyBuffer:
         return self._base if self._base is not None else self
 
     @property
+    def lbs(self):
+        """[self]: the buffers behind a tensor, as tinygrad 0.9's single- and multi-device buffers both answered."""
+        return [self]
+
+    @property
     def realized(self):
         """The Buffer holding this base's data once it has been computed; None for views and unrealized bases."""
         if self._base is not None or self.buffer is None or self.pending or self.buffer._buf is None:
@@ -174,15 +180,24 @@ cdef class LazyBuffer:
         return new_base(self.device, contiguous_st(self.shape), self.dtype, _CONTIGUOUS, None, (self,))
 
     def assign(self, LazyBuffer x):
-        """`x`, computed straight into this buffer's memory when this is a realized, contiguous buffer (so kernels
-        captured by the JIT keep seeing it); otherwise `x`, given a buffer of its own if it is a constant."""
+        """`x`, computed straight into this buffer's memory when this is a realized buffer or a view of one (so
+        kernels captured by the JIT keep seeing it, and a write through a shrink, permute or pad of a buffer lands
+        in the buffer, as a KV cache needs); otherwise `x`, given a buffer of its own if it is a constant."""
         cdef LazyBuffer target = self.base
-        if x.base is target or target.realized is None or target.op is _CONST or \
-                not (self.st.contiguous and self.size == target.size):
+        cdef bint whole = self.st.contiguous and self.size == target.size
+        if not whole and target.buffer is not None and target.op is not _CONST and \
+                (target.realized is not None or target.op is LoadOps.ASSIGN):
+            if x.base is target:
+                if x.st == self.st:
+                    return self
+                # other elements of the same buffer: copied out before they are written
+                x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
+            return _assign_view(self, x, target)
+        if x.base is target or target.realized is None or target.op is _CONST or not whole:
             # NOTE: state assigned a constant (a counter starting from zeros, folded without a kernel) must still
             # become a buffer: a jitted step captures the kernels that write buffers, and would never update it
             return x.contiguous() if x.base is not target and x.is_inlined() else x
-        if _reads_shifted(x, target):
+        if _reads_shifted(x, target, None):
             # writing in place while reading other elements of the same memory: compute into a temporary first
             x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
         cdef LazyBuffer ret = LazyBuffer.__new__(LazyBuffer)
@@ -200,11 +215,11 @@ cdef class LazyBuffer:
             # bytes of a file: reinterpreted in place, as tinygrad 0.9 did (the last dim scales with the size)
             ret = _disk_view(self, dtype)
             if ret is None:
-                raise ValueError(f"can't bitcast {self.shape} {self.dtype} on {self.device} to {dtype}: only a "
+                raise ArgumentError(f"can't bitcast {self.shape} {self.dtype} on {self.device} to {dtype}: only a "
                                  f"contiguous range whose last dim holds whole {dtype} values can be")
             return ret
         if bitcast and dtype.itemsize != self.dtype.itemsize:
-            raise ValueError(f"can't bitcast {self.dtype} to {dtype}: sizes differ")
+            raise ArgumentError(f"can't bitcast {self.dtype} to {dtype}: sizes differ")
         op = UnaryOps.BITCAST if bitcast else UnaryOps.CAST
         return new_base(self.device, contiguous_st(self.shape), dtype, op, (dtype, bitcast), (self,))
 
@@ -231,7 +246,7 @@ cdef class LazyBuffer:
         cdef LazyBuffer s
         for s in srcs:
             if s.shape != self.shape:
-                raise ValueError(f"{op} needs equal shapes, got {[x.shape for x in srcs]}")
+                raise ArgumentError(f"{op} needs equal shapes, got {[x.shape for x in srcs]}")
             if s.device != self.device:
                 raise RuntimeError(f"{op} mixes devices {[x.device for x in srcs]}")
         if op is _WHERE:
@@ -375,9 +390,11 @@ cdef object _disk_view(LazyBuffer lb, object dtype):
     return ret
 
 
-def _reads_shifted(LazyBuffer x, LazyBuffer target):
+def _reads_shifted(LazyBuffer x, LazyBuffer target, object write_st):
     """Whether computing `x` elementwise reads `target` at other positions than the one being written (through a
-    permute, pad, expand, ... or a reduce), which an in-place write would corrupt."""
+    permute, pad, expand, ... or a reduce), which an in-place write would corrupt. `write_st` is the view written
+    through (None: the whole buffer, contiguously); through a view, only a read of `x`'s own node through that
+    same view is safe."""
     def fused_srcs(b):
         # the bases computed in the same kernel as b (realized, inlined and separately stored ones are not)
         return [s.base for s in b.srcs if s.base.realized is None and s.base.op not in (_CONST, _IOTA) and
@@ -388,8 +405,46 @@ def _reads_shifted(LazyBuffer x, LazyBuffer target):
         for s in b.srcs:
             if not (s.base is target or reaches.get(id(s.base), False)):
                 continue
-            if not (s.st.contiguous and s.size == s.base.size) or isinstance(b.op, ReduceOps):
+            if isinstance(b.op, ReduceOps):
+                return True
+            if write_st is None:
+                if not (s.st.contiguous and s.size == s.base.size):
+                    return True
+            elif not (s.base is target and b is x and s.st == write_st):
                 return True
             hit = True
         reaches[id(b)] = hit
     return False
+
+
+cdef bint _aliases(ShapeTracker st):
+    """Whether two indices of `st` can reach one element (a dim of stride 0 that spans more than one element):
+    writing through such a view would have several values race for one place."""
+    for v in st.views:
+        for d, (n, stride) in enumerate(zip(v.shape, v.strides)):
+            if stride != 0 or (type(n) is int and n <= 1):
+                continue
+            if v.mask is not None and type(v.mask[d][0]) is int and type(v.mask[d][1]) is int and \
+                    v.mask[d][1] - v.mask[d][0] <= 1:
+                continue
+            return True
+    return False
+
+
+cdef LazyBuffer _assign_view(LazyBuffer view, LazyBuffer x, LazyBuffer target):
+    """An ASSIGN that stores `x` through `view`'s tracker into `target`'s buffer (its `arg`: the tracker written
+    through), returned as the same view of the result: the target's other elements keep their values."""
+    if _aliases(view.st):
+        raise ArgumentError(f"can't assign to an expanded view {view.shape}: several of its elements are one element "
+                         f"of the buffer (assign to the tensor before the expand)")
+    if x.size != view.size:
+        raise ArgumentError(f"assign size mismatch: {x.shape} into a view of shape {view.shape}")
+    if _reads_shifted(x, target, view.st):
+        x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
+    cdef LazyBuffer ret = LazyBuffer.__new__(LazyBuffer)
+    ret.device, ret.st, ret.dtype, ret.shape, ret.size = target.device, target.st, target.dtype, target.shape, \
+        target.size
+    ret._base = None
+    ret.op, ret.arg, ret.srcs = LoadOps.ASSIGN, view.st, (x, target)
+    ret.buffer, ret.pending, ret.forced_realize = target.buffer, True, False
+    return new_view(ret, view.st)

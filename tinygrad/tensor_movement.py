@@ -22,7 +22,9 @@ import numpy as np
 
 import tinygrad.mlops as F
 from tinygrad.dtype import dtypes, least_upper_dtype
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import argfix, prod
+from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
 from tinygrad.tensor_elementwise import broadcast_shape
 
@@ -87,16 +89,16 @@ class MovementMixin:
                 return F.Reshape.apply(self, shape=shape)
         new_shape = tuple(int(s) if isinstance(s, np.integer) else s for s in argfix(shape, *args))
         if new_shape.count(-1) > 1:
-            raise ValueError(f"only one dimension can be inferred in reshape {new_shape}")
+            raise ArgumentError(f"only one dimension can be inferred in reshape {new_shape}")
         if any(isinstance(s, int) and s < -1 for s in new_shape):
-            raise ValueError(f"invalid shape {new_shape} in reshape: sizes must be >= 0 or -1")
+            raise ArgumentError(f"invalid shape {new_shape} in reshape: sizes must be >= 0 or -1")
         known = prod(s for s in new_shape if not (isinstance(s, int) and s == -1))
         if -1 in [s for s in new_shape if isinstance(s, int)]:
             if known == 0 or self.numel() % known != 0:
-                raise ValueError(f"can't reshape {self.shape} to {new_shape}")
+                raise ArgumentError(f"can't reshape {self.shape} to {new_shape}")
             new_shape = tuple(self.numel() // known if isinstance(s, int) and s == -1 else s for s in new_shape)
         if not same_size(prod(new_shape), self.numel()):
-            raise ValueError(f"can't reshape {self.shape} ({self.numel()} elements) to {new_shape}")
+            raise ArgumentError(f"can't reshape {self.shape} ({self.numel()} elements) to {new_shape}")
         return self if new_shape == self.shape else F.Reshape.apply(self, shape=new_shape)
 
     def view(self, shape, *args) -> Tensor:
@@ -117,7 +119,7 @@ class MovementMixin:
             return self.reshape(1)
         s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
         if s > e:
-            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+            raise ArgumentError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
@@ -129,14 +131,14 @@ class MovementMixin:
         dim = self._resolve_dim(dim)
         sizes = tuple(sizes)
         if sizes.count(-1) > 1:
-            raise ValueError(f"unflatten: only one size can be -1, got {sizes}")
+            raise ArgumentError(f"unflatten: only one size can be -1, got {sizes}")
         if -1 in sizes:
             known = prod(s for s in sizes if s != -1)
             if known == 0 or self.shape[dim] % known:
-                raise ValueError(f"unflatten: can't split dim {dim} of size {self.shape[dim]} into {sizes}")
+                raise ArgumentError(f"unflatten: can't split dim {dim} of size {self.shape[dim]} into {sizes}")
             sizes = tuple(self.shape[dim] // known if s == -1 else s for s in sizes)
         if prod(sizes) != self.shape[dim]:
-            raise ValueError(f"unflatten: sizes {sizes} don't multiply to dim {dim}'s size {self.shape[dim]}")
+            raise ArgumentError(f"unflatten: sizes {sizes} don't multiply to dim {dim}'s size {self.shape[dim]}")
         return self.reshape(self.shape[:dim] + sizes + self.shape[dim + 1:])
 
     def unsqueeze(self, dim: int) -> Tensor:
@@ -168,16 +170,16 @@ class MovementMixin:
         """
         new_shape = argfix(shape, *args)
         if len(new_shape) < self.ndim:
-            raise ValueError(f"can't expand {self.shape} to fewer dims {new_shape}")
+            raise ArgumentError(f"can't expand {self.shape} to fewer dims {new_shape}")
         lead = len(new_shape) - self.ndim
         if any(isinstance(s, int) and s == -1 for s in new_shape[:lead]):
-            raise ValueError(f"can't expand {self.shape} to {new_shape}: -1 is not allowed for a new leading dim")
+            raise ArgumentError(f"can't expand {self.shape} to {new_shape}: -1 is not allowed for a new leading dim")
         new_shape = tuple(o if isinstance(s, int) and s == -1 else s
                           for s, o in zip(new_shape, (1,) * lead + self.shape))
         x = self.reshape((1,) * lead + self.shape) if lead else self
         for s, o in zip(x.shape, new_shape):
             if s != o and s != 1:
-                raise ValueError(f"can't expand {self.shape} to {new_shape}")
+                raise ArgumentError(f"can't expand {self.shape} to {new_shape}")
         return x if x.shape == new_shape else F.Expand.apply(x, shape=new_shape)
 
     def permute(self, order, *args) -> Tensor:
@@ -188,7 +190,7 @@ class MovementMixin:
         """
         order = tuple(self._resolve_dim(d) for d in argfix(order, *args))
         if sorted(order) != list(range(self.ndim)):
-            raise ValueError(f"permute order {order} is not a permutation of {self.ndim} dims")
+            raise ArgumentError(f"permute order {order} is not a permutation of {self.ndim} dims")
         return self if order == tuple(range(self.ndim)) else F.Permute.apply(self, order=order)
 
     def transpose(self, ax1: int = 1, ax2: int = 0) -> Tensor:
@@ -215,7 +217,7 @@ class MovementMixin:
         """
         axes = tuple(self._resolve_dim(a) for a in argfix(axis, *args))
         if len(set(axes)) != len(axes):
-            raise ValueError(f"flip: dim appears more than once in {axes}")
+            raise ArgumentError(f"flip: dim appears more than once in {axes}")
         return self if not axes else F.Flip.apply(self, axis=axes)
 
     def shrink(self, arg: tuple[tuple[sint, sint] | None, ...]) -> Tensor:
@@ -225,11 +227,11 @@ class MovementMixin:
         [[1, 2], [4, 5]]
         """
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink needs one (start, end) or None per dim: {arg} for shape {self.shape}")
+            raise ArgumentError(f"shrink needs one (start, end) or None per dim: {arg} for shape {self.shape}")
         full = tuple(tuple(a) if a is not None else (0, s) for a, s in zip(arg, self.shape))
         for d, ((lo, hi), s) in enumerate(zip(full, self.shape)):
             if all(isinstance(v, int) for v in (lo, hi, s)) and not 0 <= lo <= hi <= s:
-                raise ValueError(f"shrink ({lo}, {hi}) out of range for dim {d} of size {s}")
+                raise ArgumentError(f"shrink ({lo}, {hi}) out of range for dim {d} of size {s}")
         if all(a == (0, s) for a, s in zip(full, self.shape)):
             return self
         return F.Shrink.apply(self, arg=full)
@@ -243,7 +245,7 @@ class MovementMixin:
         if isinstance(value, str):
             mode, value = value, 0.0
         if mode not in _PAD_MODES:
-            raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
+            raise ArgumentError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
         pairs = self._pad_pairs(arg)
         x: Tensor = self
         # negative amounts crop first
@@ -269,18 +271,18 @@ class MovementMixin:
         arg = tuple(arg)
         if all(_is_int(a) for a in arg):
             if len(arg) % 2 or len(arg) // 2 > self.ndim:
-                raise ValueError(f"flat padding {arg} needs an even length of at most 2 * ndim ({2 * self.ndim})")
+                raise ArgumentError(f"flat padding {arg} needs an even length of at most 2 * ndim ({2 * self.ndim})")
             pairs = [(0, 0)] * self.ndim
             for i in range(len(arg) // 2):
                 pairs[self.ndim - 1 - i] = (int(arg[2 * i]), int(arg[2 * i + 1]))
             return tuple(pairs)
         if len(arg) != self.ndim:
-            raise ValueError(f"padding {arg} needs one (before, after) pair or None per dim of shape {self.shape}")
+            raise ArgumentError(f"padding {arg} needs one (before, after) pair or None per dim of shape {self.shape}")
         pairs = []
         for a in arg:
             # symbolic amounts (a cat along a symbolic dim pads by one) pass through as Nodes
             if a is not None and (len(a) != 2 or not all(_is_int(v) or isinstance(v, Node) for v in a)):
-                raise ValueError(f"padding {arg}: each entry must be None or a (before, after) pair of ints")
+                raise ArgumentError(f"padding {arg}: each entry must be None or a (before, after) pair of ints")
             pairs.append((0, 0) if a is None else tuple(v if isinstance(v, Node) else int(v) for v in a))
         return tuple(pairs)
 
@@ -288,11 +290,11 @@ class MovementMixin:
         """Pad dim `d` by `lo` before and `hi` after, in a non-constant mode (built from shrinks, flips and cat)."""
         n = self.shape[d]
         if mode == "reflect" and (lo >= n or hi >= n):
-            raise ValueError(f"reflect padding ({lo}, {hi}) must be less than the size {n} of dim {d}")
+            raise ArgumentError(f"reflect padding ({lo}, {hi}) must be less than the size {n} of dim {d}")
         if mode == "circular" and (lo > n or hi > n):
-            raise ValueError(f"circular padding ({lo}, {hi}) must be at most the size {n} of dim {d}")
+            raise ArgumentError(f"circular padding ({lo}, {hi}) must be at most the size {n} of dim {d}")
         if mode == "replicate" and n == 0:
-            raise ValueError(f"replicate padding needs a non-empty dim {d}")
+            raise ArgumentError(f"replicate padding needs a non-empty dim {d}")
 
         def part(start: int, stop: int) -> Tensor:
             return self.shrink(tuple((start, stop) if i == d else None for i in range(self.ndim)))
@@ -312,9 +314,9 @@ class MovementMixin:
         """Tile the tensor `repeats[i]` times along each dim (PyTorch's `Tensor.repeat`)."""
         reps = tuple(argfix(repeats, *args))
         if len(reps) < self.ndim:
-            raise ValueError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
+            raise ArgumentError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
         if any(r < 0 for r in reps):
-            raise ValueError(f"repeat counts must be >= 0, got {reps}")
+            raise ArgumentError(f"repeat counts must be >= 0, got {reps}")
         base = (1,) * (len(reps) - self.ndim) + self.shape
         x = self.reshape(tuple(v for s in base for v in (1, s)))
         x = x.expand(tuple(v for r, s in zip(reps, base) for v in (r, s)))
@@ -331,13 +333,13 @@ class MovementMixin:
         d = 0 if dim is None else x._resolve_dim(dim)
         if isinstance(repeats, (list, tuple)):
             if len(repeats) != x.shape[d]:
-                raise ValueError(f"repeat_interleave: {len(repeats)} repeats for dim {d} of size {x.shape[d]}")
+                raise ArgumentError(f"repeat_interleave: {len(repeats)} repeats for dim {d} of size {x.shape[d]}")
             positions = [i for i, r in enumerate(repeats) for _ in range(int(r))]
             return x[(slice(None),) * d + (positions,)]
         if not _is_int(repeats):
             raise TypeError(f"repeat_interleave needs an int or a list of ints, not {type(repeats).__name__}")
         if repeats < 0:
-            raise ValueError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
+            raise ArgumentError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
         y = x.unsqueeze(d + 1)
         y = y.expand(tuple(int(repeats) if i == d + 1 else s for i, s in enumerate(y.shape)))
         return y.flatten(d, d + 1)
@@ -347,12 +349,12 @@ class MovementMixin:
         """Concatenate along `dim` (as torch.cat): `a.cat(b, c, dim=1)` or `Tensor.cat([a, b, c], dim=1)`."""
         tensors, dim = _tensors_and_dim(self, args, dim)
         if not tensors:
-            raise ValueError("cat needs at least one tensor")
+            raise ArgumentError("cat needs at least one tensor")
         first = tensors[0]
         dim = first._resolve_dim(dim)
         for t in tensors:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != dim):
-                raise ValueError(f"cat needs equal shapes except in dim {dim}, got {[x.shape for x in tensors]}")
+                raise ArgumentError(f"cat needs equal shapes except in dim {dim}, got {[x.shape for x in tensors]}")
             if t.device != first.device:
                 raise RuntimeError(f"cat: tensors are on different devices {[x.device for x in tensors]}")
         dt = least_upper_dtype(*[t.dtype for t in tensors])
@@ -369,9 +371,9 @@ class MovementMixin:
         """Stack equal-shaped tensors along a new dim: `a.stack(b, dim=1)` or `Tensor.stack([a, b], dim=1)`."""
         tensors, dim = _tensors_and_dim(self, args, dim)
         if not tensors:
-            raise ValueError("stack needs at least one tensor")
+            raise ArgumentError("stack needs at least one tensor")
         if any(t.shape != tensors[0].shape for t in tensors):
-            raise ValueError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
+            raise ArgumentError(f"stack needs equal shapes, got {[t.shape for t in tensors]}")
         dim = tensors[0]._resolve_dim(dim, outer=True)
         return tensors[0].unsqueeze(dim).cat(*[t.unsqueeze(dim) for t in tensors[1:]], dim=dim)
 
@@ -381,11 +383,11 @@ class MovementMixin:
         n = self.shape[dim]
         if _is_int(sizes):
             if sizes <= 0:
-                raise ValueError(f"split size must be positive, got {sizes}")
+                raise ArgumentError(f"split size must be positive, got {sizes}")
             sizes = [min(int(sizes), n - i) for i in range(0, n, int(sizes))] or [0]
         sizes = list(sizes)
         if sum(sizes) != n or any(s < 0 for s in sizes):
-            raise ValueError(f"split sizes {sizes} don't add up to dim {dim}'s size {n}")
+            raise ArgumentError(f"split sizes {sizes} don't add up to dim {dim}'s size {n}")
         out, start = [], 0
         for s in sizes:
             out.append(self.shrink(tuple((start, start + s) if d == dim else None for d in range(self.ndim))))
@@ -395,7 +397,7 @@ class MovementMixin:
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """Split into at most `chunks` equal pieces (the last maybe smaller), as torch.chunk."""
         if not _is_int(chunks) or chunks <= 0:
-            raise ValueError(f"chunk needs a positive number of chunks, got {chunks}")
+            raise ArgumentError(f"chunk needs a positive number of chunks, got {chunks}")
         dim = self._resolve_dim(dim)
         n = self.shape[dim]
         if n == 0:
@@ -444,10 +446,10 @@ class MovementMixin:
             raise TypeError(f"gather index must be an int tensor, not {index.dtype}")
         dim = self._resolve_dim(dim)
         if index.ndim != self.ndim:
-            raise ValueError(f"gather index needs {self.ndim} dims like the input, got shape {index.shape}")
+            raise ArgumentError(f"gather index needs {self.ndim} dims like the input, got shape {index.shape}")
         for d, (i, s) in enumerate(zip(index.shape, self.shape)):
             if d != dim and i > s:
-                raise ValueError(f"gather index shape {index.shape} exceeds input shape {self.shape} in dim {d}")
+                raise ArgumentError(f"gather index shape {index.shape} exceeds input shape {self.shape} in dim {d}")
         n = self.shape[dim]
         x = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         # dim moves to the end as the one-hot axis; a size-1 dim takes its place, broadcast over the index
@@ -458,7 +460,11 @@ class MovementMixin:
     # ---- indexing ----
     def _parse_index(self, idx) -> list[tuple[str, Any]]:
         """`idx` as a list of ("int" | "slice" | "none" | "tensor", value), Ellipsis expanded, one per real dim."""
-        raw = list(idx) if isinstance(idx, tuple) else [idx]
+        # a list holding Tensors, slices, None or ... indexes one dim per item, as a tuple does (tinygrad 0.9 and
+        # older numpy read it so); a list of ints stays one index into the first dim
+        as_tuple = isinstance(idx, tuple) or isinstance(idx, list) and any(
+            isinstance(v, (MovementMixin, slice)) or v is None or v is Ellipsis for v in idx)
+        raw = list(idx) if as_tuple else [idx]
         entries: list[tuple[str, Any]] = []
         host: dict[int, tuple[np.ndarray, int | None]] = {}  # index values given on the host, checked here
         ellipsis_at = None
@@ -473,8 +479,8 @@ class MovementMixin:
                 entries.append(("int", int(i)))
             elif isinstance(i, slice):
                 for v in (i.start, i.stop, i.step):
-                    if v is not None and not _is_int(v):
-                        raise TypeError(f"slice bounds must be ints or None, got {i}")
+                    if v is not None and not _is_int(v) and not (isinstance(v, Node) and v is not i.step):
+                        raise TypeError(f"slice bounds must be ints, symbolic ints or None, got {i}")
                 entries.append(("slice", i))
             elif isinstance(i, MovementMixin):
                 if i.dtype == dtypes.bool:
@@ -515,7 +521,7 @@ class MovementMixin:
         """A list (or numpy array) index as int Tensors, with their host values and, for a bool mask, its sizes."""
 
         if any(isinstance(v, MovementMixin) for v in (i if isinstance(i, (list, tuple)) else ())):
-            raise IndexError("a list of Tensors is not a valid index: stack them into one int Tensor")
+            raise IndexError("a list of Tensors inside an index is not valid: stack them into one int Tensor")
         arr = np.asarray(i)
         if arr.dtype == np.bool_:
             if arr.ndim == 0:
@@ -544,9 +550,18 @@ class MovementMixin:
                 if not 0 <= j < size:
                     raise IndexError(f"index {val} is out of bounds for dimension {dim} with size {size}")
                 plan.append(("int", j, 1, 1))
+            elif kind == "slice" and any(isinstance(b, Node) for b in (val.start, val.stop, size)):
+                # a symbolic bound (a KV cache's position): a plain span, bounds taken as they are
+                if val.step not in (None, 1):
+                    raise ArgumentError(f"a slice with symbolic bounds needs step 1, got {val}")
+                start = 0 if val.start is None else val.start
+                stop = size if val.stop is None else val.stop
+                if any(isinstance(b, int) and b < 0 for b in (start, stop)):
+                    raise IndexError(f"a slice with symbolic bounds can't count from the end: {val}")
+                plan.append(("slice", start, stop - start, 1))
             elif kind == "slice":
                 if val.step == 0:
-                    raise ValueError("slice step cannot be zero")
+                    raise ArgumentError("slice step cannot be zero")
                 start, stop, step = val.indices(size)
                 n = len(range(start, stop, step))
                 lo = 0 if n == 0 else start if step > 0 else start + (n - 1) * step
@@ -574,7 +589,8 @@ class MovementMixin:
     def _basic_view(self, plan) -> Tensor:
         """The ints and slices of `plan` as a view (tensor-indexed dims kept whole): a shrink to the selected span,
         every |step|-th element, and flips for negative steps."""
-        x: Tensor = self.shrink(tuple((lo, lo + (n - 1) * abs(st) + 1) if n else (0, 0) for _, lo, n, st in plan))
+        x: Tensor = self.shrink(tuple((0, 0) if isinstance(n, int) and n == 0 else (lo, lo + (n - 1) * abs(st) + 1)
+                                      for _, lo, n, st in plan))
         for d, (_, _, n, st) in enumerate(plan):
             if abs(st) != 1 and n > 1:
                 x = x._every_nth(d, abs(st))
@@ -652,13 +668,21 @@ class MovementMixin:
         try:
             v = v.expand(rshape)
         except ValueError:
-            raise ValueError(f"setitem: value of shape {v.shape} can't be broadcast to the indexed shape "
+            raise ArgumentError(f"setitem: value of shape {v.shape} can't be broadcast to the indexed shape "
                              f"{rshape}") from None
         if 0 in rshape or 0 in self.shape:
             return
         # v in the layout of the basic view: bshape + its non-tensor dims (ints as size 1)
         v = v.reshape(tuple(kept_shape[i] for i in perm)).permute(_argsort(perm))
         v = v.reshape(tuple(bshape) + tuple(n for kind, _, n, _ in plan if kind != "tensor"))
+        if not tensors and self._has_buffer():
+            # ints and slices select a view of the buffer: write v through it (as tinygrad 0.9 did), touching only
+            # the selected elements; symbolic bounds (a position inside TinyJit) become kernel arguments
+            self._basic_view(plan).assign(v).realize()
+            return
+        if any(isinstance(p[1], Node) or isinstance(p[2], Node) for p in plan):
+            raise ArgumentError("setitem with symbolic bounds needs a realized tensor to write into: realize() "
+                                "it (or make it contiguous) first")
         new_sub = self._scatter_advanced(plan, tensors, bshape, v) if tensors else v
         ones = type(self).ones(new_sub.shape, dtype=dtypes.bool, device=self.device)
         self._write(self._basic_place(plan, ones).where(self._basic_place(plan, new_sub), self))
@@ -683,6 +707,11 @@ class MovementMixin:
         val = val.sum(axis=baxes).cast(self.dtype) if nb else val
         return (last > 0).where(val, subp).permute(_argsort(tdims + rest))
 
+    def _has_buffer(self) -> bool:
+        """Whether this tensor reads a realized buffer of its own (not a constant), which a write can go into."""
+        base = self.lazydata.base
+        return base.realized is not None and base.op is not LoadOps.CONST
+
     def _write(self, new: Tensor) -> None:
         """Store `new` as this tensor's value, now: assign writes into this tensor's own buffer when it has one (so
         its views, and kernels a JIT captured, see it), through a temporary when `new` reads it shifted."""
@@ -702,7 +731,7 @@ class MovementMixin:
         shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(shifts) != len(dims):
-            raise ValueError(f"roll needs as many shifts as dims, got {shifts} and {dims}")
+            raise ArgumentError(f"roll needs as many shifts as dims, got {shifts} and {dims}")
         x = self
         for shift, dim in zip(shifts, dims):
             d = x._resolve_dim(dim)

@@ -26,6 +26,7 @@ from tinygrad.shape.view cimport View
 from tinygrad.shape.symbolic import Node
 
 _CONST = LoadOps.CONST
+_ASSIGN = LoadOps.ASSIGN
 _IOTA = LoadOps.IOTA
 
 # structure key -> Plan; bounded, so a program that makes endless distinct graphs does not grow it forever
@@ -135,6 +136,9 @@ cdef object _walk(list outs, list nodes, list leaves):
                                 leaves.append(sb)
                             srcs_key.append((-1 - <int>li, edge))
                     if type(b.size) is not int:
+                        return None
+                    if b.op is _ASSIGN and b.arg is not None and _symbolic(b.arg):
+                        # written through a view at a bound position: its key would not hold the position
                         return None
                     index[_id(b)] = len(nodes)
                     nodes.append(b)

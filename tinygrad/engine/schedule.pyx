@@ -273,6 +273,10 @@ cdef list _order_assigns(list items, list reads_of):
         lb = it.lbs[0]
         if lb.op is LoadOps.ASSIGN:
             target = lb.srcs[1]
+            # an assign onto a pending assign (two writes through views of one buffer) runs after it
+            j = producer.get(id(target))
+            if j is not None and j != i:
+                deps[i].add(j)
             for k, reads in enumerate(reads_of):
                 if k != i and any(b is target for b in reads):
                     deps[i].add(k)
@@ -318,13 +322,20 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals,
     if op is LoadOps.CUSTOM:
         raise NotImplementedError(f"{op} is not supported by this scheduler yet")
 
+    # an ASSIGN through a view (its arg) computes the view's elements and stores them through it
+    written = out.arg if op is LoadOps.ASSIGN and out.arg is not None else None
+    oshape = written.shape if written is not None else out.shape
     # the kernel's index space: the reduce's shape when a reduce is fused in, else the output's
-    kshape = fused_reduce.shape if fused_reduce is not None else out.shape
-    outer = None if kshape == out.shape else ShapeTracker.from_shape(kshape)
+    kshape = fused_reduce.shape if fused_reduce is not None else oshape
+    outer = None if kshape == oshape else ShapeTracker.from_shape(kshape)
     inputs = {}           # id(base) -> buffer index
     bufs = [out.buffer]
     root = _build(out, outer, out, realizes, fused_reduce, inputs, bufs, var_vals, reads)
-    st_out = ShapeTracker.from_shape(out.shape)
+    if written is not None:
+        st_out, vv = _unbind(written)
+        var_vals.update(vv)
+    else:
+        st_out = ShapeTracker.from_shape(out.shape)
     if outer is not None:
         st_out = st_out.reshape(kshape)
     store = LazyOp(BufferOps.STORE, (root,), MemBuffer(0, out.dtype, st_out))
