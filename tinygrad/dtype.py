@@ -80,6 +80,27 @@ class PtrDType(DType):
         return f"ptr.{self.base!r}"
 
 
+class ImageDType(DType):
+    """tinygrad 0.9's texture-memory type for Qualcomm GPUs (`dtypes.imageh(shape)`, `dtypes.imagef(shape)`): kept so
+    code that names it imports; no device of this tinygrad stores images, so a Tensor of it is refused."""
+    __slots__ = ("shape", "base")
+
+    def __init__(self, priority: int, itemsize: int, name: str, fmt: str | None, count: int, shape: tuple,
+                 base: DType):
+        super().__init__(priority, itemsize, name, fmt, count)
+        self.shape, self.base = tuple(shape), base
+        self._key = self._key + (self.shape,)
+
+    def __reduce__(self):
+        return ImageDType, (self.priority, self.itemsize, self.name, self.fmt, self.count, self.shape, self.base)
+
+    def __repr__(self) -> str:
+        return f"dtypes.{self.name}({self.shape})"
+
+    def scalar(self) -> DType:
+        return self.base
+
+
 class dtypes:  # noqa: N801 - the public name users import
     """The namespace of scalar types, with the predicates and limits that go with them."""
     bool: Final[DType] = DType(0, 1, "bool", "?")
@@ -111,6 +132,16 @@ class dtypes:  # noqa: N801 - the public name users import
 
     default_float: DType = float32
     default_int: DType = int32
+
+    @staticmethod
+    def imageh(shape: tuple) -> ImageDType:
+        """tinygrad 0.9's half-precision image type of `shape` (see ImageDType)."""
+        return ImageDType(100, 2, "imageh", "e", 1, shape, dtypes.float32)
+
+    @staticmethod
+    def imagef(shape: tuple) -> ImageDType:
+        """tinygrad 0.9's single-precision image type of `shape` (see ImageDType)."""
+        return ImageDType(100, 4, "imagef", "f", 1, shape, dtypes.float32)
 
     @staticmethod
     def is_float(x: DType) -> bool:
@@ -221,6 +252,9 @@ def least_upper_float(dt: DType) -> DType:
 
 
 def to_dtype(x: DType | str) -> DType:
+    """The DType named or given by `x`, as Tensors take it (image types are refused: see ImageDType)."""
+    if isinstance(x, ImageDType):
+        raise NotImplementedError(f"{x!r}: image dtypes are not supported by any device of this tinygrad")
     if isinstance(x, DType):
         return x
     if isinstance(x, str) and x in DTYPES_DICT:

@@ -1,7 +1,9 @@
 """Small shared helpers, and the one registry of every environment knob tinygrad reads.
 
-Every knob is declared in KNOBS below with its default and meaning; `getenv` refuses names that are not declared,
-so a new knob cannot be added without documenting it (docs/env.md is checked against this table by a test).
+Every knob the library reads is declared in KNOBS below with its default and meaning (docs/env.md is checked
+against this table, and every `getenv` call in the package against it, by test/unit/test_knobs.py); `getenv` itself
+reads any name, since scripts read their own variables through it. The names tinygrad 0.9 exported from this module
+(CI, IMAGE, THREEFRY, Profiling, temp, fetch, ...) are here too, so its scripts import unchanged.
 """
 from __future__ import annotations
 
@@ -35,6 +37,12 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
     "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
+    "CI": ("", "exported as helpers.CI (true when set and not empty), as tinygrad 0.9 did, for scripts and test suites "
+               "that read it; the library itself does not change its behaviour"),
+    "IMAGE": (0, "exported as helpers.IMAGE for tinygrad 0.9 scripts; image dtypes (Qualcomm's texture memory) are "
+                 "not supported, and the engine behaves as with 0"),
+    "THREEFRY": (0, "exported as helpers.THREEFRY for tinygrad 0.9 scripts; random numbers always come from the one "
+                    "generator of Tensor.manual_seed"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
                             "default: the CPUs this process may use, at most 8"),
 }
@@ -117,6 +125,9 @@ DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 JIT = ContextVar("JIT", 1)
+IMAGE = ContextVar("IMAGE", 0)
+THREEFRY = ContextVar("THREEFRY", 0)
+CI = getenv("CI", "") != ""
 
 
 # A Ctrl-C that lands in a finalizer (Buffer.__del__ runs wherever a refcount drops) would be printed as "Exception
@@ -287,3 +298,110 @@ def unwrap(x: T | None) -> T:
 
 def eprint(*args) -> None:
     print(*args, file=sys.stderr)
+
+
+def partition(items: Iterable[T], predicate: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    """(the items for which predicate holds, the others), in order."""
+    yes: list[T] = []
+    no: list[T] = []
+    for x in items:
+        (yes if predicate(x) else no).append(x)
+    return yes, no
+
+
+def merge_dicts(ds: Iterable[dict]) -> dict:
+    """One dict of all of `ds`; a key that two of them give different values is an error."""
+    out: dict = {}
+    for d in ds:
+        for k, v in d.items():
+            if k in out and out[k] != v:
+                raise ValueError(f"merge_dicts: {k!r} has two values, {out[k]!r} and {v!r}")
+            out[k] = v
+    return out
+
+
+def get_child(obj, key: str):
+    """`obj` followed along a dotted path, as state dict keys name them ("layers.0.weight"): digits index lists,
+    other parts are attributes or dict keys."""
+    for k in key.split("."):
+        if k.isnumeric() and not isinstance(obj, dict):
+            obj = obj[int(k)]
+        elif isinstance(obj, dict):
+            obj = obj[k]
+        else:
+            obj = getattr(obj, k)
+    return obj
+
+
+def temp(name: str) -> str:
+    """A path named `name` in the system's temporary directory."""
+    import tempfile
+    return (pathlib.Path(tempfile.gettempdir()) / name).as_posix()
+
+
+class Profiling(contextlib.ContextDecorator):
+    """cProfile around a block: `with Profiling(sort="cumtime", frac=0.2): ...` prints the top `frac` of the
+    functions by `sort` when the block ends (or dumps the profile to `fn` if given)."""
+
+    def __init__(self, enabled: bool = True, sort: str = "cumtime", frac: float = 0.2, fn: str | None = None,
+                 ts: float = 1):
+        self.enabled, self.sort, self.frac, self.fn, self.time_scale = enabled, sort, frac, fn, 1e3 / ts
+
+    def __enter__(self):
+        import cProfile
+        self.pr = cProfile.Profile()
+        if self.enabled:
+            self.pr.enable()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.enabled:
+            return False
+        self.pr.disable()
+        if self.fn:
+            self.pr.dump_stats(self.fn)
+            return False
+        import pstats
+        stats = pstats.Stats(self.pr).strip_dirs().sort_stats(self.sort)
+        stats.print_stats(self.frac)
+        return False
+
+
+def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None = None,
+          allow_caching: bool = True) -> pathlib.Path:
+    """The file at `url`, downloaded once into tinygrad's cache directory (`name`: its file name there, or a path of
+    its own). A file already at that path is used as it is and never overwritten (`allow_caching` is accepted for
+    tinygrad 0.9's signature); a download goes to a temporary file beside it first, so an interrupted one leaves
+    nothing behind."""
+    import hashlib
+    import tempfile
+    import urllib.request
+    if isinstance(name, pathlib.Path):
+        path = name
+    else:
+        folder = cache_dir() / "downloads" / (subdir or "")
+        path = folder / (name or hashlib.md5(url.encode()).hexdigest())
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(url, timeout=60) as r:
+        if r.status != 200:
+            raise OSError(f"fetch {url}: HTTP status {r.status}")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                while True:
+                    chunk = r.read(1 << 20)
+                    if not chunk:
+                        break
+                    f.write(chunk)
+            if path.exists():
+                # someone else made it meanwhile: theirs stays
+                os.unlink(tmp)
+            else:
+                os.rename(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    return path

@@ -6,6 +6,7 @@ import numpy as np
 from tinygrad.device import Buffer as Buffer
 from tinygrad.dtype import DType
 from tinygrad.dtype import dtypes as dtypes
+from tinygrad.errors import ArgumentError as ArgumentError
 from tinygrad.helpers import toposort as toposort
 from tinygrad.ops import BinaryOps as BinaryOps
 from tinygrad.ops import LoadOps as LoadOps
@@ -38,6 +39,8 @@ class LazyBuffer:
                  srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> None: ...
     @property
     def base(self) -> LazyBuffer: ...
+    @property
+    def lbs(self) -> list[LazyBuffer]: ...
     @property
     def realized(self) -> Buffer | None: ...
     def is_unrealized_const(self) -> bool: ...

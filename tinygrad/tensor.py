@@ -16,6 +16,7 @@ import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import ConstType, DType, dtypes, to_dtype
 from tinygrad.engine.plan import realize_lazybuffers
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import all_int, prod, toposort
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
@@ -86,7 +87,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         elif isinstance(data, Node):
             # a symbolic value (e.g. a bound Variable): a constant whose value is passed to the kernel at launch
             if not all(v._val is not None for v in data.vars()):
-                raise ValueError(f"can't make a Tensor of {data!r}: its variables must be bound")
+                raise ArgumentError(f"can't make a Tensor of {data!r}: its variables must be bound")
             lb = LazyBuffer.loadop(LoadOps.CONST, (), dtype or dtypes.int32, device, arg=data)
         elif data is None:
             lb = LazyBuffer.loadop(LoadOps.EMPTY, (0,), dtype or dtypes.default_float, device)
@@ -239,7 +240,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         3.5
         """
         if self.numel() != 1:
-            raise ValueError(f"item() needs exactly one element, the tensor has shape {self.shape}")
+            raise ArgumentError(f"item() needs exactly one element, the tensor has shape {self.shape}")
         return self.numpy().reshape(-1)[0].item()
 
     def tolist(self):
@@ -294,7 +295,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """Replace this tensor's value with `x` (same shape and dtype), keeping the Tensor object."""
         x = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape:
-            raise ValueError(f"assign shape mismatch: {x.shape} into {self.shape}")
+            raise ArgumentError(f"assign shape mismatch: {x.shape} into {self.shape}")
         if x.dtype != self.dtype:
             raise TypeError(f"assign dtype mismatch: {x.dtype} into {self.dtype}")
         if x.device != self.device:
@@ -323,7 +324,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 raise RuntimeError(f"backward() without a gradient needs a scalar, this tensor has shape {self.shape}")
             gradient = Tensor(1.0, dtype=self.dtype, device=self.device, requires_grad=False).reshape(self.shape)
         if gradient.shape != self.shape:
-            raise ValueError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
+            raise ArgumentError(f"gradient shape {gradient.shape} doesn't match tensor shape {self.shape}")
         self.grad = gradient
         for t0 in reversed(self._toposort()):
             if t0._ctx is None or t0.grad is None:
@@ -354,7 +355,7 @@ def _np_from(data: list | tuple, dtype: DType | None) -> np.ndarray:
     try:
         arr = np.array(data)  # numpy's own inference tells the kinds of the leaves, at C speed
     except ValueError as e:
-        raise ValueError(f"can't make a Tensor from a ragged {type(data).__name__}: {e}") from None
+        raise ArgumentError(f"can't make a Tensor from a ragged {type(data).__name__}: {e}") from None
     if arr.dtype.kind not in "biuf":
         # strings, None, Tensors or ints too big for numpy: name the first leaf that isn't a bool, int or float
         stack = [data]

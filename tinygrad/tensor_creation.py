@@ -28,6 +28,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import ConstType, DType, dtypes, to_dtype
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import argfix, prod
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps
@@ -52,7 +53,7 @@ def check_shape(*shape) -> tuple[sint, ...]:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
             raise TypeError(f"a shape holds ints, got {type(s).__name__} in {shape}")
         if s < 0:
-            raise ValueError(f"a shape can't have negative dims, got {shape}")
+            raise ArgumentError(f"a shape can't have negative dims, got {shape}")
         out.append(int(s))
     return tuple(out)
 
@@ -167,11 +168,11 @@ class CreationMixin:
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise ValueError("arange step must not be 0")
+            raise ArgumentError("arange step must not be 0")
         if isinstance(start, Node) or isinstance(stop, Node):
             # a symbolic range (e.g. up to a bound Variable): its length is symbolic too
             if not isinstance(step, int) or step < 0 or isinstance(step, bool):
-                raise ValueError(f"a symbolic arange needs a positive int step, got {step!r}")
+                raise ArgumentError(f"a symbolic arange needs a positive int step, got {step!r}")
             n = (stop - start + step - 1) // step
         else:
             n = max(math.ceil((stop - start) / step), 0)
@@ -192,7 +193,7 @@ class CreationMixin:
         if isinstance(steps, bool) or not isinstance(steps, int):
             raise TypeError(f"linspace steps must be an int, got {type(steps).__name__}")
         if steps < 0:
-            raise ValueError(f"linspace steps must be non-negative, got {steps}")
+            raise ArgumentError(f"linspace steps must be non-negative, got {steps}")
         dtype = _pop_dtype(kwargs, dtypes.default_float)
         if dtype == dtypes.bool:
             raise TypeError("linspace can't make a bool tensor")
@@ -212,7 +213,7 @@ class CreationMixin:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"eye {name} must be an int, got {type(v).__name__}")
             if v < 0:
-                raise ValueError(f"eye {name} must be non-negative, got {v}")
+                raise ArgumentError(f"eye {name} must be non-negative, got {v}")
         dtype = _pop_dtype(kwargs, dtypes.default_float)
         requires_grad = kwargs.pop("requires_grad", None)
         rows, cols = cls.arange(n, **kwargs).reshape(n, 1), cls.arange(m, **kwargs)
@@ -301,11 +302,11 @@ class CreationMixin:
             raise TypeError(f"randint bounds must be ints, got low={low!r}, high={high!r}")
         low, high = int(low), int(high)
         if high <= low:
-            raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+            raise ArgumentError(f"randint needs low < high, got low={low}, high={high}")
         if not dtypes.is_int(dtype):
             raise TypeError(f"randint makes ints, not {dtype}")
         if low < dtypes.min(dtype) or high - 1 > dtypes.max(dtype):
-            raise ValueError(f"randint range [{low}, {high}) doesn't fit {dtype}")
+            raise ArgumentError(f"randint range [{low}, {high}) doesn't fit {dtype}")
         # 64 random bits modulo the range: the bias, at most range / 2^64, is far below what any test can see
         offset = F.Mod.apply(*cls._random_bits(shape, device)._broadcasted(high - low))
         return cls._leaf((offset.cast(dtypes.int64) + low).cast(dtype), requires_grad)
@@ -387,7 +388,7 @@ class CreationMixin:
         """Sample indices from the (unnormalised) weights of the last axis, as torch.multinomial with replacement:
         inverse-CDF lookup of device uniforms (one fused comparison and sum)."""
         if self.ndim not in (1, 2):
-            raise ValueError(f"multinomial needs 1 or 2 dims, got shape {self.shape}")
+            raise ArgumentError(f"multinomial needs 1 or 2 dims, got shape {self.shape}")
         if not replacement and num_samples != 1:
             raise NotImplementedError("multinomial without replacement is only supported for one sample")
         w = self.unsqueeze(0) if self.ndim == 1 else self

@@ -17,6 +17,7 @@ import numpy as np
 
 import tinygrad.mlops as F
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from tinygrad.errors import ArgumentError
 from tinygrad.ops import BinaryOps
 from tinygrad.shape.symbolic import Node, sint
 
@@ -46,7 +47,7 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     for dims in zip(*padded):
         sizes = {d for d in dims if not (isinstance(d, int) and d == 1)}
         if len(sizes) > 1:
-            raise ValueError(f"shapes {shapes} can't be broadcast together")
+            raise ArgumentError(f"shapes {shapes} can't be broadcast together")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
@@ -554,7 +555,7 @@ class ElementwiseMixin:
     def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
         """min(max(x, min_), max_), as torch.clamp: the gradient passes at the bounds; min_ > max_ gives max_."""
         if min_ is None and max_ is None:
-            raise ValueError("clip needs min_ or max_ (or both), got neither")
+            raise ArgumentError("clip needs min_ or max_ (or both), got neither")
         x: Tensor = self
         if min_ is not None:
             x = (x < min_).where(min_, x)
@@ -699,7 +700,7 @@ class ElementwiseMixin:
                 a, b = a._as_float(), b._as_float()
             return F.Div.apply(a, b)
         if rounding_mode not in ("trunc", "floor"):
-            raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+            raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
         if dtypes.is_float(a.dtype):
             q = F.Div.apply(a, b)._trunc_value() if rounding_mode == "trunc" else a._floor_divide(b)
             return _with_grad(q, (a, 0.0), (b, 0.0))
@@ -757,6 +758,9 @@ class ElementwiseMixin:
             # small integral exponents by multiplication: exact where exp2(x * log2|b|) would round
             if x == 1:
                 return self * 1
+            if x == 0 and not self.requires_grad:
+                # b ** 0 is 1 for every b, nan and inf included: a constant, no kernel
+                return type(self).ones(*self.shape, dtype=self.dtype, device=self.device)
             if x == 2:
                 return self * self
             if x == 3:
@@ -794,7 +798,7 @@ class ElementwiseMixin:
 
     def _int_pow_const(self, n: int) -> Tensor:
         if n < 0:
-            raise ValueError(f"integers to negative integer powers are not allowed (exponent {n})")
+            raise ArgumentError(f"integers to negative integer powers are not allowed (exponent {n})")
         acc, base = None, self
         while n:
             if n & 1:

@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from tinygrad.dtype import DType, dtypes, least_upper_dtype
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import argfix, flatten, make_pair, prod
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def _spatial_pads(padding, nd: int, k_: tuple[int, ...] = (), d_: tuple[int, ...
         if padding == "same" and k_:
             tot = [d * (k - 1) for k, d in zip(k_, d_)]
             return [(t // 2, t - t // 2) for t in tot]
-        raise ValueError(f"padding must be 'valid' or 'same' when a string, got {padding!r}")
+        raise ArgumentError(f"padding must be 'valid' or 'same' when a string, got {padding!r}")
     pads = list(padding)
     if len(pads) == nd and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pads):
         return [(int(p[0]), int(p[1])) for p in pads]
@@ -47,7 +48,7 @@ def _spatial_pads(padding, nd: int, k_: tuple[int, ...] = (), d_: tuple[int, ...
         return [(pads[2 * j], pads[2 * j + 1]) for j in range(nd)][::-1]
     if len(pads) == nd:
         return [(p, p) for p in pads]
-    raise ValueError(f"padding {padding!r} needs 1, {nd} or {2 * nd} values for {nd} spatial dims")
+    raise ArgumentError(f"padding {padding!r} needs 1, {nd} or {2 * nd} values for {nd} spatial dims")
 
 
 def _make_tuple(x, cnt: int) -> tuple:
@@ -57,7 +58,7 @@ def _make_tuple(x, cnt: int) -> tuple:
 
 def _check_reduction(reduction: str) -> None:
     if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        raise ArgumentError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
 
 class ProcessingMixin:
@@ -69,10 +70,10 @@ class ProcessingMixin:
         It is one broadcast multiply and one sum over the shared dim, so it fuses into a single kernel."""
         n1, n2 = self.ndim, w.ndim
         if n1 == 0 or n2 == 0:
-            raise ValueError(f"matmul needs at least 1 dim on both sides, got {self.shape} and {w.shape}")
+            raise ArgumentError(f"matmul needs at least 1 dim on both sides, got {self.shape} and {w.shape}")
         inner = w.shape[-2] if n2 > 1 else w.shape[0]
         if self.shape[-1] != inner:
-            raise ValueError(f"matmul shape mismatch: {self.shape} @ {w.shape} (inner dims {self.shape[-1]} and "
+            raise ArgumentError(f"matmul shape mismatch: {self.shape} @ {w.shape} (inner dims {self.shape[-1]} and "
                              f"{inner})")
         # x: (..., n, 1, k) when w has a column dim; w: (..., 1, m, k) or (k,)
         x = self.unsqueeze(-2) if n1 > 1 and n2 > 1 else self
@@ -104,7 +105,7 @@ class ProcessingMixin:
         lhs, arrow, rhs = formula.partition("->")
         terms = lhs.split(",")
         if len(terms) != len(xs):
-            raise ValueError(f"einsum {formula!r} names {len(terms)} operands, got {len(xs)}")
+            raise ArgumentError(f"einsum {formula!r} names {len(terms)} operands, got {len(xs)}")
         n_ell = 0
         for t, x in zip(terms, xs):
             if "..." in t:
@@ -113,25 +114,25 @@ class ProcessingMixin:
         letter_lists: list[list[str]] = []
         for t, x in zip(terms, xs):
             if t.count("...") > 1 or any(not (c.isalpha() or c == ".") for c in t):
-                raise ValueError(f"bad einsum term {t!r} in {formula!r}")
+                raise ArgumentError(f"bad einsum term {t!r} in {formula!r}")
             if "..." in t:
                 pre, _, post = t.partition("...")
                 n = x.ndim - len(pre) - len(post)
                 if n < 0:
-                    raise ValueError(f"einsum term {t!r} has more letters than operand dims {x.shape}")
+                    raise ArgumentError(f"einsum term {t!r} has more letters than operand dims {x.shape}")
                 letters = list(pre) + ell[n_ell - n:] + list(post)
             else:
                 letters = list(t)
             if "." in letters or len(letters) != x.ndim:
-                raise ValueError(f"einsum term {t!r} doesn't match operand of shape {x.shape}")
+                raise ArgumentError(f"einsum term {t!r} doesn't match operand of shape {x.shape}")
             letter_lists.append(letters)
         if arrow:
             if rhs.count("...") > 1 or any(not (c.isalpha() or c == ".") for c in rhs):
-                raise ValueError(f"bad einsum output {rhs!r}")
+                raise ArgumentError(f"bad einsum output {rhs!r}")
             pre, dots, post = rhs.partition("...")
             out = list(pre) + (ell if dots else []) + list(post)
             if "." in out:
-                raise ValueError(f"bad einsum output {rhs!r}")
+                raise ArgumentError(f"bad einsum output {rhs!r}")
         else:
             counts: dict[str, int] = {}
             for c in flatten(t for t in terms):
@@ -140,7 +141,7 @@ class ProcessingMixin:
             out = ell + sorted(c for c, n in counts.items() if n == 1)
         seen = set(flatten(letter_lists))
         if len(set(out)) != len(out) or any(c not in seen for c in out):
-            raise ValueError(f"einsum output {rhs!r} repeats a letter or names one no operand has")
+            raise ArgumentError(f"einsum output {rhs!r} repeats a letter or names one no operand has")
         # each operand: take diagonals of repeated letters, then line its dims up on the common letter order
         order = out + sorted(seen - set(out))
         aligned = []
@@ -162,7 +163,7 @@ class ProcessingMixin:
             c = next(c for c in letters if letters.count(c) > 1)
             i, j = [k for k, d in enumerate(letters) if d == c][:2]
             if x.shape[i] != x.shape[j]:
-                raise ValueError(f"einsum letter {c!r} has sizes {x.shape[i]} and {x.shape[j]} in one operand")
+                raise ArgumentError(f"einsum letter {c!r} has sizes {x.shape[i]} and {x.shape[j]} in one operand")
             rest = [k for k in range(x.ndim) if k not in (i, j)]
             x = x.permute(*rest, i, j)._diagonal_last2()
             letters = [letters[k] for k in rest] + [c]
@@ -180,14 +181,14 @@ class ProcessingMixin:
         """Every window of size k_ over the last len(k_) dims, as a view: (..., *i) -> (..., *o, *k)."""
         nd = len(k_)
         if self.ndim < nd:
-            raise ValueError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
+            raise ArgumentError(f"a {nd}-d window needs at least {nd} dims, got shape {self.shape}")
         s_, d_ = make_pair(stride, nd), make_pair(dilation, nd)
         if len(s_) != nd or len(d_) != nd or any(v <= 0 for v in (*s_, *d_, *k_)):
-            raise ValueError(f"bad window: kernel {k_}, stride {s_}, dilation {d_}")
+            raise ArgumentError(f"bad window: kernel {k_}, stride {s_}, dilation {d_}")
         lead, i_ = self.shape[:-nd], self.shape[-nd:]
         o_ = tuple((i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(i_, k_, s_, d_))
         if any(o <= 0 for o in o_):
-            raise ValueError(f"window {k_} (dilation {d_}) is larger than the input's last dims {i_}")
+            raise ArgumentError(f"window {k_} (dilation {d_}) is larger than the input's last dims {i_}")
         nl, keep = len(lead), [None] * len(lead)
         if all(k <= s and d == 1 for k, s, d in zip(k_, s_, d_)):
             # windows don't overlap: cut each dim into o blocks of s and keep the first k of every block
@@ -224,16 +225,16 @@ class ProcessingMixin:
         (left, right, top, bottom, ...)."""
         nd = weight.ndim - 2
         if nd < 1 or self.ndim != nd + 2:
-            raise ValueError(f"conv needs input (N, C, *spatial) and weight (Cout, C/groups, *k) with the same "
+            raise ArgumentError(f"conv needs input (N, C, *spatial) and weight (Cout, C/groups, *k) with the same "
                              f"number of spatial dims, got {self.shape} and {weight.shape}")
         (bs, cin_), (cout, cin), k_ = self.shape[:2], weight.shape[:2], tuple(weight.shape[2:])
         if groups <= 0 or cin * groups != cin_ or cout % groups != 0:
-            raise ValueError(f"conv input channels {cin_} and weight {weight.shape} don't fit groups={groups}")
+            raise ArgumentError(f"conv input channels {cin_} and weight {weight.shape} don't fit groups={groups}")
         s_, d_ = make_pair(stride, nd), make_pair(dilation, nd)
         if len(s_) != nd or len(d_) != nd:
-            raise ValueError(f"stride {stride} and dilation {dilation} need {nd} values")
+            raise ArgumentError(f"stride {stride} and dilation {dilation} need {nd} values")
         if isinstance(padding, str) and padding == "same" and any(s != 1 for s in s_):
-            raise ValueError("padding='same' needs stride 1")
+            raise ArgumentError("padding='same' needs stride 1")
         x = self._pad_spatial(_spatial_pads(padding, nd, k_, d_))._pool(k_, s_, d_)  # (bs, cin_, *o, *k)
         rcout, o_ = cout // groups, x.shape[2:2 + nd]
         x = x.reshape(bs, groups, cin, 1, *o_, *k_).expand(bs, groups, cin, rcout, *o_, *k_)
@@ -250,15 +251,15 @@ class ProcessingMixin:
         spread out by `stride` (zeros between), convolved with the flipped, transposed weight."""
         nd = weight.ndim - 2
         if nd < 1 or self.ndim != nd + 2:
-            raise ValueError(f"conv_transpose needs input (N, C, *spatial) and weight (C, Cout/groups, *k) with the "
+            raise ArgumentError(f"conv_transpose needs input (N, C, *spatial) and weight (C, Cout/groups, *k) with the "
                              f"same number of spatial dims, got {self.shape} and {weight.shape}")
         (cin, rcout), k_ = weight.shape[:2], tuple(weight.shape[2:])
         if groups <= 0 or cin % groups != 0 or self.shape[1] != cin:
-            raise ValueError(f"conv_transpose input channels {self.shape[1]} and weight {weight.shape} don't fit "
+            raise ArgumentError(f"conv_transpose input channels {self.shape[1]} and weight {weight.shape} don't fit "
                              f"groups={groups}")
         s_, d_, op_ = make_pair(stride, nd), make_pair(dilation, nd), make_pair(output_padding, nd)
         if any(p >= max(s, d) for p, s, d in zip(op_, s_, d_)):
-            raise ValueError(f"output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+            raise ArgumentError(f"output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
         pads = _spatial_pads(padding, nd)
         w = weight.reshape(groups, cin // groups, rcout, *k_).transpose(1, 2).flip(tuple(range(3, 3 + nd)))
         w = w.reshape(groups * rcout, cin // groups, *k_)
@@ -280,7 +281,7 @@ class ProcessingMixin:
         for i, k, s, d, (a, b) in zip(self.shape[-nd:], k_, s_, d_, pads):
             span, tot = d * (k - 1) + 1, i + a + b
             if tot < span:
-                raise ValueError(f"pool window {k_} (dilation {d_}) is larger than the padded input "
+                raise ArgumentError(f"pool window {k_} (dilation {d_}) is larger than the padded input "
                                  f"{self.shape[-nd:]}")
             o = (tot - span) // s + 1
             if ceil_mode:
@@ -296,7 +297,7 @@ class ProcessingMixin:
         s_ = k_ if stride is None else make_pair(stride, nd)
         d_ = make_pair(dilation, nd)
         if len(s_) != nd or len(d_) != nd or self.ndim < nd:
-            raise ValueError(f"pool of kernel {k_}, stride {s_}, dilation {d_} doesn't fit shape {self.shape}")
+            raise ArgumentError(f"pool of kernel {k_}, stride {s_}, dilation {d_} doesn't fit shape {self.shape}")
         return k_, s_, d_
 
     def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
@@ -333,21 +334,21 @@ class ProcessingMixin:
         Each dim is resized by a sum against an (out, in) weight matrix built from aranges, or by a view when the
         nearest sample is a whole-number repeat or stride."""
         if mode not in _INTERP_MODES:
-            raise ValueError(f"interpolate mode must be one of {_INTERP_MODES}, got {mode!r}")
+            raise ArgumentError(f"interpolate mode must be one of {_INTERP_MODES}, got {mode!r}")
         if align_corners and mode not in ("linear", "bilinear", "trilinear"):
-            raise ValueError(f"align_corners only applies to the linear modes, not {mode!r}")
+            raise ArgumentError(f"align_corners only applies to the linear modes, not {mode!r}")
         if (size is None) == (scale_factor is None):
-            raise ValueError("interpolate needs exactly one of size and scale_factor")
+            raise ArgumentError("interpolate needs exactly one of size and scale_factor")
         spec = size if size is not None else scale_factor
         nd = len(spec) if isinstance(spec, (tuple, list)) else self.ndim - 2
         if nd < 1 or nd > self.ndim:
-            raise ValueError(f"can't resize {nd} dims of a tensor of shape {self.shape}")
+            raise ArgumentError(f"can't resize {nd} dims of a tensor of shape {self.shape}")
         in_ = self.shape[-nd:]
         sf_ = None if scale_factor is None else tuple(float(f) for f in _make_tuple(scale_factor, nd))
         out_ = tuple(make_pair(size, nd)) if size is not None else \
             tuple(int(math.floor(i * f)) for i, f in zip(in_, sf_))
         if len(out_) != nd or any(o <= 0 for o in out_):
-            raise ValueError(f"bad interpolate output size {out_}")
+            raise ArgumentError(f"bad interpolate output size {out_}")
         x = self
         for j, (i, o) in enumerate(zip(in_, out_)):
             dim = self.ndim - nd + j
@@ -439,7 +440,7 @@ class ProcessingMixin:
         """In training mode, zero each element with probability p and scale the rest by 1/(1-p); else a no-op.
         The mask comes from Tensor.rand, so Tensor.manual_seed makes it repeatable."""
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+            raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
         if not type(self).training or p == 0:
             return self
         if p == 1:
@@ -453,7 +454,7 @@ class ProcessingMixin:
         keeps the lower triangle. Dropout on the weights applies in training mode only, as tinygrad's."""
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("pass either attn_mask or is_causal, not both")
+                raise ArgumentError("pass either attn_mask or is_causal, not both")
             t = type(self)
             rows = t.arange(self.shape[-2], device=self.device).reshape(-1, 1)
             attn_mask = rows >= t.arange(key.shape[-2], device=self.device).reshape(1, -1)
@@ -466,12 +467,12 @@ class ProcessingMixin:
         """Pad the last dims by tinygrad's flat (left, right, top, bottom, ...) list, last dim first."""
         lr = make_pair(padding, 4) if isinstance(padding, int) else tuple(padding)
         if len(lr) % 2 or len(lr) // 2 > self.ndim:
-            raise ValueError(f"pad2d needs pairs of padding for at most {self.ndim} dims, got {padding}")
+            raise ArgumentError(f"pad2d needs pairs of padding for at most {self.ndim} dims, got {padding}")
         return self._pad_spatial(_spatial_pads(lr, len(lr) // 2), value)
 
     def _tri(self, k: int, upper: bool) -> Tensor:
         if self.ndim < 2:
-            raise ValueError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+            raise ArgumentError(f"tril/triu need at least 2 dims, got shape {self.shape}")
         t = type(self)
         r, c = self.shape[-2], self.shape[-1]
         rows = t.arange(r, device=self.device).reshape(r, 1)
@@ -492,7 +493,7 @@ class ProcessingMixin:
         probabilities (floats, same shape as the logits)."""
         if dtypes.is_float(target.dtype):
             if target.shape != self.shape:
-                raise ValueError(f"probability targets need the logits' shape {self.shape}, got {target.shape}")
+                raise ArgumentError(f"probability targets need the logits' shape {self.shape}, got {target.shape}")
             n = self.shape[-1]
             target = target * (1 - label_smoothing) + label_smoothing / n
             return (-(self.log_softmax(-1) * target).sum(-1))._reduce_loss(reduction)
@@ -502,7 +503,7 @@ class ProcessingMixin:
     def one_hot(self, num_classes: int) -> Tensor:
         """A new last dim of `num_classes` with 1 at each element's value and 0 elsewhere (int, as PyTorch)."""
         if num_classes <= 0:
-            raise ValueError(f"one_hot needs a positive num_classes, got {num_classes}")
+            raise ArgumentError(f"one_hot needs a positive num_classes, got {num_classes}")
         hit = self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)
         return hit.cast(dtypes.default_int)
 
@@ -529,9 +530,9 @@ class ProcessingMixin:
         label_smoothing mixes in the uniform distribution."""
         _check_reduction(reduction)
         if not 0.0 <= label_smoothing <= 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+            raise ArgumentError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if tuple(Y.shape) != tuple(self.shape[:-1]):
-            raise ValueError(f"labels of shape {Y.shape} don't match logits of shape {self.shape}")
+            raise ArgumentError(f"labels of shape {Y.shape} don't match logits of shape {self.shape}")
         log_probs = self.log_softmax(-1)
         keep = Y != ignore_index
         hit = (Y.unsqueeze(-1) == type(self).arange(self.shape[-1], device=self.device)) & keep.unsqueeze(-1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import tinygrad.mlops as F
 from tinygrad.dtype import DType, dtypes, least_upper_float
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import prod
 from tinygrad.ops import ReduceOps
 
@@ -67,7 +68,7 @@ class ReduceMixin:
             return ()
         resolved = tuple(self._resolve_dim(a) for a in axes)
         if len(set(resolved)) != len(resolved):
-            raise ValueError(f"axis {axis} names a dim more than once for a tensor of shape {self.shape}")
+            raise ArgumentError(f"axis {axis} names a dim more than once for a tensor of shape {self.shape}")
         return tuple(sorted(resolved))
 
     def _reduce(self, fxn: type[F.Function], axis=None, keepdim: bool = False) -> Tensor:

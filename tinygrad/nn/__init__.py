@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from tinygrad.dtype import dtypes
+from tinygrad.errors import ArgumentError
 from tinygrad.helpers import all_int, prod
 from tinygrad.nn import optim  # noqa: F401 - `tinygrad.nn.optim` is reachable as an attribute, as in tinygrad
 from tinygrad.tensor import Tensor
@@ -21,7 +22,7 @@ from tinygrad.tensor import Tensor
 
 def _check_count(name: str, value, minimum: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise ArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _fan_in_bound(fan_in: int) -> float:
@@ -53,7 +54,7 @@ class Linear:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim == 0 or x.shape[-1] != self.weight.shape[1]:
-            raise ValueError(f"Linear expects a last dim of {self.weight.shape[1]}, got input shape {x.shape}")
+            raise ArgumentError(f"Linear expects a last dim of {self.weight.shape[1]}, got input shape {x.shape}")
         return x.linear(self.weight.T, self.bias)
 
 
@@ -75,7 +76,7 @@ class Conv2d:
         _check_count("out_channels", out_channels)
         _check_count("groups", groups)
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must both be divisible by "
+            raise ArgumentError(f"in_channels {in_channels} and out_channels {out_channels} must both be divisible by "
                              f"groups {groups}")
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.weight = self.initialize_weight(out_channels, in_channels, groups)
@@ -87,7 +88,7 @@ class Conv2d:
     def _kernel_tuple(kernel_size, nd: int) -> tuple[int, ...]:
         ks = (kernel_size,) * nd if isinstance(kernel_size, int) else tuple(kernel_size)
         if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in ks):
-            raise ValueError(f"kernel_size must be a positive int or a tuple of them, got {kernel_size!r}")
+            raise ArgumentError(f"kernel_size must be a positive int or a tuple of them, got {kernel_size!r}")
         return ks
 
     def initialize_weight(self, out_channels: int, in_channels: int, groups: int) -> Tensor:
@@ -161,7 +162,7 @@ class BatchNorm:
                  momentum: float | None = 0.1):
         _check_count("num_features", sz)
         if momentum is not None and not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must be in [0, 1] or None, got {momentum!r}")
+            raise ArgumentError(f"momentum must be in [0, 1] or None, got {momentum!r}")
         self.num_features, self.eps, self.affine = sz, eps, affine
         self.track_running_stats, self.momentum = track_running_stats, momentum
         self.weight: Tensor | None = Tensor.ones(sz) if affine else None
@@ -180,12 +181,12 @@ class BatchNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_features:
-            raise ValueError(f"BatchNorm({self.num_features}) expects input (N, {self.num_features}, *), "
+            raise ArgumentError(f"BatchNorm({self.num_features}) expects input (N, {self.num_features}, *), "
                              f"got shape {x.shape}")
         n = prod(s for d, s in enumerate(x.shape) if d != 1)  # values per channel
         use_batch = Tensor.training or not self.track_running_stats
         if use_batch and isinstance(n, int) and n == 1 and Tensor.training:
-            raise ValueError(f"BatchNorm in training mode needs more than 1 value per channel, got shape {x.shape}")
+            raise ArgumentError(f"BatchNorm in training mode needs more than 1 value per channel, got shape {x.shape}")
         if not use_batch or (isinstance(n, int) and n == 0):
             return x.batchnorm(self.weight, self.bias, self.running_mean, (self.running_var + self.eps).rsqrt())
         mean, var = self.calc_stats(x)
@@ -216,7 +217,7 @@ class LayerNorm:
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if not self.normalized_shape:
-            raise ValueError("LayerNorm needs a non-empty normalized_shape")
+            raise ArgumentError("LayerNorm needs a non-empty normalized_shape")
         for s in self.normalized_shape:
             _check_count("normalized_shape entries", s)
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
@@ -227,7 +228,7 @@ class LayerNorm:
     def __call__(self, x: Tensor) -> Tensor:
         k = len(self.normalized_shape)
         if tuple(x.shape[-k:]) != self.normalized_shape or x.ndim < k:
-            raise ValueError(f"LayerNorm{self.normalized_shape} expects trailing dims {self.normalized_shape}, "
+            raise ArgumentError(f"LayerNorm{self.normalized_shape} expects trailing dims {self.normalized_shape}, "
                              f"got shape {x.shape}")
         x = x.layernorm(axis=self.axis, eps=self.eps)
         return x if not self.elementwise_affine else x * self.weight + self.bias
@@ -239,7 +240,7 @@ class LayerNorm2d(LayerNorm):
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2:
-            raise ValueError(f"LayerNorm2d expects input (N, C, *), got shape {x.shape}")
+            raise ArgumentError(f"LayerNorm2d expects input (N, C, *), got shape {x.shape}")
         last = tuple(range(2, x.ndim))
         y = super().__call__(x.permute(0, *last, 1))
         return y.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
@@ -257,7 +258,7 @@ class _ChannelGroupNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self._channels:
-            raise ValueError(f"{type(self).__name__} expects input (N, {self._channels}, *), got shape {x.shape}")
+            raise ArgumentError(f"{type(self).__name__} expects input (N, {self._channels}, *), got shape {x.shape}")
         x = x.reshape(x.shape[0], self._groups, -1).layernorm(eps=self.eps).reshape(x.shape)
         if self.weight is None or self.bias is None:
             return x
@@ -272,7 +273,7 @@ class GroupNorm(_ChannelGroupNorm):
         _check_count("num_groups", num_groups)
         _check_count("num_channels", num_channels)
         if num_channels % num_groups:
-            raise ValueError(f"num_channels {num_channels} must be divisible by num_groups {num_groups}")
+            raise ArgumentError(f"num_channels {num_channels} must be divisible by num_groups {num_groups}")
         super().__init__(num_groups, num_channels, eps, affine)
         self.num_groups, self.num_channels = num_groups, num_channels
 
@@ -303,7 +304,7 @@ class RMSNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim == 0 or x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"RMSNorm({self.weight.shape[0]}) expects a last dim of {self.weight.shape[0]}, "
+            raise ArgumentError(f"RMSNorm({self.weight.shape[0]}) expects a last dim of {self.weight.shape[0]}, "
                              f"got shape {x.shape}")
         return self._norm(x.float()).cast(x.dtype) * self.weight
 

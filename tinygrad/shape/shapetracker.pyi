@@ -7,7 +7,7 @@ from tinygrad.shape.symbolic import NumNode as NumNode
 from tinygrad.shape.symbolic import SumNode as SumNode
 from tinygrad.shape.symbolic import Variable as Variable
 from tinygrad.shape.symbolic import sint
-from tinygrad.shape.view import View
+from tinygrad.shape.view import View as View
 
 class ShapeTracker:
     def __init__(self, views: Sequence[View]) -> None: ...

@@ -414,3 +414,8 @@ cdef dict _concretizing(tuple old, object new):
 
 cdef object _as_int(object x):
     return x if type(x) is int else (x.b if isinstance(x, NumNode) else None)
+
+
+# tinygrad 0.9 code imports View from here (`from tinygrad.shape.shapetracker import ShapeTracker, View`); a cimported
+# class is not a module attribute by itself
+globals()["View"] = View

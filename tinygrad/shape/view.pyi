@@ -1,6 +1,7 @@
 # Type stub for the compiled module tinygrad/shape/view.pyx (one strided, offset, masked window onto a buffer).
 from typing import Sequence
 
+from tinygrad.errors import ArgumentError as ArgumentError
 from tinygrad.shape.symbolic import Node as Node
 from tinygrad.shape.symbolic import Variable as Variable
 from tinygrad.shape.symbolic import sint

@@ -10,6 +10,7 @@ they really depend on a Variable.
 """
 import operator
 
+from tinygrad.errors import ArgumentError
 from tinygrad.shape.symbolic import Node, Variable
 
 # Memo caches for the expensive pure functions, keyed by all-int views only: Views holding Variables compare
@@ -43,7 +44,7 @@ cdef object _arg(object x, str what, object arg):
     try:
         return _norm(x)
     except TypeError:
-        raise ValueError(f"{what}: {arg!r} holds {x!r}, which is not an int or a symbolic Node") from None
+        raise ArgumentError(f"{what}: {arg!r} holds {x!r}, which is not an int or a symbolic Node") from None
 
 
 cdef inline object _add(object a, object b):
@@ -83,7 +84,7 @@ cdef object _smax(object a, object b):
         return a
     if _hi(d) <= 0:
         return b
-    raise ValueError(f"cannot decide max({a}, {b}) for symbolic values")
+    raise ArgumentError(f"cannot decide max({a}, {b}) for symbolic values")
 
 
 cdef object _smin(object a, object b):
@@ -95,7 +96,7 @@ cdef object _smin(object a, object b):
         return a
     if _lo(d) >= 0:
         return b
-    raise ValueError(f"cannot decide min({a}, {b}) for symbolic values")
+    raise ArgumentError(f"cannot decide min({a}, {b}) for symbolic values")
 
 
 cdef object _prod(object xs):
@@ -152,12 +153,12 @@ cdef tuple _as_shape(object shape, str what):
     try:
         items = tuple(shape)
     except TypeError:
-        raise ValueError(f"{what}: shape {shape!r} is not a sequence") from None
+        raise ArgumentError(f"{what}: shape {shape!r} is not a sequence") from None
     cdef list out = []
     for s in items:
         s = _arg(s, what, shape)
         if type(s) is int and s < 0:
-            raise ValueError(f"{what}: shape {shape!r} has a negative dim")
+            raise ArgumentError(f"{what}: shape {shape!r} has a negative dim")
         out.append(s)
     return tuple(out)
 
@@ -167,15 +168,15 @@ cdef tuple _as_pairs(object arg, Py_ssize_t n, str what, tuple shape):
     try:
         items = tuple(arg)
     except TypeError:
-        raise ValueError(f"{what}: {arg!r} is not a sequence of pairs") from None
+        raise ArgumentError(f"{what}: {arg!r} is not a sequence of pairs") from None
     if len(items) != n:
-        raise ValueError(f"{what}: {arg!r} has {len(items)} entries for shape {shape} with {n} dims")
+        raise ArgumentError(f"{what}: {arg!r} has {len(items)} entries for shape {shape} with {n} dims")
     cdef list out = []
     for p in items:
         try:
             a, b = p
         except (TypeError, ValueError):
-            raise ValueError(f"{what}: {arg!r} for shape {shape} must hold one pair per dim") from None
+            raise ArgumentError(f"{what}: {arg!r} for shape {shape} must hold one pair per dim") from None
         out.append((_arg(a, what, arg), _arg(b, what, arg)))
     return tuple(out)
 
@@ -270,7 +271,7 @@ cpdef View create_view(object shape, object strides=None, object offset=0, objec
     if strides is not None:
         strides = tuple([_arg(s, "View.create", strides) for s in strides])
         if len(strides) != n:
-            raise ValueError(f"View.create: strides {strides} do not match shape {shp}")
+            raise ArgumentError(f"View.create: strides {strides} do not match shape {shp}")
     if mask is not None:
         mask = _as_pairs(mask, n, "View.create mask", shp)
     return _create(shp, strides, _arg(offset, "View.create", offset), mask)
@@ -769,9 +770,9 @@ cdef class View:
         try:
             ax = tuple([operator.index(a) for a in axis])
         except TypeError:
-            raise ValueError(f"permute: {axis!r} is not a tuple of ints") from None
+            raise ArgumentError(f"permute: {axis!r} is not a tuple of ints") from None
         if sorted(ax) != list(range(n)):
-            raise ValueError(f"permute: {axis!r} is not a permutation of the {n} dims of shape {self.shape}")
+            raise ArgumentError(f"permute: {axis!r} is not a permutation of the {n} dims of shape {self.shape}")
         mask = None if self.mask is None else tuple([self.mask[a] for a in ax])
         return _create(tuple([self.shape[a] for a in ax]), tuple([self.strides[a] for a in ax]), self.offset, mask)
 
@@ -780,11 +781,11 @@ cdef class View:
         cdef tuple ns = _as_shape(new_shape, "expand")
         cdef Py_ssize_t n = len(self.shape), d
         if len(ns) != n:
-            raise ValueError(f"expand: {ns} has {len(ns)} dims but shape {self.shape} has {n}")
+            raise ArgumentError(f"expand: {ns} has {len(ns)} dims but shape {self.shape} has {n}")
         for d in range(n):
             s = self.shape[d]
             if not (s == ns[d] or (type(s) is int and s == 1)):
-                raise ValueError(f"expand: cannot expand dim {d} of shape {self.shape} to {ns}")
+                raise ArgumentError(f"expand: cannot expand dim {d} of shape {self.shape} to {ns}")
         if _has_zero(ns):
             return _create(ns, None, 0, None)
         mask = None
@@ -801,7 +802,7 @@ cdef class View:
         cdef bint any_pad = False
         for b, a in pairs:
             if _lo(b) < 0 or _lo(a) < 0:
-                raise ValueError(f"pad: {arg!r} for shape {self.shape} has a negative amount")
+                raise ArgumentError(f"pad: {arg!r} for shape {self.shape} has a negative amount")
             if not (b == 0 and a == 0):
                 any_pad = True
         if not any_pad:
@@ -829,7 +830,7 @@ cdef class View:
             b, e = pairs[d]
             s = self.shape[d]
             if _lo(b) < 0 or _lo(_sub(e, b)) < 0 or _lo(_sub(s, e)) < 0:
-                raise ValueError(f"shrink: {arg!r} is out of range for shape {self.shape}")
+                raise ArgumentError(f"shrink: {arg!r} is out of range for shape {self.shape}")
         shape = []
         offset = self.offset
         for d in range(n):
@@ -857,9 +858,9 @@ cdef class View:
         try:
             ms = tuple([operator.index(m) for m in mul])
         except TypeError:
-            raise ValueError(f"stride: {mul!r} is not a tuple of ints") from None
+            raise ArgumentError(f"stride: {mul!r} is not a tuple of ints") from None
         if len(ms) != n or any([m == 0 for m in ms]):
-            raise ValueError(f"stride: {mul!r} needs one nonzero int per dim of shape {self.shape}")
+            raise ArgumentError(f"stride: {mul!r} needs one nonzero int per dim of shape {self.shape}")
         shape, strides, mask = [], [], []
         offset = self.offset
         for d in range(n):
@@ -886,10 +887,10 @@ cdef class View:
         old_size, new_size = _prod(self.shape), _prod(ns)
         if type(old_size) is int and type(new_size) is int:
             if old_size != new_size:
-                raise ValueError(f"reshape: cannot reshape shape {self.shape} ({old_size} elements) to {ns} "
+                raise ArgumentError(f"reshape: cannot reshape shape {self.shape} ({old_size} elements) to {ns} "
                                  f"({new_size} elements)")
         elif type(_sub(old_size, new_size)) is int and _sub(old_size, new_size) != 0:
-            raise ValueError(f"reshape: size of {ns} does not match shape {self.shape}")
+            raise ArgumentError(f"reshape: size of {ns} does not match shape {self.shape}")
         if _has_zero(self.shape):
             return _create(ns, None, 0, None)
         if self.contiguous:
