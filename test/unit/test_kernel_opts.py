@@ -201,7 +201,9 @@ def test_prime_sizes_and_whole_dim_upcasts():
 def test_reduce_over_size_one_and_over_everything():
     a = rand(16, 1, 64)
     check((a * 2).sum(axis=1), [Opt(V, 2, 16), Opt(U, 0, 4)])
-    check(a.sum(), [Opt(V, 2, 16), Opt(R, 0, 4)])
+    # 1024 values of both signs summed in another order: the float32 error is relative to the magnitudes summed
+    # (about 800), not to the small total
+    check(a.sum(), [Opt(V, 2, 16), Opt(R, 0, 4)], atol=1e-4)
     big = rand(4096, 64)
     si, var_vals = last_kernel(big.sum())
     got, lin = run(si, var_vals)
