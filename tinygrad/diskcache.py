@@ -15,6 +15,7 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 import warnings
 
 from tinygrad.helpers import CACHELEVEL, cache_dir, getenv
@@ -56,15 +57,21 @@ def _may_use(path: str) -> bool:
     """Whether `path` may hold the cache: missing, empty, or a sqlite file. Anything else belongs to someone else."""
     if path in _refused:
         return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return True
-    except OSError as e:  # a directory, no permission, ...
-        head, why = None, e.strerror or type(e).__name__
-    else:
+    for _ in range(20):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return True
+        except OSError as e:  # a directory, no permission, ...
+            head, why = None, e.strerror or type(e).__name__
+            break
         why = "it is not a sqlite file"
+        # NOTE: another process may be creating the cache right now: its header can be read half written (a
+        # prefix of it, or zeros), so such a head is read again before the file is taken for someone else's
+        if head in (SQLITE_HEADER, b"") or not (SQLITE_HEADER.startswith(head) or head.count(0) == len(head)):
+            break
+        time.sleep(0.05)
     if head is not None and (head == SQLITE_HEADER or head == b""):
         return True
     _refused.add(path)

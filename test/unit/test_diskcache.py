@@ -178,3 +178,23 @@ def test_cachelevel_0_keeps_nothing(db):
     r = subprocess.run([sys.executable, "-c", SECOND_PROCESS], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert not db.exists() or not sqlite3.connect(db).execute("SELECT name FROM sqlite_master").fetchall()
+
+
+def test_a_header_being_written_by_another_process_is_waited_for(tmp_path):
+    import threading
+    import time
+    path = tmp_path / "cache.db"
+    # another process has written half of the sqlite header so far (a race seen with parallel test workers)
+    path.write_bytes(diskcache.SQLITE_HEADER[:5])
+
+    def finish():
+        time.sleep(0.2)
+        sqlite3.connect(path).close()
+        path.write_bytes(diskcache.SQLITE_HEADER + bytes(84))
+    t = threading.Thread(target=finish)
+    t.start()
+    try:
+        assert diskcache._may_use(str(path))
+    finally:
+        t.join()
+    assert str(path) not in diskcache._refused
