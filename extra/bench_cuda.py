@@ -187,7 +187,7 @@ def rendered(renderer, out: Tensor) -> tuple[str, str]:
 
 def sweep(dev, old: str | None) -> None:
     import tinygrad.renderer.cuda as cuda_renderer
-    from tinygrad.renderer.cuda import launch_dims
+    from tinygrad.renderer.gpu import launch_dims
     rng = np.random.default_rng(1)
     a_np, b_np = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
     a, b = Tensor(a_np, device="CUDA").realize(), Tensor(b_np, device="CUDA").realize()

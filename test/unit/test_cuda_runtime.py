@@ -686,7 +686,7 @@ def kernels():
 
 
 def test_rendered_kernels_look_like_cuda(kernels):
-    from tinygrad.renderer.cuda import launch_dims, launch_persistent
+    from tinygrad.renderer.gpu import launch_dims, launch_persistent
     g = kernels["elementwise"]  # the linearizer's grid: a thread per output, its launch given as data
     assert "tinygrad launch" not in g and launch_dims(g) is None
     assert 'extern "C" __global__ void __launch_bounds__(' in g and "exp2f(" in g
@@ -728,7 +728,7 @@ def test_vectorising_needs_contiguous_ungated_access():
     from functools import partial
 
     from tinygrad import Tensor, dtypes
-    from tinygrad.renderer.cuda import launch_dims
+    from tinygrad.renderer.gpu import launch_dims
     _render_all = partial(globals()["_render_all"], grid=False)  # the renderer's plan, for every kernel here
     a = Tensor.empty(1000).realize()
     # a strided read, a transpose or an inner loop: a thread per element keeps neighbouring threads' reads together

@@ -2,8 +2,8 @@
 
 Two paths reach a GPU. The linearizer's own (`Linearizer.gpu`): output dims become the grid, a thread computes one
 output or one register tile of outputs (UPCAST, with VECTORIZE along the innermost dim for 16-byte loads and
-stores), LOCAL shapes the block, and UNROLL deepens the reduce loop. The CUDA renderer's plan (`renderer/
-cuda_plan.py`) for kernels left as plain loops: it spreads one reduction over a block (few outputs, each reading
+stores), LOCAL shapes the block, and UNROLL deepens the reduce loop. The GPU render loop's plan (`renderer/
+gpu_plan.py`) for kernels left as plain loops: it spreads one reduction over a block (few outputs, each reading
 a long contiguous row) or over the whole grid (one output), combining with warp shuffles.
 
 NOTE: only memory-bound reductions stay with the renderer: few outputs, many contiguous inputs each. There one
@@ -20,7 +20,7 @@ from tinygrad.codegen.uops import VECTOR_DTYPES
 from tinygrad.ops import BufferOps
 
 # reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
-# with the renderer's split reductions (the same bounds as renderer/cuda_plan.py's block and grid modes)
+# with the renderer's split reductions (the same bounds as renderer/gpu_plan.py's block and grid modes)
 RENDERER_MAX_OUTPUTS = 16384
 RENDERER_MIN_INPUTS = 256
 # below this many outputs the renderer splits even a strided reduction: too few threads for the grid otherwise

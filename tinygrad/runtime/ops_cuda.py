@@ -23,7 +23,8 @@ import sys
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
-from tinygrad.renderer.cuda import CUDARenderer, launch_dims, launch_persistent
+from tinygrad.renderer.cuda import CUDARenderer
+from tinygrad.renderer.gpu import launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
 

@@ -1,6 +1,7 @@
-"""How the CUDA renderer spreads a loop-only kernel over the GPU: which loops become the grid (one thread per output
+"""How the GPU render loop spreads a loop-only kernel over the GPU: which loops become the grid (one thread per output
 element, a block per output row, or the whole grid on one big reduction), and which loads and stores can move 16
-bytes at a time. Pure analysis of the uops; `renderer/cuda.py` writes the code it plans.
+bytes at a time. Pure analysis of the uops, the same for every GPU language; `renderer/gpu.py` writes the code it
+plans.
 """
 from __future__ import annotations
 
