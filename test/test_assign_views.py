@@ -172,3 +172,37 @@ def test_symbolic_slice_reads():
         v = Variable("i", 1, 6).bind(i)
         np.testing.assert_array_equal(a[:, :v].sum(1).numpy(), a.numpy()[:, :i].sum(1))
         np.testing.assert_array_equal(a[:, v - 1:v].reshape(2).numpy(), a.numpy()[:, i - 1])
+
+
+def test_symbolic_span_that_can_reach_past_the_dim():
+    # tinygrad 0.9's llama: Variable("start_pos", 1, MAX_CONTEXT) over a cache of MAX_CONTEXT positions, read at
+    # (0, start_pos + 1); the span may reach one past the end for the largest value, never for the ones bound
+    cache = Tensor.zeros(1, 8, 2).contiguous().realize()
+    ref = np.zeros((1, 8, 2), np.float32)
+    for pos in (0, 3, 7):
+        sp = Variable("start_pos", 0, 8).bind(pos)
+        cache.shrink(((0, 1), (sp, sp + 1), (0, 2))).assign(Tensor.full((1, 1, 2), pos + 1.0)).realize()
+        ref[:, pos] = pos + 1
+        np.testing.assert_array_equal(cache.shrink((None, (0, sp + 1), None)).sum(1).numpy(),
+                                      ref[:, :pos + 1].sum(1))
+    np.testing.assert_array_equal(cache.numpy(), ref)
+    with pytest.raises(AssertionError, match=r"is \(8, 9\) now, out of range"):
+        cache.shrink((None, (Variable("start_pos", 0, 8).bind(8), Variable("start_pos", 0, 8).bind(8) + 1), None))
+
+
+def test_a_jitted_write_past_the_dim_lands_nowhere():
+    # the replayed kernel is not re-checked: a value reaching past the view's dim writes nothing and reads zeros,
+    # and the rest of the buffer under the view is untouched
+    base = Tensor.zeros(10).contiguous().realize()
+    view = base.shrink(((0, 8),))
+
+    @TinyJit
+    def put(v: Tensor, i: Variable) -> Tensor:
+        view.shrink(((i, i + 1),)).assign(v).realize()
+        return view.shrink(((i, i + 1),)).contiguous().realize()
+
+    outs = []
+    for i in (1, 2, 3, 8):
+        outs.append(put(Tensor([float(i + 1)]).realize(), Variable("i", 0, 8).bind(i)).item())
+    assert outs == [2.0, 3.0, 4.0, 0.0]
+    np.testing.assert_array_equal(base.numpy(), [0, 2, 3, 4, 0, 0, 0, 0, 0, 0])

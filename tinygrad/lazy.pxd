@@ -20,6 +20,9 @@ cdef class LazyBuffer:
     cdef public object buffer
     # contiguous() on an already-contiguous base: it must get a buffer of its own instead of being fused away
     cdef public bint forced_realize
+    # a realized scalar shared by every graph that uses its value (LazyBuffer.scalar): never written, an assign
+    # to it replaces it as an assign to a constant does
+    cdef public bint shared_const
     # set while an ASSIGN's kernel has not run: its (shared) buffer is allocated but not yet written
     cdef public bint pending
     cdef object __weakref__

@@ -7,6 +7,9 @@ of a base through a ShapeTracker (`st`), which is how every movement op is expre
 It is a Cython class because every Tensor op makes one or more of them: building `x * 2 + 1` must cost a few
 hundred nanoseconds per node, not microseconds, for eager execution to be fast.
 """
+import collections
+import struct
+
 import numpy as np
 
 from tinygrad.device import Buffer
@@ -16,6 +19,20 @@ from tinygrad.helpers import toposort
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
 from tinygrad.shape.symbolic import Node
+
+# LazyBuffer.scalar's buffers, least recently used first
+_scalars = collections.OrderedDict()
+
+
+cdef bint _compiled_in(double v):
+    """Whether float constant `v` stays in the kernel's source: values code writes as literals and never varies (small
+    integers, halves), and inf and nan, which constant folding and the renderers treat specially."""
+    if v != v or v == float("inf") or v == float("-inf"):
+        return True
+    if -16 <= v <= 16 and v == <long long>v:
+        return True
+    return v == 0.5 or v == -0.5
+
 
 _CMP_OPS = frozenset((BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE))
 _CONST = LoadOps.CONST
@@ -155,6 +172,28 @@ cdef class LazyBuffer:
         ret.buffer = Buffer("CPU", x.size, ret.dtype, opaque=x.reshape(-1))
         return ret
 
+    @staticmethod
+    def scalar(val, dtype, str device):
+        """A realized 0-d buffer on `device` holding float `val`, shared by every graph that uses this value, or None
+        where the value is better compiled into the kernel (see _compiled_in). Kernels read it instead of holding
+        the value, so a scalar that changes between calls (a learning rate, a `full()` value) reuses one compiled
+        kernel. The last few hundred values are kept; each is read-only (`shared_const`)."""
+        key = (device, dtype, struct.pack("<d", val))
+        cdef LazyBuffer ret = _scalars.get(key)
+        if ret is not None:
+            _scalars.move_to_end(key)
+            return ret
+        if _compiled_in(val) or dtype.np is None or device.startswith("DISK"):
+            return None
+        buf = Buffer(device, 1, dtype).allocate()
+        buf.copyin(memoryview(np.array([val], dtype=dtype.np)).cast("B"))
+        ret = new_base(device, contiguous_st(()), dtype, LoadOps.EMPTY, None, ())
+        ret.buffer, ret.shared_const = buf, True
+        _scalars[key] = ret
+        if len(_scalars) > 256:
+            _scalars.popitem(last=False)
+        return ret
+
     def const(self, val, shape=None):
         """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
         cdef tuple shp = self.shape if shape is None else tuple(shape)
@@ -185,7 +224,7 @@ cdef class LazyBuffer:
         in the buffer, as a KV cache needs); otherwise `x`, given a buffer of its own if it is a constant."""
         cdef LazyBuffer target = self.base
         cdef bint whole = self.st.contiguous and self.size == target.size
-        if not whole and target.buffer is not None and target.op is not _CONST and \
+        if not whole and target.buffer is not None and target.op is not _CONST and not target.shared_const and \
                 (target.realized is not None or target.op is LoadOps.ASSIGN):
             if x.base is target:
                 if x.st == self.st:
@@ -193,7 +232,7 @@ cdef class LazyBuffer:
                 # other elements of the same buffer: copied out before they are written
                 x = new_base(x.device, contiguous_st(x.shape), x.dtype, _CONTIGUOUS, None, (x,))
             return _assign_view(self, x, target)
-        if x.base is target or target.realized is None or target.op is _CONST or not whole:
+        if x.base is target or target.realized is None or target.op is _CONST or target.shared_const or not whole:
             # NOTE: state assigned a constant (a counter starting from zeros, folded without a kernel) must still
             # become a buffer: a jitted step captures the kernels that write buffers, and would never update it
             return x.contiguous() if x.base is not target and x.is_inlined() else x
@@ -258,9 +297,12 @@ cdef class LazyBuffer:
                 if s.dtype is not self.dtype and s.dtype != self.dtype:
                     raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
             out_dtype = dtypes.bool if op in _CMP_OPS else self.dtype
+        cdef LazyBuffer b
         for s in srcs:
-            # cheap test first: only graphs with a constant operand are looked at further
-            if (s._base if s._base is not None else s).op is _CONST:
+            # cheap tests first: only a constant operand that _fold has a rule for is looked at further (x*2+1
+            # pays a few field reads here)
+            b = s._base if s._base is not None else s
+            if b.op is _CONST and _may_fold(op, b.arg):
                 folded = _fold(op, srcs)
                 if folded is not None:
                     return folded
@@ -322,6 +364,21 @@ cdef object _const_value(LazyBuffer s):
 cdef inline bint _is_zero(object v):
     # +0 only: x - (-0.0) is x + 0.0, which turns -0.0 into +0.0
     return v == 0 and not (type(v) is float and np.copysign(1.0, v) < 0)
+
+
+cdef inline bint _may_fold(object op, object v):
+    """Whether _fold has a rule for `op` with a constant operand `v`: 0 for add/sub/or/xor, 0 or 1 for mul, 1 for
+    div, any value for and (bools) and where (its condition)."""
+    if op is _WHERE or op is BinaryOps.AND:
+        return True
+    t = type(v)
+    if not (t is float or t is int or t is bool):
+        return False
+    if op is BinaryOps.MUL:
+        return v == 0 or v == 1
+    if op is BinaryOps.DIV:
+        return v == 1
+    return v == 0
 
 
 cdef object _fold(object op, tuple srcs):

@@ -109,7 +109,12 @@ class CreationMixin:
             fill_value = fill_value.item()
         dtype = _pop_dtype(kwargs, dtypes.from_py(fill_value))
         requires_grad = kwargs.pop("requires_grad", None)
-        t = cls(fill_value, dtype=dtype, **kwargs).reshape((1,) * len(shape)).expand(shape)
+        scalar = None
+        if isinstance(fill_value, float) and dtypes.is_float(dtype):
+            # a shared buffer holding the value, so each new value doesn't compile new kernels
+            scalar = LazyBuffer.scalar(fill_value, dtype, Device.canonicalize(kwargs.get("device")))
+        t = cls(scalar if scalar is not None else fill_value, dtype=dtype, **kwargs)
+        t = t.reshape((1,) * len(shape)).expand(shape)
         return cls._leaf(t, requires_grad)
 
     @classmethod
@@ -227,8 +232,10 @@ class CreationMixin:
             raise TypeError(f"the seed must be an int, got {type(seed).__name__}")
         CreationMixin._seed = int(seed)
         # in place, so kernels that a TinyJit captured reading the state see the new seed too
-        for device, state in CreationMixin._rng_states.items():
+        for device, lb in list(CreationMixin._rng_states.items()):
+            state = cls(lb, device=device, requires_grad=False)
             state.assign(cls._seeded_state(device)).realize()
+            CreationMixin._rng_states[device] = state.lazydata
 
     @classmethod
     def _seeded_state(cls, device: str) -> Tensor:
@@ -244,15 +251,19 @@ class CreationMixin:
 
         The key and the call number are read from a realized tensor, never baked into the kernel as constants, so
         every call with the same shape reuses one compiled kernel."""
-        state = CreationMixin._rng_states.get(device)
-        if state is None:
-            state = CreationMixin._rng_states[device] = cls._seeded_state(device).realize()
+        # NOTE: the state is kept as a LazyBuffer, in a Tensor only while it is used: tinygrad 0.9's tests count the
+        # Tensors alive (gc.get_objects()) and expect none but the user's
+        lb = CreationMixin._rng_states.get(device)
+        if lb is None:
+            lb = CreationMixin._rng_states[device] = cls._seeded_state(device).realize().lazydata
+        state = cls(lb, device=device, requires_grad=False)
         # NOTE: two tiny kernels. This call's key gets a buffer of its own, so a random tensor realized later still
         # reads the key it was made with; the state is then advanced in place, so kernels captured by a TinyJit
         # (this one and the copy back) advance it on every replay.
         step = (cls.arange(3, device=device) == 2).cast(dtypes.uint32)
         key = (state + step).realize()
         state.assign(key).realize()
+        CreationMixin._rng_states[device] = state.lazydata
         k0, k1, call = (key.shrink(((i, i + 1),)).reshape((1,) * len(shape)).expand(shape) for i in range(3))
         idx = cls._loadop(LoadOps.IOTA, shape, device=device, dtype=dtypes.int32, requires_grad=False)
         return F.Threefry.apply(idx.cast(dtypes.uint32), call, k0, k1)

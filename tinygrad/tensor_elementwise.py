@@ -18,6 +18,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from tinygrad.errors import ArgumentError
+from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import BinaryOps
 from tinygrad.shape.symbolic import Node, sint
 
@@ -648,7 +649,11 @@ class ElementwiseMixin:
                 y_dtype = x.dtype
             else:
                 y_dtype = dtypes.from_py(y)
-            y = type(self)(dtypes.as_const(y, y_dtype), device=x.device, dtype=y_dtype, requires_grad=False)
+            scalar = LazyBuffer.scalar(y, y_dtype, x.device) if isinstance(y, float) and \
+                dtypes.is_float(y_dtype) else None
+            # a scalar that code may vary between calls is read from a shared buffer (see LazyBuffer.scalar)
+            y = type(self)(scalar if scalar is not None else dtypes.as_const(y, y_dtype), device=x.device,
+                           dtype=y_dtype, requires_grad=False)
         if x.device != y.device:
             raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
         if match_dtype and x.dtype != y.dtype:
@@ -1120,7 +1125,8 @@ def _fast_binop(x, y, op: BinaryOps, reverse: bool):
     xl = x.lazydata
     ty = type(y)
     if ty is float or ty is int:
-        yl = xl.const(y)
+        yl = LazyBuffer.scalar(y, dt, xl.device) if ty is float else None
+        yl = xl.const(y) if yl is None else yl.reshape((1,) * len(xl.shape)).expand(xl.shape)
         rg = x.requires_grad
     elif ty is type(x):
         yl = y.lazydata

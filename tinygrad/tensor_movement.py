@@ -234,7 +234,32 @@ class MovementMixin:
                 raise ArgumentError(f"shrink ({lo}, {hi}) out of range for dim {d} of size {s}")
         if all(a == (0, s) for a, s in zip(full, self.shape)):
             return self
-        return F.Shrink.apply(self, arg=full)
+        x, full = self._pad_for_symbolic_shrink(full)
+        return F.Shrink.apply(x, arg=full)
+
+    def _pad_for_symbolic_shrink(self, full: tuple) -> tuple[Tensor, tuple]:
+        """A symbolic span may reach past its dim for some values of its variables (tinygrad 0.9 allowed it: a KV
+        cache read at `(0, start_pos + 1)` with `start_pos` up to the cache's length). The dim is padded with zeros
+        by the most it can reach past, so no value reads or writes outside the buffer: reads there give 0, writes
+        there are dropped. The values bound now must lie inside the dim."""
+        pads = []
+        for d, ((lo, hi), s) in enumerate(zip(full, self.shape)):
+            if not (isinstance(lo, Node) or isinstance(hi, Node)) or not isinstance(s, int):
+                pads.append((0, 0))
+                continue
+            try:
+                now = (sym_infer(lo, {}), sym_infer(hi, {}))
+            except ValueError:
+                now = None  # unbound variables: only their ranges are known
+            if now is not None and not 0 <= now[0] <= now[1] <= s:
+                raise ArgumentError(f"shrink {(lo, hi)} is {now} now, out of range for dim {d} of size {s}")
+            lo_min = lo.min if isinstance(lo, Node) else lo
+            hi_max = hi.max if isinstance(hi, Node) else hi
+            pads.append((max(0, -lo_min), max(0, hi_max - s)))
+        if all(p == (0, 0) for p in pads):
+            return self, full
+        x = self.pad(tuple(p if p != (0, 0) else None for p in pads))
+        return x, tuple((lo + p[0], hi + p[0]) for (lo, hi), p in zip(full, pads))
 
     def pad(self, arg, value: float = 0.0, mode: str = "constant") -> Tensor:
         """Pad with `value` (or mode="reflect"/"replicate"/"circular", as torch.nn.functional.pad).
@@ -710,7 +735,7 @@ class MovementMixin:
     def _has_buffer(self) -> bool:
         """Whether this tensor reads a realized buffer of its own (not a constant), which a write can go into."""
         base = self.lazydata.base
-        return base.realized is not None and base.op is not LoadOps.CONST
+        return base.realized is not None and base.op is not LoadOps.CONST and not base.shared_const
 
     def _write(self, new: Tensor) -> None:
         """Store `new` as this tensor's value, now: assign writes into this tensor's own buffer when it has one (so

@@ -87,6 +87,17 @@ cdef object _smax(object a, object b):
     raise ArgumentError(f"cannot decide max({a}, {b}) for symbolic values")
 
 
+cdef bint _decidable_max(object a, object b):
+    if type(a) is int and type(b) is int:
+        return True
+    d = _sub(a, b)
+    return _lo(d) >= 0 or _hi(d) <= 0
+
+
+cdef bint _decidable_min(object a, object b):
+    return _decidable_max(a, b)
+
+
 cdef object _smin(object a, object b):
     """min() of two sints; raises ValueError when the bounds of symbolic operands cannot decide it."""
     if type(a) is int and type(b) is int:
@@ -844,8 +855,14 @@ cdef class View:
             for d in range(n):
                 b, e = pairs[d]
                 mb, me = self.mask[d]
-                nb = _smax(_sub(mb, b), 0)
-                ne = _smin(_sub(me, b), shape[d])
+                nb, ne = _sub(mb, b), _sub(me, b)
+                # NOTE: where symbolic bounds can't decide the clamp to [0, size], the bound stays unclamped: a
+                # mask reaching past the dim selects the same elements (a span reaching past a padded dim, such as
+                # a KV cache read at (0, start_pos + 1))
+                if _decidable_max(nb, 0):
+                    nb = _smax(nb, 0)
+                if _decidable_min(ne, shape[d]):
+                    ne = _smin(ne, shape[d])
                 if type(nb) is int and type(ne) is int and ne < nb:
                     ne = nb
                 mask.append((nb, ne))
