@@ -96,8 +96,12 @@ def _host_kernels(cases: dict) -> dict:
     Path(src_path).write_text("\n".join(parts))
     out = subprocess.run(["g++", "-std=c++17", "-O1", "-w", "-shared", "-fPIC", "-pthread", src_path, "-o", lib_path],
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[:4000]
-    lib = ctypes.CDLL(lib_path)
+    try:
+        assert out.returncode == 0, out.stderr[:4000]
+        lib = ctypes.CDLL(lib_path)
+    finally:
+        # a loaded library stays mapped once its file is gone: nothing is left in the temporary folder
+        shutil.rmtree(folder, ignore_errors=True)
 
     def launcher(k: int):
         fn = getattr(lib, f"tg_launch{k}")
