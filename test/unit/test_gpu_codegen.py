@@ -372,6 +372,14 @@ def test_heuristic_groups_a_matvec_down_columns():
     np.testing.assert_allclose(got.reshape(1, 1100), x @ w, rtol=1e-4, atol=1e-4)
 
 
+def test_no_group_on_a_device_without_shared_memory():
+    import dataclasses
+    x, w = _rand(1, 512, seed=31), _rand(512, 1100, seed=32)
+    si = [si for si in create_schedule_with_vars([(_t(x) @ _t(w)).lazydata])[0] if si.ast[0].op is BufferOps.STORE][0]
+    lin = Linearizer(si.ast, dataclasses.replace(CUDA, has_shared=False)).linearize()
+    assert lin.gpu and not any(o.op is OptOps.GROUP for o in lin.applied_opts)
+
+
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(st.integers(1, 7), st.integers(1, 37), st.sampled_from([2, 3, 4, 8]), st.sampled_from([1, 3, 16]),
        st.booleans(), st.booleans())

@@ -140,7 +140,9 @@ def gpu_opts(lin) -> list[Opt]:
     # too few threads for the GPU (a matrix-vector product): the reduction is split across threads of a block too
     group = 1
     threads = outputs // math.prod(o.amt for o in ret if o.op in (OptOps.UPCAST, OptOps.VECTORIZE))
-    if rdims and threads < GROUP_BELOW_THREADS and math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
+    # GROUP combines the threads' partial results through shared memory: only where the device has it
+    if lin.opts.has_shared and rdims and threads < GROUP_BELOW_THREADS and \
+            math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
         group = _fit(full[rdims[-1]] // unroll, GROUP)
         if group > 1:
             ret.append(Opt(OptOps.GROUP, rdims[-1], group))
