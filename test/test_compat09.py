@@ -89,3 +89,23 @@ def test_getenv_reads_a_script_s_own_names(monkeypatch):
     from tinygrad.helpers import getenv
     monkeypatch.setenv("BS", "64")
     assert getenv("BS", 32) == 64 and os.environ["BS"] == "64"
+
+
+def test_more_0_9_names():
+    import ctypes
+
+    from tinygrad import Timing, fetch, getenv  # noqa: F401 - importable from the package, as later 0.9s had them
+    from tinygrad.dtype import INVERSE_DTYPES_DICT, dtypes
+    from tinygrad.helpers import data64, data64_le, flat_mv, from_mv, getbits, i2u, mv_address, strip_parens, to_mv
+    from tinygrad.mlops import Function as MlopsFunction
+    from tinygrad.tensor import Function
+    assert Function is MlopsFunction
+    assert INVERSE_DTYPES_DICT[dtypes.float32] == "float32"
+    assert strip_parens("(a+b)") == "a+b" and strip_parens("(a)+(b)") == "(a)+(b)"
+    assert getbits(0b101100, 2, 3) == 0b11 and i2u(8, -1) == 255
+    assert data64(0x1_0000_0002) == (1, 2) and data64_le(0x1_0000_0002) == (2, 1)
+    buf = bytearray(b"abcd")
+    mv = memoryview(buf)
+    assert bytes(to_mv(mv_address(mv), 4)) == b"abcd" and from_mv(mv)[1] == b"b"
+    assert flat_mv(memoryview(bytearray(8)).cast("I")).nbytes == 8
+    assert ctypes.sizeof(from_mv(mv)) == 4

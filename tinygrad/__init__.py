@@ -2,8 +2,9 @@
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import TinyJit
-from tinygrad.helpers import Context, GlobalCounters
+from tinygrad.helpers import Context, GlobalCounters, Timing, fetch, getenv
 from tinygrad.shape.symbolic import Variable
 from tinygrad.tensor import Tensor
 
-__all__ = ["Tensor", "TinyJit", "Device", "dtypes", "Variable", "GlobalCounters", "Context"]
+__all__ = ["Tensor", "TinyJit", "Device", "dtypes", "Variable", "GlobalCounters", "Context", "Timing", "fetch",
+           "getenv"]

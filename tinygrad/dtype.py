@@ -214,6 +214,8 @@ DTYPES_DICT = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, 
                "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
                "float32": dtypes.float32, "float64": dtypes.float64}
 # repr uses tinygrad's short spellings (dtypes.float, dtypes.int, ...) where one exists
+# tinygrad 0.9's reverse of DTYPES_DICT: DType -> its name there
+INVERSE_DTYPES_DICT = {v: k for k, v in DTYPES_DICT.items()}
 INVERSE_NAMES = {"bool": "bool", "char": "char", "unsigned char": "uchar", "short": "short",
                  "unsigned short": "ushort", "int": "int", "unsigned int": "uint", "long": "long",
                  "unsigned long": "ulong", "half": "half", "__bf16": "bfloat16", "float": "float", "double": "double"}

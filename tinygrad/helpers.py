@@ -405,3 +405,74 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
                 os.unlink(tmp)
             raise
     return path
+
+
+def strip_parens(fst: str) -> str:
+    """`fst` without one pair of enclosing parentheses, when they enclose all of it: "(a+b)" -> "a+b"."""
+    if not (fst.startswith("(") and fst.endswith(")")):
+        return fst
+    depth = 0
+    for i, c in enumerate(fst):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and i != len(fst) - 1:
+            return fst  # "(a)+(b)": the first parenthesis closes before the end
+    return fst[1:-1]
+
+
+def getbits(value: int, start: int, end: int) -> int:
+    """Bits start..end (inclusive, from the least significant) of `value`."""
+    return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+
+def i2u(bits: int, value: int) -> int:
+    """A signed `bits`-bit integer as the unsigned one with the same bits."""
+    return value if value >= 0 else (1 << bits) + value
+
+
+def data64(data: int) -> tuple[int, int]:
+    """A 64-bit value as (high 32 bits, low 32 bits)."""
+    return (data >> 32) & 0xFFFFFFFF, data & 0xFFFFFFFF
+
+
+def data64_le(data: int) -> tuple[int, int]:
+    """A 64-bit value as (low 32 bits, high 32 bits)."""
+    return data & 0xFFFFFFFF, (data >> 32) & 0xFFFFFFFF
+
+
+def flat_mv(mv: memoryview) -> memoryview:
+    """`mv` as one flat run of bytes (empty stays empty)."""
+    return mv if len(mv) == 0 else mv.cast("B", shape=(mv.nbytes,))
+
+
+def mv_address(mv: memoryview) -> int:
+    """The address of a writable memoryview's first byte."""
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+def to_mv(ptr: int, size: int) -> memoryview:
+    """`size` bytes at address `ptr` as a writable memoryview (no copy: the memory must outlive it)."""
+    import ctypes
+    return memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
+
+
+def from_mv(mv: memoryview, to_type=None):
+    """A ctypes array over the bytes of writable `mv` (no copy), of `to_type` elements (default: char)."""
+    import ctypes
+    to_type = to_type or ctypes.c_char
+    return ctypes.cast(ctypes.addressof(to_type.from_buffer(mv)), ctypes.POINTER(to_type * len(mv))).contents
+
+
+def init_c_var(ctypes_var, creat_cb: Callable):
+    """`creat_cb(ctypes_var)` called for its side effect on the variable, then the variable."""
+    creat_cb(ctypes_var)
+    return ctypes_var
+
+
+def cpu_time_execution(cb: Callable, enable: bool) -> float | None:
+    """Seconds `cb()` took on the host, when `enable`; else just runs it."""
+    if enable:
+        st = time.perf_counter()
+    cb()
+    return time.perf_counter() - st if enable else None
+

@@ -32,6 +32,10 @@ TensorLike = Union["Tensor", ConstType]
 _realize_with_next: list[weakref.ref] = []
 
 
+# tinygrad 0.9 defined the autograd Function here, and code that writes its own imports it from this module
+Function = F.Function
+
+
 class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, ProcessingMixin):
     """A lazily evaluated n-dimensional array that can compute gradients. See the module docstring."""
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
