@@ -37,6 +37,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
     "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
+    "BEAM": (0, "n >= 1: search each kernel's optimisations by timing candidates on the device, a beam of n "
+                 "(engine/search.py); the winners are kept in the disk cache"),
     "CI": ("", "exported as helpers.CI (true when set and not empty), as tinygrad 0.9 did, for scripts and test suites "
                "that read it; the library itself does not change its behaviour"),
     "IMAGE": (0, "exported as helpers.IMAGE for tinygrad 0.9 scripts; image dtypes (Qualcomm's texture memory) are "
@@ -125,6 +127,7 @@ DEBUG = ContextVar("DEBUG", 0)
 NOOPT = ContextVar("NOOPT", 0)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 JIT = ContextVar("JIT", 1)
+BEAM = ContextVar("BEAM", 0)
 IMAGE = ContextVar("IMAGE", 0)
 THREEFRY = ContextVar("THREEFRY", 0)
 CI = getenv("CI", "") != ""

@@ -16,7 +16,8 @@ from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
-from tinygrad.helpers import CACHELEVEL, DEBUG, NOOPT, GlobalCounters, colored, raise_pending_interrupt
+from tinygrad.engine.search import beam_search
+from tinygrad.helpers import BEAM, CACHELEVEL, DEBUG, NOOPT, Context, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
@@ -176,7 +177,7 @@ def _render(dname: str, ast: tuple) -> Rendered:
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
-    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value}\n{code_version()}\n" \
+    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value}\nBEAM={BEAM.value}\n{code_version()}\n" \
         f"{ast_key(ast)}" if CACHELEVEL >= 2 else None
     # DEBUG=6 shows the uops, which only linearizing makes
     if key is not None and DEBUG < 6:
@@ -187,7 +188,16 @@ def _render(dname: str, ast: tuple) -> Rendered:
             except Exception:  # a row from an incompatible build: render anew (and overwrite it)
                 pass
     from tinygrad.codegen.linearizer import Linearizer
-    lin = Linearizer(ast, dev.linearizer_opts).linearize()
+    lin = Linearizer(ast, dev.linearizer_opts)
+    if BEAM >= 1 and not NOOPT:
+        # the Opts a search timed fastest on this device (engine/search.py), applied exactly
+        opts = beam_search(dname, ast, BEAM.value)
+        if opts is not None:
+            for o in opts:
+                lin.apply_opt(o)
+            with Context(NOOPT=1):
+                lin.linearize()
+    lin.linearize()
     # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
     ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars),
                    tuple(lin.applied_opts))

@@ -1,0 +1,218 @@
+"""BEAM search: a kernel's optimisations chosen by timing candidates on the device itself (`BEAM=n`).
+
+The search starts from two kernels, the plain one (no optimisations) and the hand-coded heuristic's choice, and grows
+each of the `n` fastest by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL or GROUP of any dim by a few amounts) per
+step. Every candidate is compiled (several at once: compilers are separate processes or release the GIL), run on
+buffers of random inputs, and checked against the plain kernel's output; one that disagrees, fails to compile or
+takes ten times the best so far is dropped. The search ends when a step finds nothing faster, after MAX_STEPS
+steps, or after SEARCH_SECONDS. The heuristic's kernel is a candidate from the start, so BEAM never picks a slower
+kernel than the default, only one measured to be faster.
+
+The winner is kept in the disk cache, keyed by the kernel's AST, the device's compiler (its `cachekey`: compiler,
+options and target, which names the GPU's architecture), its code-generation options and n, so a machine pays for
+each kernel's search once. Kernels with symbolic sizes are not searched (their best choice depends on the values).
+"""
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.device import Buffer, CompileError, Device
+from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.helpers import DEBUG, Context, raise_pending_interrupt
+from tinygrad.ops import BufferOps, ast_key
+
+# what one step may add: each op on each dim of the full shape by each of these amounts
+ACTION_AMOUNTS = {
+    OptOps.UPCAST: (2, 3, 4, 8),
+    OptOps.UNROLL: (2, 4, 8, 16),
+    OptOps.VECTORIZE: (2, 4, 8),
+    OptOps.LOCAL: (2, 4, 8, 16, 32, 64, 128, 256),
+    OptOps.GROUP: (4, 8, 16, 32),
+}
+MAX_STEPS = 6
+SEARCH_SECONDS = 120.0
+TIMING_RUNS = 3
+# a candidate this many times slower than the best so far is not run again
+SLOW_FACTOR = 10.0
+
+
+def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
+    """The fastest Opts found for `ast` on device `dname` by a beam of `width` (see the module docstring), from the
+    disk cache when this machine searched this kernel before; None where the kernel can't be searched."""
+    from tinygrad.codegen.linearizer import Linearizer
+    dev = Device[dname]
+    lopts = dev.linearizer_opts
+    if not getattr(lopts, "supports_upcast", False) or any(_symbolic(root) for root in ast):
+        return None
+    key = f"{dname}\n{dev.compiler.cachekey}\n{lopts!r}\nBEAM={width}\n{code_version()}\n{ast_key(ast)}"
+    hit = diskcache_get("beam", key)
+    if hit is not None:
+        try:
+            return tuple(pickle.loads(hit))
+        except Exception:  # a row from an incompatible build: search again (and overwrite it)
+            pass
+    deadline = time.perf_counter() + SEARCH_SECONDS
+    bufs = _buffers(dname, ast)
+    outs = sorted({root.arg.idx for root in ast})
+
+    def make(opts: tuple[Opt, ...], heuristic: bool = False) -> Any:
+        lin = Linearizer(ast, lopts)
+        try:
+            for o in opts:
+                lin.apply_opt(o)
+            if heuristic:
+                lin.linearize()
+            else:
+                with Context(NOOPT=1):
+                    lin.linearize()
+        except ValueError:
+            return None
+        return lin
+
+    plain = make(())
+    ref_time, ref = _run(dev, plain, bufs, outs, _compile(dev, plain))
+    best: list[tuple[float, tuple[Opt, ...]]] = [(ref_time, ())]
+    heur = make((), heuristic=True)
+    if heur is not None and heur.applied_opts:
+        t = _timed(dev, heur, bufs, outs, ref, ref_time * SLOW_FACTOR)
+        if t is not None:
+            best.append((t, tuple(heur.applied_opts)))
+    best.sort(key=lambda x: x[0])
+    seen = {opts for _, opts in best}
+    for step in range(MAX_STEPS):
+        cands = []
+        for _, opts in best[:width]:
+            for action in _actions(plain):
+                new = opts + (action,)
+                if new in seen:
+                    continue
+                seen.add(new)
+                lin = make(new)
+                if lin is not None:
+                    cands.append((new, lin))
+        # equal sources are one candidate (different Opt orders often make the same kernel)
+        by_src: dict[str, tuple] = {}
+        for opts, lin in cands:
+            by_src.setdefault(dev.renderer(lin.name, lin.uops), (opts, lin))
+        srcs = list(by_src)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            libs = list(pool.map(lambda s: _try_compile(dev, s), srcs))
+        timed = []
+        for src, lib in zip(srcs, libs):
+            if lib is None or time.perf_counter() > deadline:
+                continue
+            opts, lin = by_src[src]
+            t = _timed(dev, lin, bufs, outs, ref, best[0][0] * SLOW_FACTOR, lib)
+            if t is not None:
+                timed.append((t, opts))
+            raise_pending_interrupt()
+        improved = bool(timed) and min(timed, key=lambda x: x[0])[0] < best[0][0]
+        best = sorted(best + timed, key=lambda x: x[0])[:max(width, 2)]
+        if DEBUG >= 2:
+            print(f"BEAM {dname} step {step}: {len(srcs)} candidates, best {best[0][0] * 1e6:9.2f} us "
+                  f"with {list(best[0][1])}")
+        if not improved or time.perf_counter() > deadline:
+            break
+    winner = best[0][1]
+    diskcache_put("beam", key, pickle.dumps(list(winner)))
+    return winner
+
+
+def _symbolic(root) -> bool:
+    for node in root.toposort():
+        if node.op in (BufferOps.LOAD, BufferOps.STORE, BufferOps.CONST) and node.arg.st.vars():
+            return True
+    return False
+
+
+def _actions(lin) -> list[Opt]:
+    return [Opt(op, axis, amt) for axis in range(len(lin.full_shape)) for op, amts in ACTION_AMOUNTS.items()
+            for amt in amts]
+
+
+def _buffers(dname: str, ast: tuple) -> dict[int, Buffer]:
+    """A buffer of its own for each buffer index the kernel uses, inputs filled with random values (the same each
+    time), sized by the largest index any tracker reaches."""
+    sizes: dict[int, tuple[int, Any]] = {}
+    for root in ast:
+        for node in root.toposort():
+            if node.op in (BufferOps.LOAD, BufferOps.STORE):
+                n = max(node.arg.st.real_size(), 1)
+                old = sizes.get(node.arg.idx, (0, node.arg.dtype))
+                sizes[node.arg.idx] = (max(old[0], n), node.arg.dtype)
+    rng = np.random.default_rng(0)
+    out = {}
+    for idx, (n, dt) in sorted(sizes.items()):
+        buf = Buffer(dname, n, dt).allocate()
+        npdt = dt.np if dt.np is not None else np.float32
+        if np.issubdtype(npdt, np.floating):
+            vals = rng.uniform(-1, 1, n).astype(npdt)
+        elif npdt == np.bool_:
+            vals = rng.integers(0, 2, n).astype(np.bool_)
+        else:
+            vals = rng.integers(0, 8, n).astype(npdt)
+        if dt.np is not None:
+            buf.copyin(memoryview(vals).cast("B"))
+        out[idx] = buf
+    return out
+
+
+def _compile(dev, lin) -> bytes:
+    return dev.compiler.compile(dev.renderer(lin.name, lin.uops))
+
+
+def _try_compile(dev, src: str) -> bytes | None:
+    try:
+        return dev.compiler.compile(src)
+    except CompileError:
+        return None
+
+
+def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], lib: bytes) -> tuple[float, list[np.ndarray]]:
+    """The kernel's best time of TIMING_RUNS launches, and its outputs (as numpy)."""
+    prg = dev.runtime(lin.name, lib)
+    for i in outs:
+        # NOTE: the outputs start as all-ones bytes (NaN for floats), so a kernel that leaves an element unwritten
+        # can't pass for right with the value an earlier candidate left there
+        bufs[i].copyin(memoryview(bytearray(b"\xff" * bufs[i].nbytes)))
+    args = [bufs[i]._buf for i in sorted(bufs)]
+    gs = tuple(lin.global_size) if lin.global_size is not None else None
+    ls = tuple(lin.local_size) if lin.local_size is not None else None
+    times = []
+    for _ in range(TIMING_RUNS):
+        st = time.perf_counter()
+        et = prg(*args, global_size=gs, local_size=ls, vals=(), wait=True)
+        times.append(et if et is not None else time.perf_counter() - st)
+    if hasattr(dev, "synchronize"):
+        dev.synchronize()
+    return min(times), [_host(bufs[i]) for i in outs]
+
+
+def _host(buf: Buffer) -> np.ndarray:
+    raw = np.frombuffer(bytes(buf.as_buffer()), dtype=np.uint8)
+    return raw.view(buf.dtype.np) if buf.dtype.np is not None else raw
+
+
+def _timed(dev, lin, bufs, outs, ref: list[np.ndarray], limit: float, lib: bytes | None = None) -> float | None:
+    """The candidate's time, or None where it fails, is slower than `limit` or disagrees with the plain kernel."""
+    try:
+        t, got = _run(dev, lin, bufs, outs, lib if lib is not None else _compile(dev, lin))
+    except (CompileError, RuntimeError, ValueError):
+        return None
+    if t > limit:
+        return None
+    for g, r in zip(got, ref):
+        if g.dtype.kind == "f":
+            if not np.allclose(g.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-3, equal_nan=True) or \
+                    np.isnan(g).sum() != np.isnan(r).sum():
+                return None
+        elif not np.array_equal(g, r):
+            return None
+    return t if math.isfinite(t) else None
