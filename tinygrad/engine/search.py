@@ -1,12 +1,12 @@
 """BEAM search: a kernel's optimisations chosen by timing candidates on the device itself (`BEAM=n`).
 
-The search starts from two kernels, the plain one (no optimisations) and the hand-coded heuristic's choice, and grows
-each of the `n` fastest by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL or GROUP of any dim by a few amounts) per
-step. Every candidate is compiled (several at once: compilers are separate processes or release the GIL), run on
-buffers of random inputs, and checked against the plain kernel's output; one that disagrees, fails to compile or
-takes ten times the best so far is dropped. The search ends when a step finds nothing faster, after MAX_STEPS
-steps, or after SEARCH_SECONDS. The heuristic's kernel is a candidate from the start, so BEAM never picks a slower
-kernel than the default, only one measured to be faster.
+The search starts from the default kernel (the hand-coded heuristic's choice, or the plain kernel where it chose
+nothing) and grows each of the `n` fastest kernels by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL or GROUP of any
+dim by a few amounts) per step, the plain kernel's one-Opt variants included. Every candidate is compiled (several
+at once: compilers are separate processes or release the GIL), run on buffers of random inputs, and checked against
+the default kernel's output; one that disagrees, fails to compile or takes ten times the best so far is dropped. The
+search ends when a step finds nothing faster, after MAX_STEPS steps, or after SEARCH_SECONDS. The default kernel is
+in the beam from the start, so BEAM never picks a slower kernel than the default, only one measured to be faster.
 
 The winner is kept in the disk cache, keyed by the kernel's AST, the device's compiler (its `cachekey`: compiler,
 options and target, which names the GPU's architecture), its code-generation options and n, so a machine pays for
@@ -37,7 +37,7 @@ ACTION_AMOUNTS = {
     OptOps.GROUP: (4, 8, 16, 32),
 }
 MAX_STEPS = 6
-SEARCH_SECONDS = 120.0
+SEARCH_SECONDS = 60.0
 TIMING_RUNS = 3
 # a candidate this many times slower than the best so far is not run again
 SLOW_FACTOR = 10.0
@@ -77,18 +77,18 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
         return lin
 
     plain = make(())
-    ref_time, ref = _run(dev, plain, bufs, outs, _compile(dev, plain))
-    best: list[tuple[float, tuple[Opt, ...]]] = [(ref_time, ())]
+    # NOTE: the default kernel (the heuristic's, else the plain one) is the reference for every candidate's output
+    # and the first entry of the beam; the plain kernel is only timed where the heuristic chose nothing, since
+    # without tiles a large GPU matmul takes seconds
     heur = make((), heuristic=True)
-    if heur is not None and heur.applied_opts:
-        t = _timed(dev, heur, bufs, outs, ref, ref_time * SLOW_FACTOR)
-        if t is not None:
-            best.append((t, tuple(heur.applied_opts)))
-    best.sort(key=lambda x: x[0])
-    seen = {opts for _, opts in best}
+    start = heur if heur is not None and heur.applied_opts else plain
+    ref_time, ref = _run(dev, start, bufs, outs, _compile(dev, start))
+    best: list[tuple[float, tuple[Opt, ...]]] = [(ref_time, tuple(start.applied_opts))]
+    seen = {opts for _, opts in best} | {()}
     for step in range(MAX_STEPS):
         cands = []
-        for _, opts in best[:width]:
+        bases = [opts for _, opts in best[:width]] + ([()] if step == 0 and best[0][1] else [])
+        for opts in bases:
             for action in _actions(plain):
                 new = opts + (action,)
                 if new in seen:
@@ -175,8 +175,9 @@ def _try_compile(dev, src: str) -> bytes | None:
         return None
 
 
-def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], lib: bytes) -> tuple[float, list[np.ndarray]]:
-    """The kernel's best time of TIMING_RUNS launches, and its outputs (as numpy)."""
+def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], lib: bytes,
+         limit: float = math.inf) -> tuple[float, list[np.ndarray]]:
+    """The kernel's best time of TIMING_RUNS launches (one, when it is slower than `limit`), and its outputs."""
     prg = dev.runtime(lin.name, lib)
     for i in outs:
         # NOTE: the outputs start as all-ones bytes (NaN for floats), so a kernel that leaves an element unwritten
@@ -185,11 +186,13 @@ def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], lib: bytes) -> tupl
     args = [bufs[i]._buf for i in sorted(bufs)]
     gs = tuple(lin.global_size) if lin.global_size is not None else None
     ls = tuple(lin.local_size) if lin.local_size is not None else None
-    times = []
+    times: list[float] = []
     for _ in range(TIMING_RUNS):
         st = time.perf_counter()
         et = prg(*args, global_size=gs, local_size=ls, vals=(), wait=True)
         times.append(et if et is not None else time.perf_counter() - st)
+        if times[0] > limit:
+            break  # too slow to be the winner: one run says so
     if hasattr(dev, "synchronize"):
         dev.synchronize()
     return min(times), [_host(bufs[i]) for i in outs]
@@ -203,7 +206,7 @@ def _host(buf: Buffer) -> np.ndarray:
 def _timed(dev, lin, bufs, outs, ref: list[np.ndarray], limit: float, lib: bytes | None = None) -> float | None:
     """The candidate's time, or None where it fails, is slower than `limit` or disagrees with the plain kernel."""
     try:
-        t, got = _run(dev, lin, bufs, outs, lib if lib is not None else _compile(dev, lin))
+        t, got = _run(dev, lin, bufs, outs, lib if lib is not None else _compile(dev, lin), limit)
     except (CompileError, RuntimeError, ValueError):
         return None
     if t > limit:
