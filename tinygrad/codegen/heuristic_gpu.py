@@ -34,6 +34,9 @@ UNROLL = 4
 # the block of a tiled kernel: LOCAL_X threads along the innermost output dim, LOCAL_THREADS in all
 LOCAL_X = 16
 LOCAL_THREADS = 256
+# a grouped reduction's block: up to GROUP_LOCAL_X outputs along the innermost output dim, GROUP threads each
+GROUP_LOCAL_X = 64
+MAX_BLOCK = 1024
 # kernels left with fewer threads than this, reducing at least GROUP_MIN_INPUTS per output, split the reduction
 # across GROUP threads of a block (a matrix-vector product: 8192 outputs would fill a twentieth of an H100)
 GROUP_BELOW_THREADS = 1 << 15
@@ -113,6 +116,20 @@ def gpu_opts(lin) -> list[Opt]:
     if lin.reduceop is None:
         return [Opt(OptOps.VECTORIZE, inner, vec)] if vec else []
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in red)
+    rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
+    if lin.opts.has_shared and rdims and outputs < GROUP_BELOW_THREADS and \
+            math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
+        # too few outputs to fill the GPU (a matrix-vector product): a thread per output, each output's reduction
+        # split across GROUP threads of a block, and wide blocks. Memory-bound, so what counts is loads in flight:
+        # tiles of outputs would cut the threads by their size (BEAM measured x @ W on the H100 at 60 us this way,
+        # 133 us with 4-output tiles)
+        group = _fit(full[rdims[-1]], GROUP)
+        if group > 1:
+            ret = [Opt(OptOps.GROUP, rdims[-1], group)]
+            live = [d for d in outs if full[d] > 1]
+            if live:
+                ret.append(Opt(OptOps.LOCAL, live[-1], min(MAX_BLOCK // group, full[live[-1]], GROUP_LOCAL_X)))
+            return ret
     budget = outputs // MIN_THREADS  # the most outputs a thread may take
     loads = [op.arg.st for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD]
     ret, tiled = [], []
@@ -133,7 +150,6 @@ def gpu_opts(lin) -> list[Opt]:
             ret.append(Opt(OptOps.UPCAST, d, amt))
             tiled.append(d)
         break
-    rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
     unroll = UNROLL if rdims and full[rdims[-1]] >= 2 * UNROLL and full[rdims[-1]] % UNROLL == 0 else 1
     if unroll > 1:
         ret.append(Opt(OptOps.UNROLL, rdims[-1], unroll))
