@@ -89,10 +89,13 @@ class Buffer {
   std::atomic<int> pins_{0};
 };
 
-// RAII pin, for launches: pins on construction, unpins on destruction.
+// RAII pin, for launches and copies that run without the GIL: pins on construction, unpins on destruction. A
+// template so other owners of memory with the same pin()/unpin() contract (the CUDA runtime's pinned host buffers)
+// are held the same way; `BufferPin pin(buffer)` deduces the type.
+template <class T = Buffer>
 class BufferPin {
  public:
-  explicit BufferPin(Buffer& b) noexcept : b_(&b) { b_->pin(); }
+  explicit BufferPin(T& b) noexcept : b_(&b) { b_->pin(); }
   ~BufferPin() {
     if (b_) b_->unpin();
   }
@@ -102,7 +105,7 @@ class BufferPin {
   BufferPin& operator=(BufferPin&&) = delete;
 
  private:
-  Buffer* b_;
+  T* b_;
 };
 
 }  // namespace tg

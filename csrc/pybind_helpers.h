@@ -359,12 +359,14 @@ inline const LaunchDims* dims_from(py::handle global, py::handle local, LaunchDi
 // ---------------------------------------------------------------------------------------------------------------
 namespace detail {
 
-// A writable, 1-D, format 'B' view of a host-visible Buffer. The export pins the Buffer: free() raises
-// BufferError while a memoryview or numpy array still looks at the memory, instead of leaving it dangling.
-inline int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags) noexcept {
+// A writable, 1-D, format 'B' view of a host-visible Buffer (or of any T with the same host_ptr(), nbytes(), pin()
+// and unpin()). The export pins the object: free() raises BufferError while a memoryview or numpy array still looks
+// at the memory, instead of leaving it dangling.
+template <class T>
+int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags) noexcept {
   view->obj = nullptr;
   try {
-    Buffer& b = py::handle(self).cast<Buffer&>();
+    T& b = py::handle(self).cast<T&>();
     void* p = b.host_ptr();  // ValueError after free()
     if (PyBuffer_FillInfo(view, self, p, static_cast<Py_ssize_t>(b.nbytes()), /*readonly=*/0, flags) != 0) return -1;
     b.pin();
@@ -379,9 +381,10 @@ inline int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags) noexcept
   return -1;
 }
 
-inline void buffer_releasebuffer(PyObject* self, Py_buffer* /*view*/) noexcept {
+template <class T>
+void buffer_releasebuffer(PyObject* self, Py_buffer* /*view*/) noexcept {
   try {
-    py::handle(self).cast<Buffer&>().unpin();
+    py::handle(self).cast<T&>().unpin();
   } catch (...) {  // cannot happen for an object that exported successfully; never let it escape into CPython
   }
 }
@@ -389,13 +392,15 @@ inline void buffer_releasebuffer(PyObject* self, Py_buffer* /*view*/) noexcept {
 }  // namespace detail
 
 // Call on the py::class_ bound to tg::Buffer (declared with py::buffer_protocol()) to install the pinning export
-// above in place of pybind11's own, which has no release hook.
+// above in place of pybind11's own, which has no release hook. Also for other classes whose C++ type offers
+// host_ptr(), nbytes(), pin() and unpin() as tg::Buffer does (the CUDA runtime's pinned host buffers).
 template <class PyClass>
 void enable_buffer_protocol(PyClass& cls) {
+  using T = typename PyClass::type;
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   if (type->tp_as_buffer == nullptr) throw std::logic_error("enable_buffer_protocol: declare py::buffer_protocol()");
-  type->tp_as_buffer->bf_getbuffer = &detail::buffer_getbuffer;
-  type->tp_as_buffer->bf_releasebuffer = &detail::buffer_releasebuffer;
+  type->tp_as_buffer->bf_getbuffer = &detail::buffer_getbuffer<T>;
+  type->tp_as_buffer->bf_releasebuffer = &detail::buffer_releasebuffer<T>;
 }
 
 // copyin(dst, src): copies all of `src` (any contiguous buffer) to the start of `dst`. ValueError naming both sizes

@@ -75,6 +75,24 @@ def test_device_to_device_transfer(dev):
     np.testing.assert_array_equal(out, data)
 
 
+@pytest.mark.parametrize("nbytes", [1, 4096, (37 << 20) + 11])
+def test_pinned_host_roundtrip(dev, nbytes):
+    # page-locked HostBuffers copy in one DMA each way, ordered with the staged copies queued before them
+    src, dst = _cuda.HostBuffer(dev._dev, nbytes), _cuda.HostBuffer(dev._dev, nbytes)
+    data = rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    np.frombuffer(src, dtype=np.uint8)[:] = data
+    buf = _cuda.DeviceBuffer(dev._dev, nbytes + 16)
+    _cuda.copyin(buf, np.full(nbytes + 16, 0xEE, dtype=np.uint8))
+    _cuda.copyin_pinned(buf, src, nbytes)
+    _cuda.copyout_pinned(dst, buf, nbytes)
+    np.testing.assert_array_equal(np.frombuffer(dst, dtype=np.uint8), data)
+    tail = np.zeros(nbytes + 16, dtype=np.uint8)
+    _cuda.copyout(tail, buf)
+    np.testing.assert_array_equal(tail[nbytes:], 0xEE)  # only the first nbytes were written
+    src.free()
+    dst.free()
+
+
 @pytest.mark.skipif(_why is not None or _cuda.device_count() < 2, reason="needs two GPUs")
 def test_peer_transfer(dev):
     other = Device["CUDA:1"]

@@ -18,12 +18,14 @@
 #include "cuda_program.h"
 #include "driver.h"
 #include "nvrtc_compiler.h"
+#include "pinned_host.h"
 #include "pybind_runtime.h"
 
 namespace py = pybind11;
 using tg::cuda::CudaDevice;
 using tg::cuda::CudaGraph;
 using tg::cuda::CudaProgram;
+using tg::cuda::PinnedHostBuffer;
 
 namespace {
 
@@ -99,6 +101,48 @@ PYBIND11_MODULE(_cuda, m) {
   c.graph.def(py::init([](CudaDevice& dev) { return std::make_unique<CudaGraph>(dev.context()); }), py::arg("device"))
       .def_property_readonly("instantiations", &CudaGraph::instantiations)
       .def_property_readonly("node_updates", &CudaGraph::node_updates);
+
+  py::class_<PinnedHostBuffer, std::shared_ptr<PinnedHostBuffer>> host(
+      m, "HostBuffer", py::module_local(), py::buffer_protocol(),
+      "Page-locked host memory that the GPU copies to and from directly (copyin_pinned, copyout_pinned). "
+      "memoryview() and numpy.frombuffer() view it in place, writable; free() raises BufferError while they do.");
+  host.def(py::init([](CudaDevice& dev, size_t nbytes) {
+             py::gil_scoped_release nogil;  // pinning costs milliseconds per hundred MiB
+             return std::make_shared<PinnedHostBuffer>(dev.context(), nbytes);
+           }),
+           py::arg("device"), py::arg("nbytes"),
+           "Pins `nbytes` of host memory, usable with every GPU (MemoryError or RuntimeError naming the driver error).")
+      .def_property_readonly(
+          "ptr", [](const PinnedHostBuffer& b) { return reinterpret_cast<std::uintptr_t>(b.host_ptr()); },
+          "Host address (ValueError after free()).")
+      .def_property_readonly("nbytes", &PinnedHostBuffer::nbytes)
+      .def_property_readonly("freed", &PinnedHostBuffer::freed)
+      .def_property_readonly("device", &PinnedHostBuffer::device, "The device whose context pinned the memory.")
+      .def("free", &PinnedHostBuffer::free, "Unpin and release the memory now (idempotent).");
+  tg::pyb::enable_buffer_protocol(host);
+
+  m.def(
+      "copyin_pinned",
+      [](tg::Buffer& dst, PinnedHostBuffer& src, size_t nbytes) {
+        tg::BufferPin pin_dst(dst);
+        tg::BufferPin pin_src(src);
+        py::gil_scoped_release nogil;
+        tg::cuda::copy_pinned_to_device(dst, src, nbytes);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"),
+      "Copy the first `nbytes` of HostBuffer `src` to the start of DeviceBuffer `dst` in one DMA, after the work "
+      "queued on dst's GPU; returns when the copy is done (ValueError naming both sizes if either is too small).");
+  m.def(
+      "copyout_pinned",
+      [](PinnedHostBuffer& dst, tg::Buffer& src, size_t nbytes) {
+        tg::BufferPin pin_dst(dst);
+        tg::BufferPin pin_src(src);
+        py::gil_scoped_release nogil;
+        tg::cuda::copy_device_to_pinned(dst, src, nbytes);
+      },
+      py::arg("dst"), py::arg("src"), py::arg("nbytes"),
+      "Copy the first `nbytes` of DeviceBuffer `src` to the start of HostBuffer `dst` in one DMA, after the work "
+      "queued on src's GPU; returns when the copy is done (ValueError naming both sizes if either is too small).");
 
   m.def(
       "nvrtc_load",
