@@ -17,11 +17,12 @@ import argparse
 import functools
 import importlib.util
 import sys
-import time
 
 import numpy as np
 
 from tinygrad import Device, Tensor, TinyJit, dtypes
+from tinygrad.benchmark.timing import best, wall
+from tinygrad.benchmark.tinygrad_rows import kernel_seconds
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
 from tinygrad.runtime.ops_cuda import CUDAProgram
@@ -35,38 +36,6 @@ CONV_IN, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
 CONV_FLOPS = 2 * 8 * 64 * 56 * 56 * 64 * 9
 CHAIN = 100
 REPS = 10
-
-
-def best(fn, reps: int = REPS) -> float:
-    return min(fn() for _ in range(reps))
-
-
-def kernel_seconds(fn, *inputs: Tensor) -> float:
-    """GPU seconds of the kernels `fn` launches on `inputs`: captured with TinyJit, each kernel timed with events."""
-    jf = TinyJit(fn)
-    for _ in range(2):
-        jf(*inputs)
-    items = jf.jit_cache
-
-    def once() -> float:
-        # through the runner: it launches with the kernel's own grid (evaluated for its variables)
-        return sum(ei.prg(ei.bufs, {}, wait=True) for ei in items)
-    once()
-    return best(once)
-
-
-def wall(fn, reps: int, sync) -> float:
-    """Host seconds per call of `fn`, waiting for the GPU at the end of each round."""
-    fn()
-    sync()
-    out = float("inf")
-    for _ in range(5):
-        st = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        out = min(out, (time.perf_counter() - st) / reps)
-    return out
 
 
 def chain(x: Tensor) -> Tensor:
@@ -83,7 +52,7 @@ def tinygrad_rows(dev) -> dict[str, float]:
     nbytes = N * 4
 
     src, dst = a.lazydata.base.realized._buf, b.lazydata.base.realized._buf
-    copy = wall(lambda: _cuda.transfer(dst, src, nbytes), 20, dev.synchronize)
+    copy = wall(lambda: _cuda.transfer(dst, src, nbytes), dev.synchronize, 20)
     rows["copy GB/s"] = 2 * nbytes / copy / 1e9
     rows["add GB/s"] = 3 * nbytes / kernel_seconds(lambda x, y: x + y, a, b) / 1e9
     rows["sum GB/s"] = nbytes / kernel_seconds(lambda x: x.sum(), a) / 1e9
@@ -110,8 +79,8 @@ def tinygrad_rows(dev) -> dict[str, float]:
         jc(small)
     graph = jc.graph if isinstance(jc.graph, CUDAGraph) else CUDAGraph(jc.jit_cache, jc.input_replace)
     inputs = [small.lazydata.base.realized]
-    rows["jit replay us/kernel"] = wall(lambda: graph(inputs, {}), 200, dev.synchronize) / CHAIN * 1e6
-    rows["eager small op us"] = wall(lambda: (small * 2 + 1).realize(), 200, dev.synchronize) * 1e6
+    rows["jit replay us/kernel"] = wall(lambda: graph(inputs, {}), dev.synchronize, 200) / CHAIN * 1e6
+    rows["eager small op us"] = wall(lambda: (small * 2 + 1).realize(), dev.synchronize, 200) * 1e6
     return rows
 
 
@@ -133,7 +102,7 @@ def torch_rows() -> dict[str, float]:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3
-        return best(once)
+        return best(once, REPS)
 
     rows["copy GB/s"] = 2 * N * 4 / gpu(lambda: out.copy_(a)) / 1e9
     rows["add GB/s"] = 3 * N * 4 / gpu(lambda: torch.add(a, b, out=out)) / 1e9
@@ -166,8 +135,8 @@ def torch_rows() -> dict[str, float]:
     with torch.cuda.graph(cg):
         torch_chain(small)
     # torch's chain is 2 kernels per step (mul, add): per kernel of the same chain length, as tinygrad fuses them
-    rows["jit replay us/kernel"] = wall(cg.replay, 200, torch.cuda.synchronize) / CHAIN * 1e6
-    rows["eager small op us"] = wall(lambda: small * 2 + 1, 200, torch.cuda.synchronize) * 1e6
+    rows["jit replay us/kernel"] = wall(cg.replay, torch.cuda.synchronize, 200) / CHAIN * 1e6
+    rows["eager small op us"] = wall(lambda: small * 2 + 1, torch.cuda.synchronize, 200) * 1e6
     return rows
 
 
@@ -227,7 +196,7 @@ def sweep(dev, old: str | None) -> None:
                 row = []
                 for g in grids:
                     launch = functools.partial(prg, *bufs, global_size=(g, 1, 1), local_size=block, wait=True)
-                    secs = best(launch)
+                    secs = best(launch, REPS)
                     mark = "*" if g == prg.default_dims[0][0] and label != "before" else ""
                     row.append(f"{g}{mark}:{nbytes / secs / 1e9:.0f}")
                 print(f"  {label:10s} {kind:4s} regs={prg._prg.num_regs:3d} {'ok ' if ok else 'BAD'} {' '.join(row)}")

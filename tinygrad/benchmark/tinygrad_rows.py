@@ -3,25 +3,19 @@ value. Kernel rows are the kernels' own time, captured with TinyJit and launched
 the device has them, else the host clock around the launch; best of several runs after a warm-up."""
 from __future__ import annotations
 
-import math
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from tinygrad.benchmark import workloads as W
+from tinygrad.benchmark.timing import best, wall
 from tinygrad.device import Buffer, Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import TinyJit
 from tinygrad.tensor import Tensor
 
-REPS = 5
 CHAIN = 100
-
-
-def _best(fn: Callable[[], float], reps: int = REPS) -> float:
-    fn()
-    return min(fn() for _ in range(reps))
 
 
 def _jitted(fn: Callable, *inputs: Tensor) -> list:
@@ -34,21 +28,7 @@ def _jitted(fn: Callable, *inputs: Tensor) -> list:
 def kernel_seconds(fn: Callable, *inputs: Tensor) -> float:
     """Seconds the kernels of `fn(*inputs)` take on the device, launched one by one by their runners."""
     items = _jitted(fn, *inputs)
-    return _best(lambda: sum(ei.prg(ei.bufs, {}, wait=True) for ei in items))
-
-
-def wall(fn: Callable[[], Any], sync: Callable[[], None], reps: int = 20) -> float:
-    """Host seconds per call of `fn`, waiting for the device at the end of each round."""
-    fn()
-    sync()
-    best = math.inf
-    for _ in range(REPS):
-        st = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - st) / reps)
-    return best
+    return best(lambda: sum(ei.prg(ei.bufs, {}, wait=True) for ei in items))
 
 
 def _rand(shape, device: str, dtype=dtypes.float32) -> Tensor:
@@ -74,7 +54,7 @@ def launch_host(device: str, s: W.Sizes) -> float:
 def launch_device(device: str, s: W.Sizes) -> float:
     """Microseconds the device takes to run a one-element kernel (its events' time)."""
     ei = _jitted(lambda t: t + 1, _rand((1,), device))[-1]
-    return _best(lambda: ei.prg(ei.bufs, {}, wait=True), 50) * 1e6
+    return best(lambda: ei.prg(ei.bufs, {}, wait=True), 50) * 1e6
 
 
 def h2d(device: str, s: W.Sizes) -> float:

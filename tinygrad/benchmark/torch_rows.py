@@ -8,8 +8,8 @@ import time
 from typing import Any, Callable
 
 from tinygrad.benchmark import workloads as W
+from tinygrad.benchmark.timing import REPS, wall
 
-REPS = 5
 CHAIN = 100
 
 
@@ -39,17 +39,7 @@ def _timed(dev: str, fn: Callable[[], Any], reps: int = REPS) -> float:
 
 def _wall(dev: str, fn: Callable[[], Any], reps: int) -> float:
     import torch
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    fn()
-    sync()
-    best = math.inf
-    for _ in range(REPS):
-        st = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - st) / reps)
-    return best
+    return wall(fn, torch.cuda.synchronize if dev == "cuda" else (lambda: None), reps)
 
 
 def _rand(shape, dev: str, dtype_name: str = "float32"):
