@@ -87,15 +87,12 @@ cdef object _smax(object a, object b):
     raise ArgumentError(f"cannot decide max({a}, {b}) for symbolic values")
 
 
-cdef bint _decidable_max(object a, object b):
+cdef bint _ordered(object a, object b):
+    """Whether the bounds of two sints decide which is the larger (so _smax and _smin of them can't fail)."""
     if type(a) is int and type(b) is int:
         return True
     d = _sub(a, b)
     return _lo(d) >= 0 or _hi(d) <= 0
-
-
-cdef bint _decidable_min(object a, object b):
-    return _decidable_max(a, b)
 
 
 cdef object _smin(object a, object b):
@@ -859,9 +856,9 @@ cdef class View:
                 # NOTE: where symbolic bounds can't decide the clamp to [0, size], the bound stays unclamped: a
                 # mask reaching past the dim selects the same elements (a span reaching past a padded dim, such as
                 # a KV cache read at (0, start_pos + 1))
-                if _decidable_max(nb, 0):
+                if _ordered(nb, 0):
                     nb = _smax(nb, 0)
-                if _decidable_min(ne, shape[d]):
+                if _ordered(ne, shape[d]):
                     ne = _smin(ne, shape[d])
                 if type(nb) is int and type(ne) is int and ne < nb:
                     ne = nb
