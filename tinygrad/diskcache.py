@@ -41,16 +41,52 @@ def _connect() -> sqlite3.Connection | None:
         return None
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.execute("PRAGMA quick_check(1)").fetchone()
+        conn = _open(path)
+    except sqlite3.OperationalError:
+        # busy (another process is creating or checkpointing the file): not damage, so nothing is rebuilt; the
+        # cache is skipped for this call and tried again on the next
+        return None
     except sqlite3.DatabaseError:
         conn = _rebuild(path)
     except OSError:
         return None
     _local.conn, _local.path = conn, path
     return conn
+
+
+def _retry_busy(fn, tries: int = 20):
+    """`fn()`, called again (after a short sleep) while SQLite answers busy or locked at once: under heavy load, a
+    WAL reader can meet a checkpoint or recovery that returns SQLITE_BUSY without waiting for the busy timeout."""
+    for attempt in range(tries):
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            msg = str(e)
+            if attempt == tries - 1 or not ("locked" in msg or "busy" in msg):
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _open(path: str) -> sqlite3.Connection:
+    """A connection to the cache at `path` in WAL mode, checked. A busy database (SQLITE_BUSY raised at once by a
+    journal-mode change that another process's first write races) is retried for a few seconds."""
+    for attempt in range(50):
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA quick_check(1)").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
+        except BaseException:
+            conn.close()
+            raise
+    raise AssertionError("unreachable")
 
 
 def _may_use(path: str) -> bool:
@@ -114,9 +150,10 @@ def diskcache_get(table: str, key: str | bytes) -> bytes | None:
     if conn is None:
         return None
     try:
-        row = conn.execute(f"SELECT val, sum FROM {_table(table)} WHERE key = ?", (_digest(key),)).fetchone()
+        row = _retry_busy(lambda: conn.execute(f"SELECT val, sum FROM {_table(table)} WHERE key = ?",
+                                               (_digest(key),)).fetchone())
     except sqlite3.OperationalError:
-        return None  # no such table yet
+        return None  # no such table yet, or busy past the retries
     except sqlite3.DatabaseError:
         _local.conn = _rebuild(str(cache_path()))
         return None
@@ -135,9 +172,13 @@ def diskcache_put(table: str, key: str | bytes, val: bytes) -> None:
     conn = _connect()
     if conn is None:
         return
-    try:
+    def write():
         conn.execute(f"CREATE TABLE IF NOT EXISTS {_table(table)} (key TEXT PRIMARY KEY, val BLOB, sum TEXT)")
         conn.execute(f"INSERT OR REPLACE INTO {_table(table)} VALUES (?, ?, ?)", (_digest(key), val, _digest(val)))
+    try:
+        _retry_busy(write)
+    except sqlite3.OperationalError:
+        pass  # busy past the timeout: a cache may drop a write, and a busy file is no damaged one
     except sqlite3.DatabaseError:
         _local.conn = _rebuild(str(cache_path()))
 

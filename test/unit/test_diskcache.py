@@ -198,3 +198,28 @@ def test_a_header_being_written_by_another_process_is_waited_for(tmp_path):
     finally:
         t.join()
     assert str(path) not in diskcache._refused
+
+
+def test_busy_is_retried_and_never_taken_for_damage(db, monkeypatch):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "value"
+    assert diskcache._retry_busy(flaky) == "value" and len(calls) == 3
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        diskcache._retry_busy(lambda: (_ for _ in ()).throw(sqlite3.OperationalError("no such table: t")))
+    # a cache file busy past every retry when it is opened: the call goes without the cache, nothing is moved aside
+    diskcache.diskcache_put("t", "key", b"value")
+    monkeypatch.setattr(diskcache._local, "conn", None, raising=False)
+
+    def busy(path):
+        raise sqlite3.OperationalError("database is locked")
+    monkeypatch.setattr(diskcache, "_open", busy)
+    assert diskcache.diskcache_get("t", "key") is None
+    assert sorted(p.name for p in db.parent.iterdir() if "corrupt" in p.name) == []
+    monkeypatch.undo()
+    monkeypatch.setenv("CACHEDB", str(db))
+    assert diskcache.diskcache_get("t", "key") == b"value"
