@@ -406,3 +406,27 @@ def test_random_opts_match_plain_kernels(case):
         lin.apply_opt(Opt(op, axis, amt))
         opts.append(Opt(op, axis, amt))
     check((si, var_vals), opts, exact=kind in ("ew", "max"), rtol=1e-5, atol=1e-5)
+
+
+def test_thread_is_an_opt_the_heuristic_shows_and_a_search_can_set():
+    x, w = rand(64, 784), rand(256, 784)
+    si, var_vals = last_kernel(x @ w.T)
+    lin = lin_for(si, THREADED)
+    # the heuristic's OpenMP split is one of its Opts (DEBUG=2 shows it with the others)
+    assert [o for o in lin.applied_opts if o.op is OptOps.THREAD] == [Opt(OptOps.THREAD, lin.thread_axis, 2)]
+    # set by hand on either output dim: that dim's loop becomes the outermost, split across the threads
+    for axis in (0, 1):
+        manual = lin_for(si, THREADED, [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.THREAD, axis, 2)])
+        assert manual.loop_order[0] == axis and manual.threads == 2
+        loops = [u for u in manual.uops if u.uop is UOps.LOOP]
+        assert loops[0].arg == 2
+        got, _ = run(si, var_vals, THREADED, [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.THREAD, axis, 2)])
+        want, _ = run(si, var_vals, PLAIN)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bad = [Opt(OptOps.THREAD, 2, 2),   # a reduced dim
+           Opt(OptOps.THREAD, 0, 4)]   # more threads than the device's 2
+    for o in bad:
+        with pytest.raises(ValueError):
+            Linearizer(si.ast, THREADED).apply_opt(o)
+    with pytest.raises(ValueError):
+        Linearizer(si.ast, AVX512).apply_opt(Opt(OptOps.THREAD, 0, 2))  # a device with one thread

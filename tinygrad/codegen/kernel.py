@@ -45,6 +45,7 @@ class OptOps(Enum):
     VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
     LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
     GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
+    THREAD = auto()      # an output dimension on a CPU: its loop, made the outermost, split across `amt` threads
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

@@ -16,6 +16,8 @@ cdef class Linearizer:
     cdef public object loop_order
     # how many threads the outermost output loop is split across (1: none)
     cdef public int threads
+    # THREAD: the output dim whose loop is split across `threads` (-1: none, or chosen by linearize)
+    cdef readonly int thread_axis
     # the output dims map to the GPU's grid (SPECIAL uops) instead of loops; LOCAL opts by dim
     cdef public bint gpu
     cdef readonly dict local_dims

@@ -78,6 +78,8 @@ class Linearizer:
     loop_order: list[int] | None
     # how many threads the outermost output loop is split across (1: none)
     threads: int
+    # THREAD: the output dim whose loop is split across `threads` (-1: none, or chosen by linearize)
+    thread_axis: int
     name: str
     buf_uops: dict[int, UOp]
     def __init__(self, ast: LazyOp | tuple[LazyOp, ...], opts: LinearizerOptions | None = None) -> None: ...

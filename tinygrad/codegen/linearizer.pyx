@@ -119,6 +119,7 @@ cdef class Linearizer:
         self.local_dims = {}
         self.group_axis = -1
         self.group = 1
+        self.thread_axis = -1
         self._gate = None
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
@@ -169,6 +170,17 @@ cdef class Linearizer:
             self._decided = True
             return self
         amt = left if opt.amt == 0 else opt.amt
+        if opt.op is OptOps.THREAD:
+            cap = getattr(self.opts, "threads", 1) if self.opts is not None else 1
+            if self.gpu or is_reduce or self.thread_axis != -1:
+                raise ValueError(f"{opt}: one output dim of a kernel on a CPU can be split across threads")
+            if not 2 <= amt <= cap or left < amt:
+                raise ValueError(f"{opt}: 2 to {cap} threads (the device's), at most the {left} steps of axis "
+                                 f"{opt.axis}")
+            self.thread_axis, self.threads = opt.axis, amt
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         if opt.op is OptOps.GROUP:
             if not self.gpu or not is_reduce or self.group_axis != -1:
                 raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
@@ -213,8 +225,25 @@ cdef class Linearizer:
                 chosen = choose_opts(self)
             for o in chosen:
                 self.apply_opt(o)
+            if chosen and not self.gpu:
+                self._choose_threads()
         self._decided = True
         return self
+
+    def _choose_threads(self):
+        """The heuristic's OpenMP split as a THREAD Opt (so it shows with the others, and BEAM can vary it): the
+        outermost loop of the least-traffic order, across as many threads as parallel_threads gives it."""
+        from tinygrad.codegen.opt import global_loop_order, parallel_threads
+        self.loop_order = global_loop_order(self)
+        n = parallel_threads(self)
+        self.loop_order = None
+        if n < 2:
+            return
+        order = global_loop_order(self)
+        for d in order:
+            if self.full_shape[d] // self.upcasts[d] > 1:
+                self.apply_opt(Opt(OptOps.THREAD, d, n))
+                return
 
     # ---- uop construction with CSE ----
     cdef object _uop(self, object uop, object dtype, tuple vin, object arg, bint cachable=True):
@@ -350,7 +379,12 @@ cdef class Linearizer:
             if self.applied_opts:
                 from tinygrad.codegen.opt import global_loop_order, parallel_threads
                 self.loop_order = global_loop_order(self)
-                self.threads = parallel_threads(self)
+                if self.thread_axis != -1:
+                    # THREAD: the split dim's loop is the outermost, the one OpenMP divides
+                    self.loop_order.remove(self.thread_axis)
+                    self.loop_order.insert(0, self.thread_axis)
+                else:
+                    self.threads = parallel_threads(self)
         if sorted(self.loop_order) != global_axes:
             raise ValueError(f"loop_order {self.loop_order} is not an order of the output dims {global_axes}")
         # the outermost loop may be split across threads: each step writes outputs of its own

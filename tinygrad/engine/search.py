@@ -1,8 +1,8 @@
 """BEAM search: a kernel's optimisations chosen by timing candidates on the device itself (`BEAM=n`).
 
 The search starts from the default kernel (the hand-coded heuristic's choice, or the plain kernel where it chose
-nothing) and grows each of the `n` fastest kernels by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL or GROUP of any
-dim by a few amounts) per step, the plain kernel's one-Opt variants included. Every candidate is compiled (several
+nothing) and grows each of the `n` fastest kernels by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL, GROUP or
+THREAD of any dim by a few amounts) per step, the plain kernel's one-Opt variants included. Every candidate is compiled (several
 at once: compilers are separate processes or release the GIL), run on buffers of random inputs, and checked against
 the default kernel's output; one that disagrees, fails to compile or takes ten times the best so far is dropped. The
 search ends when a step finds nothing faster, after MAX_STEPS steps, or after SEARCH_SECONDS. The default kernel is
@@ -35,6 +35,7 @@ ACTION_AMOUNTS = {
     OptOps.VECTORIZE: (2, 4, 8),
     OptOps.LOCAL: (2, 4, 8, 16, 32, 64, 128, 256),
     OptOps.GROUP: (4, 8, 16, 32),
+    OptOps.THREAD: (2, 4, 8),
 }
 MAX_STEPS = 6
 SEARCH_SECONDS = 60.0
