@@ -2,6 +2,7 @@
 #include "host_os.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,11 +20,32 @@ namespace {
 
 // What load_library hands out. The memfd stays open while the library is loaded: glibc recognises an already
 // loaded object by its path, and "/proc/self/fd/N" would name a different library once N is reused, so N must not
-// be reused until dlclose.
+// be reused until the object is gone. NOTE: dlclose need not unload it (another dlopen of the same path holds it,
+// or the object is marked not to be deleted), so a path is also checked before it is used, and an fd whose object
+// outlives dlclose is never closed.
 struct LoadedLibrary {
   void* dl;
   int fd;  // -1 when loaded from a temporary file
 };
+
+// Whether an object loaded in this process has the name `path` (dlopen of that path would return it).
+bool name_is_loaded(const std::string& path) {
+  struct Search {
+    const char* path;
+    bool found;
+  } search{path.c_str(), false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* s = static_cast<Search*>(data);
+        if (info->dlpi_name != nullptr && std::strcmp(info->dlpi_name, s->path) == 0) {
+          s->found = true;
+          return 1;
+        }
+        return 0;
+      },
+      &search);
+  return search.found;
+}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -55,7 +77,17 @@ void* load_via_memfd(const void* image, size_t nbytes, OsError* err) {
     return nullptr;
   }
   std::string path = "/proc/self/fd/" + std::to_string(fd);
-  if (!write_all(fd, image, nbytes)) {
+  // a number whose path still names a loaded object would load that object again: move to a free one
+  for (int tries = 0; tries < 64 && name_is_loaded(path); tries++) {
+    int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
+    if (moved < 0) break;
+    ::close(fd);
+    fd = moved;
+    path = "/proc/self/fd/" + std::to_string(fd);
+  }
+  if (name_is_loaded(path)) {
+    *err = {"dlopen", path + " still names a loaded library"};
+  } else if (!write_all(fd, image, nbytes)) {
     *err = {"write", errno_text()};
   } else if (::access(path.c_str(), R_OK) != 0) {  // /proc not mounted (some containers)
     *err = {"access", path + ": " + errno_text()};
@@ -130,7 +162,10 @@ class RealHostOS final : public HostOS {
   void unload_library(void* library) noexcept override {
     auto* lib = static_cast<LoadedLibrary*>(library);
     dlclose(lib->dl);
-    if (lib->fd >= 0) ::close(lib->fd);
+    if (lib->fd >= 0) {
+      // an object that outlives dlclose keeps its fd, so its path never comes to name another library
+      if (!name_is_loaded("/proc/self/fd/" + std::to_string(lib->fd))) ::close(lib->fd);
+    }
     delete lib;
   }
 };

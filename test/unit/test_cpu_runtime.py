@@ -367,3 +367,32 @@ def test_integers_beyond_64_bits_are_value_errors_naming_the_argument(lib):
         graph.set_arg(0, 3, 2**64)
     with pytest.raises(ValueError, match=r"global_size\[0\].*64 bits"):
         prog.launch((2**80,), None, False, out, out, out, 4)
+
+
+def _kernel_fds() -> set[int]:
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "tinygrad-kernel" in os.readlink(f"/proc/self/fd/{fd}"):
+                out.add(int(fd))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="memfd libraries need /proc")
+def test_a_library_kept_loaded_past_its_unload_is_never_loaded_in_place_of_another():
+    """glibc finds an already-loaded object by its path: a library loaded from /proc/self/fd/N that outlives dlclose
+    (held by another dlopen of that path here; in the wild, a kernel the loader may not unload) must not be
+    returned for the next library, which would then lack its own symbols."""
+    import ctypes
+    before = _kernel_fds()
+    first = _cpu.Library(compile_c(SOURCE))
+    (fd,) = _kernel_fds() - before
+    held = ctypes.CDLL(f"/proc/self/fd/{fd}")  # a second reference to the same loaded object
+    del first  # dlclose: the object stays loaded, held by ctypes
+    other = _cpu.Library(compile_c(SOURCE.replace("add", "addtwo")))
+    assert other.symbol("addtwo") != 0
+    with pytest.raises(RuntimeError, match="addx|not found|undefined"):
+        other.symbol("addx")
+    del held
