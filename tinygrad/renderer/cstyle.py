@@ -257,6 +257,39 @@ class KernelWriter:
             self.emit(f"{self.lang.render_dtype(u.dtype)} {var} = {expr};")
             self.r[id(u)] = var
 
+    def render_value(self, u: UOp) -> bool:
+        """Renders the uops every render loop spells alike (constants, accumulators, arithmetic, vectors, casts, PHI)
+        and says so; False for the others, which each loop renders in its own way."""
+        lang, r, op, dt, vin = self.lang, self.r, u.uop, u.dtype, u.vin
+        if op is UOps.CONST:
+            r[id(u)] = lang.render_const(u.arg, dt)
+        elif op is UOps.DEFINE_ACC:
+            var = self.fresh("acc")
+            start = lang.render_const(u.arg, dt.scalar())
+            if dt.count > 1:
+                start = lang.render_vectorize([start] * dt.count, dt)
+            self.emit(f"{lang.render_dtype(dt)} {var} = {start};")
+            r[id(u)] = var
+        elif op is UOps.ALU and dt.count > 1:
+            self.bind(u, lang.render_vector_alu(u.arg, [r[id(v)] for v in vin], dt), "alu", inline=True)
+        elif op is UOps.ALU:
+            self.bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu",
+                      inline=True)
+        elif op is UOps.VECTORIZE:
+            self.bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
+        elif op is UOps.GEP:
+            self.bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
+        elif op is UOps.CAST:
+            self.bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
+        elif op is UOps.BITCAST:
+            self.bind(u, lang.render_bitcast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=False)
+        elif op is UOps.PHI:
+            self.emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
+            r[id(u)] = r[id(vin[0])]
+        else:
+            return False
+        return True
+
 
 def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
     """The source of kernel `name` from its uops."""
@@ -267,8 +300,8 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
         op, dt, vin = u.uop, u.dtype, u.vin
         if w.define_param(u):
             pass
-        elif op is UOps.CONST:
-            r[id(u)] = lang.render_const(u.arg, dt)
+        elif w.render_value(u):
+            pass
         elif op is UOps.LOOP:
             if u.arg is not None and u.arg > 1:
                 emit(lang.render_parallel(u.arg))
@@ -279,13 +312,6 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.ENDLOOP:
             w.depth -= 1
             emit("}")
-        elif op is UOps.DEFINE_ACC:
-            var = fresh("acc")
-            start = lang.render_const(u.arg, dt.scalar())
-            if dt.count > 1:
-                start = lang.render_vectorize([start] * dt.count, dt)
-            emit(f"{lang.render_dtype(dt)} {var} = {start};")
-            r[id(u)] = var
         elif op is UOps.LOAD:
             if dt.count > 1:
                 access = lang.render_vector_access(r[id(vin[0])], r[id(vin[1])], dt, const=True)
@@ -294,21 +320,6 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
-        elif op is UOps.ALU and dt.count > 1:
-            bind(u, lang.render_vector_alu(u.arg, [r[id(v)] for v in vin], dt), "alu", inline=True)
-        elif op is UOps.ALU:
-            bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu", inline=True)
-        elif op is UOps.VECTORIZE:
-            bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
-        elif op is UOps.GEP:
-            bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
-        elif op is UOps.CAST:
-            bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
-        elif op is UOps.BITCAST:
-            bind(u, lang.render_bitcast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=False)
-        elif op is UOps.PHI:
-            emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
-            r[id(u)] = r[id(vin[0])]
         elif op is UOps.STORE and vin[2].dtype.count > 1:
             dest = lang.render_vector_access(r[id(vin[0])], r[id(vin[1])], vin[2].dtype, const=False)
             line = f"{dest} = {r[id(vin[2])]};"

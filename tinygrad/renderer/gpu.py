@@ -252,7 +252,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         op, dt, vin = u.uop, u.dtype, u.vin
         if dt is not None:
             dts.add(dt.base if isinstance(dt, PtrDType) else dt)
-        if kw.define_param(u):
+        if kw.define_param(u) or kw.render_value(u):
             pass
         elif op is UOps.DEFINE_LOCAL:
             local_name, size = u.arg
@@ -277,8 +277,6 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             r[id(u)] = sname
         elif op is UOps.BARRIER:
             emit(lang.barrier)
-        elif op is UOps.CONST:
-            r[id(u)] = lang.render_const(u.arg, dt)
         elif op is UOps.LOOP and id(u) in flat_loops:
             nest = par.global_loops if id(u) in {id(lp) for lp in par.global_loops} else par.reduce_loops
             if u is nest[-1]:  # every bound is rendered by now
@@ -318,13 +316,6 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.ENDLOOP:
             kw.depth -= 1
             emit("}")
-        elif op is UOps.DEFINE_ACC:
-            var = fresh("acc")
-            start = lang.render_const(u.arg, dt.scalar())
-            if dt.count > 1:
-                start = lang.render_vectorize([start] * dt.count, dt)
-            emit(f"{lang.render_dtype(dt)} {var} = {start};")
-            r[id(u)] = var
         elif op is UOps.LOAD and dt.count > 1:
             access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"
             if len(vin) > 2:
@@ -336,21 +327,6 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
-        elif op is UOps.ALU and dt.count > 1:
-            bind(u, lang.render_vector_alu(u.arg, [r[id(v)] for v in vin], dt), "alu", inline=True)
-        elif op is UOps.VECTORIZE:
-            bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
-        elif op is UOps.GEP:
-            bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
-        elif op is UOps.ALU:
-            bind(u, lang.render_result(lang.code_for_op[u.arg](*[r[id(v)] for v in vin], dt), dt), "alu", inline=True)
-        elif op is UOps.CAST:
-            bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
-        elif op is UOps.BITCAST:
-            bind(u, lang.render_bitcast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=False)
-        elif op is UOps.PHI:
-            emit(f"{r[id(vin[0])]} = {r[id(vin[1])]};")
-            r[id(u)] = r[id(vin[0])]
         elif op is UOps.STORE and vin[2].dtype.count > 1:
             vt = f"{buf_type(vin[0])}, {vin[2].dtype.count}"
             line = f"tg_vstore<{vt}>({r[id(vin[0])]}+{r[id(vin[1])]}, {r[id(vin[2])]});"
