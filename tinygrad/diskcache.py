@@ -25,6 +25,9 @@ _local = threading.local()
 SQLITE_HEADER = b"SQLite format 3\0"
 # paths found not to be sqlite files: warned about once, then left alone
 _refused: set[str] = set()
+# paths whose header was read and found a cache's (see _may_use), and the lock for reading one
+_verified: set[str] = set()
+_verify_lock = threading.Lock()
 
 
 def cache_path() -> pathlib.Path:
@@ -46,15 +49,31 @@ def _connect() -> sqlite3.Connection | None:
         # busy (another process is creating or checkpointing the file): not damage, so nothing is rebuilt; the
         # cache is skipped for this call and tried again on the next
         return None
-    except sqlite3.DatabaseError:
-        conn = _rebuild(path)
+    except sqlite3.DatabaseError as e:
+        conn = _rebuild(path) if _damaged(e) else None
     except OSError:
         return None
     _local.conn, _local.path = conn, path
     return conn
 
 
-def _retry_busy(fn, tries: int = 20):
+def _damaged(e: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite's error says the file itself is damaged (SQLITE_CORRUPT, SQLITE_NOTADB): only then is it moved
+    aside and rebuilt. Anything else (busy, a closed connection, ...) only skips the cache for this call."""
+    msg = str(e).lower()
+    return "malformed" in msg or "not a database" in msg
+
+
+def _fetch_one(conn: sqlite3.Connection, sql: str, args: tuple):
+    """The first row of a query, its cursor closed at once (an open statement would hold a read transaction)."""
+    cur = conn.execute(sql, args)
+    try:
+        return cur.fetchone()
+    finally:
+        cur.close()
+
+
+def _retry_busy(fn, tries: int = 5):
     """`fn()`, called again (after a short sleep) while SQLite answers busy or locked at once: under heavy load, a
     WAL reader can meet a checkpoint or recovery that returns SQLITE_BUSY without waiting for the busy timeout."""
     for attempt in range(tries):
@@ -70,19 +89,19 @@ def _retry_busy(fn, tries: int = 20):
 
 def _open(path: str) -> sqlite3.Connection:
     """A connection to the cache at `path` in WAL mode, checked. A busy database (SQLITE_BUSY raised at once by a
-    journal-mode change that another process's first write races) is retried for a few seconds."""
-    for attempt in range(50):
+    journal-mode change that another process's first write races) is retried for half a second."""
+    for attempt in range(10):
         conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA quick_check(1)").fetchone()
+            _fetch_one(conn, "PRAGMA quick_check(1)", ())
             return conn
         except sqlite3.OperationalError:
             conn.close()
-            if attempt == 49:
+            if attempt == 9:
                 raise
-            time.sleep(0.1)
+            time.sleep(0.05)
         except BaseException:
             conn.close()
             raise
@@ -90,9 +109,24 @@ def _open(path: str) -> sqlite3.Connection:
 
 
 def _may_use(path: str) -> bool:
-    """Whether `path` may hold the cache: missing, empty, or a sqlite file. Anything else belongs to someone else."""
+    """Whether `path` may hold the cache: missing, empty, or a sqlite file. Anything else belongs to someone else.
+
+    NOTE: read once per path and process, before this process opens any connection to it. Closing a file releases
+    every POSIX lock the process holds on it, SQLite's too: a plain open and close of the cache file while a
+    connection is live made other processes take this one's locks for gone, delete the -wal and -shm files under it,
+    and then see a "malformed" cache and move it aside."""
     if path in _refused:
         return False
+    with _verify_lock:
+        if path in _verified:
+            return True
+        ok = _check_header(path)
+        if ok:
+            _verified.add(path)
+        return ok
+
+
+def _check_header(path: str) -> bool:
     for _ in range(20):
         try:
             with open(path, "rb") as f:
@@ -150,12 +184,13 @@ def diskcache_get(table: str, key: str | bytes) -> bytes | None:
     if conn is None:
         return None
     try:
-        row = _retry_busy(lambda: conn.execute(f"SELECT val, sum FROM {_table(table)} WHERE key = ?",
-                                               (_digest(key),)).fetchone())
+        row = _retry_busy(lambda: _fetch_one(conn, f"SELECT val, sum FROM {_table(table)} WHERE key = ?",
+                                             (_digest(key),)))
     except sqlite3.OperationalError:
         return None  # no such table yet, or busy past the retries
-    except sqlite3.DatabaseError:
-        _local.conn = _rebuild(str(cache_path()))
+    except sqlite3.DatabaseError as e:
+        if _damaged(e):
+            _local.conn = _rebuild(str(cache_path()))
         return None
     if row is None:
         return None
@@ -179,8 +214,9 @@ def diskcache_put(table: str, key: str | bytes, val: bytes) -> None:
         _retry_busy(write)
     except sqlite3.OperationalError:
         pass  # busy past the timeout: a cache may drop a write, and a busy file is no damaged one
-    except sqlite3.DatabaseError:
-        _local.conn = _rebuild(str(cache_path()))
+    except sqlite3.DatabaseError as e:
+        if _damaged(e):
+            _local.conn = _rebuild(str(cache_path()))
 
 
 def diskcache_delete(table: str, key: str | bytes) -> None:

@@ -223,3 +223,25 @@ def test_busy_is_retried_and_never_taken_for_damage(db, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("CACHEDB", str(db))
     assert diskcache.diskcache_get("t", "key") == b"value"
+
+
+def test_the_cache_file_is_never_opened_beside_a_live_connection(db, monkeypatch):
+    """Closing any descriptor of a file drops every POSIX lock this process holds on it, SQLite's included: once a
+    connection is open, no thread may read the file's header again (other processes then took the cache for
+    abandoned, deleted its -wal and -shm, and moved it aside as malformed)."""
+    import builtins
+    import threading
+    diskcache.diskcache_put("t", "key", b"value")  # this thread's connection is live
+    real_open = builtins.open
+
+    def guarded_open(file, *args, **kwargs):
+        if str(file) == str(db):
+            raise AssertionError("the cache file was opened beside a live connection")
+        return real_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    got = []
+    # a new thread makes a connection of its own (as the parallel compiles do)
+    t = threading.Thread(target=lambda: got.append(diskcache.diskcache_get("t", "key")))
+    t.start()
+    t.join()
+    assert got == [b"value"]
