@@ -206,3 +206,18 @@ def test_a_jitted_write_past_the_dim_lands_nowhere():
         outs.append(put(Tensor([float(i + 1)]).realize(), Variable("i", 0, 8).bind(i)).item())
     assert outs == [2.0, 3.0, 4.0, 0.0]
     np.testing.assert_array_equal(base.numpy(), [0, 2, 3, 4, 0, 0, 0, 0, 0, 0])
+
+
+def test_a_replayed_schedule_writes_each_call_s_own_buffer_and_values():
+    # the same graph structure every call: the eager schedule plan replays, on new buffers and new values
+    for i in range(5):
+        a = buffer((3, 4), start=float(i))
+        ref = a.numpy().copy()
+        a[1:3, ::2] = Tensor([[float(i), 2.0], [3.0, 4.0]])
+        ref[1:3, ::2] = [[i, 2], [3, 4]]
+        np.testing.assert_array_equal(a.numpy(), ref)
+        b = Tensor.zeros(4, 4).contiguous().realize()
+        b.permute(1, 0)[0].assign(Tensor.full((4,), i + 0.25)).realize()
+        rb = np.zeros((4, 4), np.float32)
+        rb[:, 0] = i + 0.25
+        np.testing.assert_array_equal(b.numpy(), rb)
