@@ -22,7 +22,8 @@ import numpy as np
 
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.benchmark.timing import best, wall
-from tinygrad.benchmark.tinygrad_rows import kernel_seconds
+from tinygrad.benchmark.tinygrad_rows import CHAIN, chain, kernel_seconds
+from tinygrad.benchmark.torch_rows import captured_chain
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
 from tinygrad.runtime.ops_cuda import CUDAProgram
@@ -34,14 +35,7 @@ MATVEC = 8192
 # conv2d: a batch of 8 images of 64 channels, 56x56, 64 filters of 3x3, padding 1
 CONV_IN, CONV_W = (8, 64, 56, 56), (64, 64, 3, 3)
 CONV_FLOPS = 2 * 8 * 64 * 56 * 56 * 64 * 9
-CHAIN = 100
 REPS = 10
-
-
-def chain(x: Tensor) -> Tensor:
-    for _ in range(CHAIN):
-        x = (x * 1.0001 + 0.5).contiguous()
-    return x
 
 
 def tinygrad_rows(dev) -> dict[str, float]:
@@ -122,18 +116,7 @@ def torch_rows() -> dict[str, float]:
 
     small = torch.randn(1024, device="cuda", generator=g)
 
-    def torch_chain(t):
-        for _ in range(CHAIN):
-            t = t * 1.0001 + 0.5
-        return t
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        torch_chain(small)
-    torch.cuda.current_stream().wait_stream(stream)
-    cg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(cg):
-        torch_chain(small)
+    cg = captured_chain(small)
     # torch's chain is 2 kernels per step (mul, add): per kernel of the same chain length, as tinygrad fuses them
     rows["jit replay us/kernel"] = wall(cg.replay, torch.cuda.synchronize, 200) / CHAIN * 1e6
     rows["eager small op us"] = wall(lambda: small * 2 + 1, torch.cuda.synchronize, 200) * 1e6

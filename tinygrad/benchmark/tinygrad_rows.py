@@ -136,12 +136,15 @@ def _matvec(device: str, s: W.Sizes) -> tuple:
     return (lambda x, w: x @ w.T), (_rand((1, s.matvec), device, f16), _rand((s.matvec, s.matvec), device, f16))
 
 
+def chain(x: Tensor) -> Tensor:
+    """CHAIN small dependent kernels on `x`: what the JIT replay rows capture."""
+    for _ in range(CHAIN):
+        x = (x * 1.0001 + 0.5).contiguous()
+    return x
+
+
 def jit_replay(device: str, s: W.Sizes) -> float:
     """Microseconds per kernel of replaying a captured chain of CHAIN small dependent kernels."""
-    def chain(x: Tensor) -> Tensor:
-        for _ in range(CHAIN):
-            x = (x * 1.0001 + 0.5).contiguous()
-        return x
     small = _rand((1024,), device)
     jc = TinyJit(chain)
     for _ in range(3):

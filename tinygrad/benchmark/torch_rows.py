@@ -133,13 +133,10 @@ def _attention(dev: str, s: W.Sizes) -> Callable:
     return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def graph_replay(device: str, s: W.Sizes) -> float:
-    """Microseconds per kernel of replaying a CUDA graph of CHAIN small dependent ops (two kernels each)."""
+def captured_chain(x):
+    """A CUDA graph of CHAIN small dependent ops on `x` (y * 1.0001 + 0.5, two kernels each), captured after a
+    warm-up on a side stream, as PyTorch requires."""
     import torch
-    dev = _dev(device)
-    if dev != "cuda":
-        raise NotImplementedError("CUDA graphs only")
-    x = _rand((1024,), dev)
 
     def chain():
         y = x
@@ -154,7 +151,15 @@ def graph_replay(device: str, s: W.Sizes) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         chain()
-    return _wall(dev, graph.replay, 20) / CHAIN * 1e6
+    return graph
+
+
+def graph_replay(device: str, s: W.Sizes) -> float:
+    """Microseconds per kernel of replaying captured_chain's graph (per op of the chain, as tinygrad fuses each)."""
+    dev = _dev(device)
+    if dev != "cuda":
+        raise NotImplementedError("CUDA graphs only")
+    return _wall(dev, captured_chain(_rand((1024,), dev)).replay, 20) / CHAIN * 1e6
 
 
 # row -> measure, for the rows of tinygrad_rows.ROWS that PyTorch can run
