@@ -25,7 +25,8 @@ from tinygrad.codegen.uops import UOps
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.cuda import HALF_PRELUDE, CUDARenderer
+from tinygrad.renderer.cuda import HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDARenderer
+from tinygrad.renderer.gpu_plan import VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
@@ -49,6 +50,7 @@ static pthread_barrier_t tg_block_bar;
 #define __shared__ static
 #define __restrict__ __restrict
 #define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
 static void __syncthreads() { pthread_barrier_wait(&tg_block_bar); }
 static float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 static unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -82,11 +84,11 @@ static void tg_run(const unsigned* g, const unsigned* l, bool together, void (*t
 class Kernel:
     """A kernel linearized for CUDA: its Linearizer, source, and the buffers of its schedule item."""
 
-    def __init__(self, out: Tensor, opts: list | None = None):
+    def __init__(self, out: Tensor, opts: list | None = None, lopts: LinearizerOptions = CUDA):
         items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
         assert len(items) == 1, "the expressions tested here are one kernel each"
         self.si = items[0]
-        self.lin = Linearizer(self.si.ast, CUDA)
+        self.lin = Linearizer(self.si.ast, lopts)
         if opts is not None:
             # exactly these optimisations (none for []): the heuristic does not run
             for o in opts:
@@ -106,6 +108,49 @@ class Kernel:
         return gs, ls
 
 
+# tensor cores on the host: each thread of a warp leaves its fragments in the warp's slots, and after a barrier
+# computes its part of the product from the whole warp's (a kernel calls the mma in every thread alike)
+_MMA_EMU = r"""
+static unsigned short tg_mma_a[32][32][8], tg_mma_b[32][32][4];
+static float tg_mma_f16(unsigned short h) { return tg_f16_to_f32(h); }
+static float tg_mma_bf16(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4);
+  return f; }
+template <float (*CVT)(unsigned short)>
+static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 2> a0, tg_vec<unsigned short, 2> a1,
+    tg_vec<unsigned short, 2> a2, tg_vec<unsigned short, 2> a3, tg_vec<unsigned short, 2> b0,
+    tg_vec<unsigned short, 2> b1, tg_vec<float, 4> c) {
+  unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), w = tid / 32, l = tid % 32;
+  tg_vec<unsigned short, 2> as[4] = {a0, a1, a2, a3}, bs[2] = {b0, b1};
+  for (int i = 0; i < 8; i++) tg_mma_a[w][l][i] = as[i / 2].e[i % 2];
+  for (int i = 0; i < 4; i++) tg_mma_b[w][l][i] = bs[i / 2].e[i % 2];
+  __syncthreads();
+  unsigned g = l / 4, t = l % 4;
+  for (int e = 0; e < 4; e++) {
+    unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float s = 0;
+    for (int k = 0; k < 16; k++)
+      s += CVT(tg_mma_a[w][4 * (row % 8) + (k % 8) / 2][((row >= 8) + 2 * (k >= 8)) * 2 + k % 2]) *
+           CVT(tg_mma_b[w][4 * col + (k % 8) / 2][(k >= 8) * 2 + k % 2]);
+    c.e[e] += s;
+  }
+  __syncthreads();
+  return c;
+}
+#define tg_mma_m16n8k16_f16 tg_mma_emu<tg_mma_f16>
+#define tg_mma_m16n8k16_bf16 tg_mma_emu<tg_mma_bf16>
+"""
+
+
+def _emulate_mma(src: str) -> str:
+    """`src` with its tensor-core functions replaced by the host emulation."""
+    if "tg_mma_" not in src:
+        return src
+    src = src.replace(MMA_PRELUDE, "")
+    for name, ty in (("m16n8k16_f16", "f16"), ("m16n8k16_bf16", "bf16")):
+        src = src.replace(MMA_FN.format(name=name, ty=ty), "")
+    return src.replace(VEC_PRELUDE, VEC_PRELUDE + _MMA_EMU)
+
+
 def _compile(kernels: list[Kernel]) -> list:
     """One host library for all `kernels`: a launcher per kernel, (grid, block, arrays, ints) -> None."""
     parts = [_SHIM]
@@ -120,7 +165,7 @@ def _compile(kernels: list[Kernel]) -> list:
             else:
                 args.append(f"ints[{nint}]")
                 nint += 1
-        body = src.replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(").replace('extern "C" ', "")
+        body = _emulate_mma(src).replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(").replace('extern "C" ', "")
         together = "true" if "__syncthreads" in src else "false"
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"

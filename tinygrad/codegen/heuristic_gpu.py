@@ -42,6 +42,10 @@ MAX_BLOCK = 1024
 GROUP_BELOW_THREADS = 1 << 15
 GROUP_MIN_INPUTS = 256
 GROUP = 16
+# tensor-core configs (indices into codegen/tensor_cores.TC_CONFIGS) in order of preference, and the fewest blocks
+# the chosen one may leave (an H100 has 132 multiprocessors)
+TC_PREFERENCE = (0, 3, 4, 5, 6, 7, 8)
+TC_MIN_BLOCKS = 128
 
 
 def _bound(s) -> int:
@@ -115,6 +119,10 @@ def gpu_opts(lin) -> list[Opt]:
     vec = width if width >= 2 and contiguous and full[inner] % width == 0 else 0
     if lin.reduceop is None:
         return [Opt(OptOps.VECTORIZE, inner, vec)] if vec else []
+    if getattr(lin.opts, "tensor_cores", ()):
+        tc = tensor_core_opt(lin)
+        if tc is not None:
+            return [tc]
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in red)
     rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
     if lin.opts.has_shared and rdims and outputs < GROUP_BELOW_THREADS and \
@@ -172,3 +180,22 @@ def gpu_opts(lin) -> list[Opt]:
         if len(live) >= 2:
             ret.append(Opt(OptOps.LOCAL, live[-2], max(1, min(budget // lx, steps[live[-2]]))))
     return ret
+
+
+def tensor_core_opt(lin) -> Opt | None:
+    """TC for a matmul-shaped kernel of half or bfloat16 operands (codegen/tensor_cores.py), or None: the first
+    config of TC_PREFERENCE that fits the kernel and still gives TC_MIN_BLOCKS blocks, else the fitting config with
+    the most blocks."""
+    from tinygrad.codegen.tensor_cores import TC_CONFIGS, tc_plan
+    fits = []
+    for i in TC_PREFERENCE:
+        plan, _ = tc_plan(lin, i)
+        if plan is None:
+            continue
+        full, cfg = lin.full_shape, TC_CONFIGS[i]
+        blocks = (full[plan.m_axis] // cfg.bm) * (full[plan.n_axis] // cfg.bn) * \
+            math.prod(full[d] for d in plan.batch)
+        if blocks >= TC_MIN_BLOCKS:
+            return Opt(OptOps.TC, 0, i)
+        fits.append((blocks, i))
+    return Opt(OptOps.TC, 0, max(fits)[1]) if fits else None

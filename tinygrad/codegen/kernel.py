@@ -4,7 +4,7 @@ An optimisation (`Opt`) reshapes how the linearizer walks a kernel's iteration s
 computes: `UPCAST` and `UNROLL` expand part of a dimension into copies held side by side in registers (an output
 tile, or several steps of a reduction), `VECTORIZE` holds part of a dimension as the lanes of one vector value, and
 on GPUs `LOCAL` sets how many threads of a block walk an output dimension and `GROUP` splits a reduction across
-threads of a block.
+threads of a block, and `TC` runs a matmul-shaped kernel on tensor cores (codegen/tensor_cores.py).
 
 >>> from tinygrad.codegen.kernel import Opt, OptOps
 >>> Opt(OptOps.UPCAST, 0, 4)
@@ -25,7 +25,8 @@ class LinearizerOptions:
     vector uops (VECTORIZE, GEP, vector LOAD/STORE/ALU/DEFINE_ACC/PHI, see `tinygrad.codegen.uops`); only then
     does the linearizer apply its heuristic optimisations. `max_vector_bytes`: the widest vector value worth
     making (0: no vectors); `vector_registers`: how many such values the target keeps in registers; `threads`:
-    how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`).
+    how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`);
+    `tensor_cores`: the matrix instructions the renderer can emit (keys of `codegen.tensor_cores.TENSOR_CORES`).
     """
     device: str = ""
     has_local: bool = True
@@ -36,6 +37,7 @@ class LinearizerOptions:
     max_vector_bytes: int = 0
     vector_registers: int = 16
     threads: int = 1
+    tensor_cores: tuple[str, ...] = ()
 
 
 class OptOps(Enum):
@@ -46,6 +48,7 @@ class OptOps(Enum):
     LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
     GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
     THREAD = auto()      # an output dimension on a CPU: its loop, made the outermost, split across `amt` threads
+    TC = auto()          # a matmul on tensor cores, block tile `tensor_cores.TC_CONFIGS[amt]` (`axis` unused: 0)
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

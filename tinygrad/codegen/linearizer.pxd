@@ -30,6 +30,10 @@ cdef class Linearizer:
     cdef object _thread_id
     cdef object _gate
     cdef int _block_threads
+    # TC: the tensor-core plan (codegen/tensor_cores.TCPlan; None: none), and per tiled dim the offset of each copy
+    cdef readonly object tc
+    cdef dict _tc_offsets
+    cdef dict _tc_bases
     cdef readonly int vector_axis
     cdef readonly int vector_width
     # id(LazyOp) -> the dims of the full shape its value varies along
@@ -71,3 +75,7 @@ cdef class Linearizer:
     cdef object _lower_leaf(self, object op, tuple combo, bint post)
     cdef object _leaf_scalar(self, object op, object idx, object valid)
     cdef void _store(self, object mb, tuple combo, object val)
+    cdef object _lower_tc(self)
+    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate)
+    cdef object _tc_cond(self, object valid, object gate)
+    cdef void _tc_stage(self, list chunks, object smem, object base)

@@ -120,6 +120,9 @@ cdef class Linearizer:
         self.group_axis = -1
         self.group = 1
         self.thread_axis = -1
+        self.tc = None
+        self._tc_bases = None
+        self._tc_offsets = None
         self._gate = None
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
@@ -146,6 +149,19 @@ cdef class Linearizer:
             raise RuntimeError("optimisations must be applied before linearize()")
         if not isinstance(opt, Opt):
             raise TypeError(f"apply_opt takes an Opt, got {type(opt).__name__}")
+        if self.tc is not None:
+            raise ValueError(f"{opt}: the kernel runs on tensor cores (TC), which take no other Opt")
+        if opt.op is OptOps.TC:
+            if self.applied_opts:
+                raise ValueError(f"{opt}: TC must be a kernel's only Opt (it has {self.applied_opts})")
+            from tinygrad.codegen.tensor_cores import tc_plan
+            plan, why = tc_plan(self, opt.amt)
+            if plan is None:
+                raise ValueError(f"{opt}: {why}")
+            self.tc = plan
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         full = self.full_shape
         if not 0 <= opt.axis < len(full):
             raise ValueError(f"{opt}: no axis {opt.axis} in the full shape {full}")
@@ -363,6 +379,13 @@ cdef class Linearizer:
         for v in self.vars:
             self._var_uops[v] = self._uop(UOps.DEFINE_VAR, dtypes.int32, (), v, False)
 
+        if self.tc is not None:
+            self._lane = None
+            self._lower_tc()
+            if DEBUG >= 6:
+                from tinygrad.codegen.uops import print_uops
+                print(print_uops(self.uops))
+            return self
         full = self.full_shape
         self._lane = Variable("_lane", 0, self.vector_width - 1) if self.vector_axis != -1 else None
         # the loop index of each dim (None where the loop would have one step: a size-1 or fully expanded dim)
@@ -516,6 +539,12 @@ cdef class Linearizer:
         """The index of each dim of the full shape at tile position `combo`; the vector dim adds the lane Variable.
         After the reduce (`post`) the reduced dims are 0."""
         cdef list out = []
+        if self.tc is not None:
+            # a tensor-core kernel's accumulators: each tiled dim's thread base plus the copy's offset
+            for d in range(len(self.full_shape)):
+                base = self._tc_bases.get(d)
+                out.append(NumNode(0) if base is None else base + self._tc_offsets[d][combo[d]])
+            return out
         for d, s in enumerate(self.full_shape):
             if _is_one(s) or (post and d in self.reduce_axes):
                 out.append(NumNode(0))
@@ -795,6 +824,198 @@ cdef class Linearizer:
                 vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
 
+    # ---- tensor cores (TC): see codegen/tensor_cores.py for the kernel's shape ----
+    cdef object _lower_tc(self):
+        from tinygrad.codegen.tensor_cores import SMEM_PAD
+        plan = self.tc
+        cfg, tc = plan.config, plan.tc
+        i32, u16 = dtypes.int32, dtypes.uint16
+        full = self.full_shape
+        m_ax, n_ax, k_ax = plan.m_axis, plan.n_axis, plan.k_axis
+        size_m, size_n, size_k = full[m_ax], full[n_ax], full[k_ax]
+        nthreads = cfg.threads
+        wtm, wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
+        tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
+        ldk = cfg.bk + SMEM_PAD
+        ktiles = size_k // cfg.bk
+        nbatch = 1
+        for d in plan.batch:
+            nbatch *= full[d]
+        c = lambda v: self._const(v, i32)
+        add = lambda a, b: self._alu(BinaryOps.ADD, i32, (a, b))
+        mul = lambda a, b: self._alu(BinaryOps.MUL, i32, (a, b))
+        div = lambda a, b: self._alu(BinaryOps.DIV, i32, (a, b))
+        mod = lambda a, b: self._alu(BinaryOps.MOD, i32, (a, b))
+        # the grid: x over N's tiles, y over M's, z over the batch; one flat block of warps
+        gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", size_n // cfg.bn), False)
+        gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", size_m // cfg.bm), False)
+        tid = self._thread_id = self._uop(UOps.SPECIAL, i32, (), (0, "lidx0", nthreads), False)
+        self.global_size = (size_n // cfg.bn, size_m // cfg.bm, nbatch)
+        self.local_size = (nthreads, 1, 1)
+        self._tc_bases, self._tc_offsets = {}, {}
+        if plan.batch:
+            gz = self._uop(UOps.SPECIAL, i32, (), (2, "gidx2", nbatch), False)
+            inner = 1
+            for d in reversed(plan.batch):
+                v = Variable(f"tc_batch{d}", 0, full[d] - 1)
+                u = div(gz, c(inner)) if inner > 1 else gz
+                self._var_uops[v] = mod(u, c(full[d])) if inner * full[d] < nbatch else u
+                self._tc_bases[d], self._tc_offsets[d] = v, [0]
+                inner *= full[d]
+        warp, lane = div(tid, c(32)), mod(tid, c(32))
+        wm_i, wn_i = div(warp, c(cfg.wn)), mod(warp, c(cfg.wn))
+        grp, quad = div(lane, c(4)), mod(lane, c(4))
+        row0_a, row0_b = mul(gy, c(cfg.bm)), mul(gx, c(cfg.bn))
+        smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_a", 2 * cfg.bm * ldk), False)
+        smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_b", 2 * cfg.bn * ldk), False)
+        accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(4), (), 0.0, False) for _ in range(tiles_n)]
+                for _ in range(tiles_m)]
+        # the first slice of K into buffer 0
+        self._tc_stage(self._tc_copy(plan.a, m_ax, cfg.bm, row0_a, c(0), None), smem_a, c(0))
+        self._tc_stage(self._tc_copy(plan.b, n_ax, cfg.bn, row0_b, c(0), None), smem_b, c(0))
+        self._uop(UOps.BARRIER, None, (), None, False)
+        loop = self._uop(UOps.LOOP, i32, (c(0), c(ktiles)), None, False)
+        self._open_scope()
+        # the next slice is read into registers now, and written to the other buffer once this one is used
+        nxt = add(loop, c(1))
+        more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(ktiles)))
+        k_next = mul(nxt, c(cfg.bk))
+        next_a = self._tc_copy(plan.a, m_ax, cfg.bm, row0_a, k_next, more)
+        next_b = self._tc_copy(plan.b, n_ax, cfg.bn, row0_b, k_next, more)
+        cur = mod(loop, c(2))
+        base_a = add(mul(cur, c(cfg.bm * ldk)), add(mul(add(mul(wm_i, c(wtm)), grp), c(ldk)), mul(quad, c(2))))
+        base_b = add(mul(cur, c(cfg.bn * ldk)), add(mul(add(mul(wn_i, c(wtn)), grp), c(ldk)), mul(quad, c(2))))
+        pair = u16.vec(2)
+        for kk in range(0, cfg.bk, tc.k):
+            frag_a = []
+            for mt in range(tiles_m):
+                at = mt * tc.m * ldk + kk
+                frag_a.append([self._uop(UOps.LOAD, pair, (smem_a, add(base_a, c(at + off))), "aligned", False)
+                               for off in (0, 8 * ldk, 8, 8 * ldk + 8)])
+            frag_b = []
+            for nt in range(tiles_n):
+                at = nt * tc.n * ldk + kk
+                frag_b.append([self._uop(UOps.LOAD, pair, (smem_b, add(base_b, c(at + off))), "aligned", False)
+                               for off in (0, 8)])
+            for mt in range(tiles_m):
+                for nt in range(tiles_n):
+                    acc = accs[mt][nt]
+                    out = self._uop(UOps.WMMA, acc.dtype, tuple(frag_a[mt]) + tuple(frag_b[nt]) + (acc,), tc.name,
+                                    False)
+                    accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
+        nbuf = mod(nxt, c(2))
+        self._tc_stage(next_a, smem_a, mul(nbuf, c(cfg.bm * ldk)))
+        self._tc_stage(next_b, smem_b, mul(nbuf, c(cfg.bn * ldk)))
+        self._uop(UOps.BARRIER, None, (), None, False)
+        self._close_scope()
+        self._uop(UOps.ENDLOOP, None, (loop,), None, False)
+        # the accumulators through the kernel's elementwise tail: copy (2*tile + half) of M is row tile*16 + 8*half
+        # of the warp's part, copy (2*tile + j) of N column tile*8 + j (the pairs of C's layout)
+        max_m, max_n = (tiles_m - 1) * tc.m + 8, (tiles_n - 1) * tc.n + 1
+        vm = Variable("tc_row", 0, size_m - 1 - max_m)
+        vn = Variable("tc_col", 0, size_n - 1 - max_n)
+        self._var_uops[vm] = add(row0_a, add(mul(wm_i, c(wtm)), grp))
+        self._var_uops[vn] = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
+        self._tc_bases[m_ax], self._tc_bases[n_ax] = vm, vn
+        self._tc_offsets[m_ax] = [(i // 2) * tc.m + (i % 2) * 8 for i in range(2 * tiles_m)]
+        self._tc_offsets[n_ax] = [(i // 2) * tc.n + i % 2 for i in range(2 * tiles_n)]
+        self.upcasts[m_ax], self.upcasts[n_ax] = 2 * tiles_m, 2 * tiles_n
+        vals = {}
+        for cm in range(2 * tiles_m):
+            for cn in range(2 * tiles_n):
+                vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 2][cn // 2],), (cm % 2) * 2 + cn % 2)
+        red = ([m_ax, n_ax], vals)
+        self.loop_order = [d for d in range(len(full)) if d not in self.reduce_axes]
+        memo = {}
+        for g in self._combos(self.loop_order):
+            for root in self.ast:
+                self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+
+    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate):
+        """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K from `k0`):
+        [(row in the slice, k in the slice, 8 consecutive elements along K or rows (`along_k`), their 16-bit
+        patterns)], read as 16-byte vectors where the operand is contiguous along the chunk, else element by element.
+        `gate`: read only where true (else zeros)."""
+        cfg = self.tc.config
+        i32, u16 = dtypes.int32, dtypes.uint16
+        full, st = self.full_shape, op.arg.st
+        nthreads = cfg.threads
+        k_ax = self.tc.k_axis
+        strides = st.real_strides()
+        along_k = not (isinstance(strides[rows_axis], int) and strides[rows_axis] == 1 and
+                       not (isinstance(strides[k_ax], int) and strides[k_ax] == 1))
+        inner = cfg.bk // 8 if along_k else rows // 8
+        outer_step = nthreads // inner
+        n_chunks = rows * cfg.bk // 8 // nthreads
+        c = lambda v: self._const(v, i32)
+        tid = self._thread_id
+        t_out = self._alu(BinaryOps.DIV, i32, (tid, c(inner)))
+        t_in = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.MOD, i32, (tid, c(inner))), c(8)))
+        lane = Variable("tc_lane", 0, 7)
+        out = []
+        for i in range(n_chunks):
+            o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
+            r_in, k_in = (o, t_in) if along_k else (t_in, o)
+            vr = Variable(f"tc_r{rows_axis}_{i}", 0, full[rows_axis] - (8 if not along_k else 1))
+            vk = Variable(f"tc_k{rows_axis}_{i}", 0, full[k_ax] - (8 if along_k else 1))
+            self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
+            self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
+            nodes = []
+            for d in range(len(full)):
+                if d == rows_axis:
+                    nodes.append(vr if along_k else vr + lane)
+                elif d == k_ax:
+                    nodes.append(vk + lane if along_k else vk)
+                elif d in self._tc_bases:
+                    nodes.append(self._tc_bases[d])
+                else:
+                    nodes.append(NumNode(0))
+            idx, valid = st.expr_idxs(nodes)
+            base = _lane_base(idx, lane) if lane not in valid.vars() else None
+            if base is not None:
+                vin = (self.buf_uops[op.arg.idx], self._lower_node(base))
+                cond = self._tc_cond(valid, gate)
+                if cond is not None:
+                    zero = self._const(0, u16)
+                    vin = vin + (cond, self._uop(UOps.VECTORIZE, u16.vec(8), (zero,) * 8, None))
+                val = self._uop(UOps.LOAD, u16.vec(8), vin, None, False)
+            else:
+                elems = []
+                for j in range(8):
+                    li, lv = idx.substitute({lane: NumNode(j)}), valid.substitute({lane: NumNode(j)})
+                    if _is_false(lv):
+                        elems.append(self._const(0, u16))
+                        continue
+                    vin = (self.buf_uops[op.arg.idx], self._lower_node(li))
+                    cond = self._tc_cond(lv, gate)
+                    if cond is not None:
+                        vin = vin + (cond, self._const(0, u16))
+                    elems.append(self._uop(UOps.LOAD, u16, vin, "bits", False))
+                val = self._uop(UOps.VECTORIZE, u16.vec(8), tuple(elems), None)
+            out.append((r_in, k_in, along_k, val))
+        return out
+
+    cdef object _tc_cond(self, object valid, object gate):
+        if _is_true(valid):
+            return gate
+        v = self._lower_node(valid)
+        return v if gate is None else self._alu(BinaryOps.AND, dtypes.bool, (v, gate))
+
+    cdef void _tc_stage(self, list chunks, object smem, object base):
+        """Writes chunks read by _tc_copy into a staged slice (rows of BK + SMEM_PAD elements) at `base`."""
+        from tinygrad.codegen.tensor_cores import SMEM_PAD
+        i32 = dtypes.int32
+        ldk = self.tc.config.bk + SMEM_PAD
+        for r_in, k_in, along_k, val in chunks:
+            at = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.ADD, i32, (
+                self._alu(BinaryOps.MUL, i32, (r_in, self._const(ldk, i32))), k_in))))
+            if along_k:
+                self._uop(UOps.STORE, None, (smem, at, val), "aligned", False)
+                continue
+            for j in range(8):
+                lane = val.vin[j] if val.uop is UOps.VECTORIZE else self._uop(UOps.GEP, dtypes.uint16, (val,), j)
+                self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (at, self._const(j * ldk, i32))),
+                                             lane), None, False)
 
 cdef object _scalar_dtype(object v):
     if isinstance(v, tuple):

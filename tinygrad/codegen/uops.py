@@ -9,6 +9,11 @@ for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a
 - ALU of a vector dtype for the ops in VECTOR_ALU_OPS: lane by lane, every operand of the same vector dtype;
 - DEFINE_ACC of a vector dtype (every lane starts at the scalar `arg`) and PHI of a vector dtype.
 
+A LOAD's `arg` is None, or "bits" (a scalar: the element's stored bit pattern as the uint16 dtype of the uop, not
+converted, for half and bfloat16 buffers), or "aligned" (a vector whose address is known to be a multiple of its
+size: no run-time alignment check); a STORE's is None or "aligned". Vector loads and stores move bits unconverted,
+so a uint16 vector LOAD from a half buffer holds the halves' bit patterns (how tensor-core operands move).
+
 A LOOP whose `arg` is a number > 1 (only where LinearizerOptions.threads allows) may have its iterations split
 across that many threads: they write disjoint outputs, and nothing declared outside the loop is written inside.
 
@@ -41,6 +46,8 @@ class UOps(Enum):
     BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
     VECTORIZE = auto()       # vin = the lanes (scalars), dtype = the vector type
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
+    WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg = the
+    #                          TensorCore's name (codegen/tensor_cores.py), dtype = C's; each thread passes its part
 
 
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands

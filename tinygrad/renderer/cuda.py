@@ -71,6 +71,23 @@ BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg
 }
 """
 
+# tensor cores (sm_80 and later): one warp-wide mma.sync. Operands are the 16-bit patterns in pairs (one 32-bit
+# register each), as codegen/tensor_cores.TensorCore lays them out over the warp's threads
+MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_pair(tg_vec<unsigned short, 2> v) {
+  return (unsigned int)v.e[0] | ((unsigned int)v.e[1] << 16);
+}
+"""
+MMA_FN = """__device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(tg_vec<unsigned short, 2> a0,
+    tg_vec<unsigned short, 2> a1, tg_vec<unsigned short, 2> a2, tg_vec<unsigned short, 2> a3,
+    tg_vec<unsigned short, 2> b0, tg_vec<unsigned short, 2> b1, tg_vec<float, 4> c) {{
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
+      : "+f"(c.e[0]), "+f"(c.e[1]), "+f"(c.e[2]), "+f"(c.e[3])
+      : "r"(tg_pair(a0)), "r"(tg_pair(a1)), "r"(tg_pair(a2)), "r"(tg_pair(a3)), "r"(tg_pair(b0)), "r"(tg_pair(b1)));
+  return c;
+}}
+"""
+_MMA_TYPES = {"m16n8k16_f16": "f16", "m16n8k16_bf16": "bf16"}
+
 _NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 _ROUND = {dtypes.float16: "tg_f16_round", dtypes.bfloat16: "tg_bf16_round"}
 _TO_BITS = {dtypes.float16: "tg_f32_to_f16", dtypes.bfloat16: "tg_f32_to_bf16"}
@@ -180,6 +197,16 @@ class CUDALanguage(GPULanguage):
                 args.append(f"{self.arg_int_prefix} {pname}")
         bounds = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
         return f"{self.kernel_prefix}{bounds}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+
+    def render_wmma(self, name: str, operands: list[str]) -> str:
+        if name not in _MMA_TYPES:
+            raise NotImplementedError(f"CUDA has no tensor core {name}")
+        return f"tg_mma_{name}({', '.join(operands)})"
+
+    def wmma_prelude(self, names: set[str]) -> str:
+        if not names:
+            return ""
+        return MMA_PRELUDE + "".join(MMA_FN.format(name=n, ty=_MMA_TYPES[n]) for n in sorted(names))
 
     def render_shuffle_down(self, val: str, offset: str) -> str:
         return f"__shfl_down_sync(0xffffffffu, {val}, {offset})"

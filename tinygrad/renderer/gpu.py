@@ -62,6 +62,8 @@ class GPULanguage(CStyleLanguage):
     vec_prelude = VEC_PRELUDE         # tg_vec<T, W>: W values of T, aligned as one access
     vec_ops_prelude = ""              # tg_vec arithmetic, tg_vmax, tg_vload and tg_vstore (for vector uops)
     bitcast_prelude = ""              # tg_bitcast<T>(x) (for BITCAST uops)
+    shared_align = "__align__(16) "   # aligns a shared array for 16-byte vector accesses
+    tensor_cores: tuple[str, ...] = ()  # the matrix instructions render_wmma spells (codegen/tensor_cores.py)
 
     def block_idx(self, axis: str) -> str:
         return self.block_idx_fmt.format(axis)
@@ -85,6 +87,14 @@ class GPULanguage(CStyleLanguage):
 
     def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no kernel signature")
+
+    def render_wmma(self, name: str, operands: list[str]) -> str:
+        """The WMMA uop `name` (a TensorCore's name) on its operands: A's registers, B's, then C."""
+        raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
+
+    def wmma_prelude(self, names: set[str]) -> str:
+        """What render_wmma's expressions for the tensor cores `names` need declared (after the vector types)."""
+        return ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,7 +268,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             local_name, size = u.arg
             base = dt.base if isinstance(dt, PtrDType) else dt
             ctype = lang.buffer_type_map.get(base) or lang.render_dtype(base)
-            emit(f"{lang.shared_prefix}{ctype} {local_name}[{size}];")
+            emit(f"{lang.shared_prefix}{lang.shared_align}{ctype} {local_name}[{size}];")
             r[id(u)] = local_name
         elif op is UOps.SPECIAL:
             # arg = (dim, name, size[, threads per block]): see "SPECIAL uops" in the module docstring
@@ -316,20 +326,29 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.ENDLOOP:
             kw.depth -= 1
             emit("}")
+        elif op is UOps.WMMA:
+            bind(u, lang.render_wmma(u.arg, [r[id(v)] for v in vin]), "wmma", inline=True)
         elif op is UOps.LOAD and dt.count > 1:
-            access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"
+            if u.arg == "aligned":
+                access = f"*(const tg_vec<{buf_type(vin[0])}, {dt.count}>*)({r[id(vin[0])]}+{r[id(vin[1])]})"
+            else:
+                access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
         elif op is UOps.LOAD:
             access = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
-            access = lang.render_load(access, vin[0].dtype.base)
+            if u.arg != "bits":
+                access = lang.render_load(access, vin[0].dtype.base)
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
         elif op is UOps.STORE and vin[2].dtype.count > 1:
             vt = f"{buf_type(vin[0])}, {vin[2].dtype.count}"
-            line = f"tg_vstore<{vt}>({r[id(vin[0])]}+{r[id(vin[1])]}, {r[id(vin[2])]});"
+            if u.arg == "aligned":
+                line = f"*(tg_vec<{vt}>*)({r[id(vin[0])]}+{r[id(vin[1])]}) = {r[id(vin[2])]};"
+            else:
+                line = f"tg_vstore<{vt}>({r[id(vin[0])]}+{r[id(vin[1])]}, {r[id(vin[2])]});"
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         elif op is UOps.STORE:
             target = hoisted.get(id(u)) or f"{r[id(vin[0])]}[{r[id(vin[1])]}]"
@@ -346,6 +365,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     vectors = any(u.dtype is not None and u.dtype.count > 1 and not isinstance(u.dtype, PtrDType) for u in uops)
     prelude += lang.vec_prelude if par.vec or vectors else ""
     prelude += lang.vec_ops_prelude if vectors else ""
+    prelude += lang.wmma_prelude({u.arg for u in uops if u.uop is UOps.WMMA})
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     if par.mode == "grid":

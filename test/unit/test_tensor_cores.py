@@ -1,0 +1,129 @@
+"""Tensor-core kernels (the TC Opt, codegen/tensor_cores.py): which kernels take them, and their results, checked by
+running the rendered CUDA on the host (test_gpu_codegen's harness, with mma.sync emulated across each warp's threads)
+against numpy and against the same kernel without tensor cores."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinygrad import Tensor, dtypes
+from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
+from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.tensor_cores import TC_CONFIGS, smem_bytes
+from tinygrad.codegen.uops import UOps
+
+from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark: the harness needs g++
+
+TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                       global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16",))
+# the configs by tile: small ones keep the emulated warps few
+SMALL = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (32, 32, 1, 1)))
+MID = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (64, 64, 2, 2)))
+TALL = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (64, 32, 2, 1)))
+
+
+def _h(*shape, seed=0, dtype=np.float16):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.5).astype(dtype)
+
+
+def _t(a: np.ndarray, dtype=None) -> Tensor:
+    return Tensor(a, dtype=dtype).realize()
+
+
+def _check(got: np.ndarray, want: np.ndarray, half_out: bool = True):
+    tol = 2e-2 if half_out else 1e-3
+    np.testing.assert_allclose(got.astype(np.float32).reshape(want.shape), want, rtol=tol, atol=tol)
+
+
+def test_heuristic_puts_half_matmuls_on_tensor_cores_and_nothing_else():
+    a, b = _t(_h(256, 128)), _t(_h(128, 256, seed=1))
+    assert Kernel(a @ b, lopts=TC).lin.applied_opts[0].op is OptOps.TC
+    assert Kernel(a @ b).lin.tc is None  # a device without tensor cores
+    # float operands, a K no tile divides, a sum with no product: the kernel's usual optimisations
+    f32 = Kernel(_t(_h(256, 128, dtype=np.float32)) @ _t(_h(128, 256, dtype=np.float32)), lopts=TC)
+    odd = Kernel(_t(_h(256, 40)) @ _t(_h(40, 256)), lopts=TC)
+    red = Kernel(_t(_h(256, 128)).float().sum(axis=1), lopts=TC)
+    for k in (f32, odd, red):
+        assert k.lin.tc is None and not any(o.op is OptOps.TC for o in k.lin.applied_opts)
+
+
+def test_tc_opt_rules():
+    a, b = _t(_h(64, 64)), _t(_h(64, 64, seed=1))
+    k = Kernel(a @ b, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=TC)
+    assert k.lin.local_size == (32, 1, 1) and k.lin.global_size == (2, 2, 1)
+    # a slice of BK=32 is two steps of 16, each a 2x4 grid of 16x8 tiles
+    assert sum(u.uop is UOps.WMMA for u in k.lin.uops) == 2 * 2 * 4
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.src
+    from tinygrad.codegen.linearizer import Linearizer
+    lin = Linearizer(k.si.ast, TC)
+    lin.apply_opt(Opt(OptOps.TC, 0, SMALL))
+    with pytest.raises(ValueError, match="tensor cores"):
+        lin.apply_opt(Opt(OptOps.UPCAST, 0, 2))
+    lin = Linearizer(k.si.ast, TC)
+    lin.apply_opt(Opt(OptOps.UPCAST, 0, 2))
+    with pytest.raises(ValueError, match="only Opt"):
+        lin.apply_opt(Opt(OptOps.TC, 0, SMALL))
+    with pytest.raises(ValueError, match="no tensor-core config"):
+        Linearizer(k.si.ast, TC).apply_opt(Opt(OptOps.TC, 0, len(TC_CONFIGS)))
+    with pytest.raises(ValueError, match="not a multiple"):
+        Linearizer(k.si.ast, TC).apply_opt(Opt(OptOps.TC, 0, 0))  # 128x128 tiles of a 64x64 output
+    with pytest.raises(ValueError, match="no tensor cores"):
+        Linearizer(k.si.ast, Kernel(a @ b).lin.opts).apply_opt(Opt(OptOps.TC, 0, SMALL))
+    assert all(smem_bytes(c) <= 48 * 1024 or c not in TC_CONFIGS[:1] for c in TC_CONFIGS)
+
+
+def test_tensor_core_kernels_match_numpy_over_layouts_and_tails():
+    m, n, k = 64, 64, 96
+    a, b, w, bias = _h(m, k), _h(k, n, seed=1), _h(n, k, seed=2), _h(n, seed=3)
+    af, bf, wf, biasf = (x.astype(np.float32) for x in (a, b, w, bias))
+    ta, tb, tw, tbias = _t(a), _t(b), _t(w), _t(bias)
+    at = _t(np.ascontiguousarray(a.T)).T  # A stored K-major: its slices are copied along M
+    cases = [
+        (ta @ tb, af @ bf, MID, True),
+        (ta @ tw.T, af @ wf.T, SMALL, True),  # x @ W.T: both operands contiguous along K
+        (at @ tb, af @ bf, TALL, True),
+        ((ta @ tb + tbias).relu(), np.maximum(af @ bf + biasf, 0), SMALL, True),
+        (ta.float() @ tb.float() if False else (ta @ tb).float() * 2, af @ bf * 2, SMALL, True),
+        (ta.dot(tb, acc_dtype=dtypes.float32).cast(dtypes.float32), af @ bf, SMALL, True),
+    ]
+    kernels = [Kernel(t, opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC) for t, _, cfg, _ in cases]
+    assert all(kern.lin.tc is not None for kern in kernels)
+    plain = [Kernel(t, opts=[]) for t, _, _, _ in cases]
+    outs = _run(kernels + plain)
+    for (_, want, _, half_out), got, ref in zip(cases, outs[:len(cases)], outs[len(cases):]):
+        _check(got, want, half_out)
+        _check(got, ref.astype(np.float32).reshape(want.shape), half_out)
+
+
+def test_batched_and_bfloat16_and_masked_operands():
+    a, b = _h(3, 32, 64), _h(3, 64, 32, seed=1)
+    bf_a, bf_b = _h(32, 64, seed=4).astype(np.float32), _h(64, 64, seed=5).astype(np.float32)
+    padded = _h(32, 50, seed=6)  # padded to K=64 with zeros: a mask inside the staged slices
+    pb = _h(64, 32, seed=7)
+    cases = [
+        (_t(a) @ _t(b), np.einsum("bmk,bkn->bmn", a.astype(np.float32), b.astype(np.float32))),
+        (_t(bf_a, dtypes.bfloat16) @ _t(bf_b, dtypes.bfloat16), None),
+        (_t(padded).pad(((0, 0), (7, 7))) @ _t(pb), np.pad(padded, ((0, 0), (7, 7))).astype(np.float32) @ pb),
+    ]
+    kernels = [Kernel(t, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=TC) for t, _ in cases]
+    assert kernels[0].lin.global_size == (1, 1, 3)
+    outs = _run(kernels)
+    _check(outs[0], cases[0][1])
+    bits = lambda x: (np.frombuffer(x.astype(np.float32).tobytes(), np.uint32) & 0xFFFF0000).view(np.float32)
+    want_bf = bits(bf_a).reshape(bf_a.shape) @ bits(bf_b).reshape(bf_b.shape)
+    # the harness's output array for bfloat16 is float64 (numpy has no bfloat16): its first bytes hold the result
+    got_bf = (outs[1].view(np.uint16)[:want_bf.size].astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_allclose(got_bf.reshape(want_bf.shape), want_bf, rtol=2e-2, atol=5e-2)
+    _check(outs[2], cases[2][1])
+
+
+@settings(max_examples=6, deadline=None)
+@given(mt=st.integers(1, 3), nt=st.integers(1, 3), kt=st.integers(1, 3), cfg=st.sampled_from([SMALL, TALL]),
+       seed=st.integers(0, 100))
+def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, seed):
+    c = TC_CONFIGS[cfg]
+    a, b = _h(mt * c.bm, kt * c.bk, seed=seed), _h(kt * c.bk, nt * c.bn, seed=seed + 1)
+    tc, plain = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC), Kernel(_t(a) @ _t(b), opts=[])
+    got, ref = _run([tc, plain])
+    _check(got, ref.astype(np.float32).reshape(got.shape))
+    _check(got, a.astype(np.float32) @ b.astype(np.float32))

@@ -1,0 +1,173 @@
+"""Which kernels can run on tensor cores, and the block tiling the linearizer gives them (the TC Opt).
+
+A tensor core multiplies small matrices held in the registers of a whole warp: `mma.sync.m16n8k16` (NVIDIA sm_80 and
+later) adds a 16x16 (A, row-major) times 16x8 (B, column-major) product of half or bfloat16 inputs to a 16x8 float
+accumulator, each of the warp's 32 threads holding a fixed part of each matrix (`TensorCore`'s docstring says which).
+
+A kernel qualifies when it is a sum of products of two half (or two bfloat16) loads, accumulated in float, over one
+reduced dim (K), with an output dim along which only the first operand varies (M) and one along which only the
+second varies (N): a matmul, batched or not, whatever its operands' layouts. The other output dims (a batch) each
+take the grid's z. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
+operands in shared memory (two buffers: the next slice is read from global memory into registers while the tensor
+cores work on this one), each warp computing a (BM/WM) x (BN/WN) part of the tile from fragments read out of shared
+memory, and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
+
+>>> c = TC_CONFIGS[0]
+>>> (c.bm, c.bn, c.bk, c.threads)
+(128, 128, 32, 128)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tinygrad.dtype import dtypes
+from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """One matrix instruction: D (m x n, `acc`) = A (m x k, `dtype`) @ B (k x n) + C, across the 32 threads of a warp.
+
+    For m16n8k16, thread `lane` = 4*g + t holds A's rows g and g+8 at columns 2t, 2t+1, 2t+8, 2t+9 (four pairs of
+    consecutive K, one 32-bit register each: (g, 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8)), B's column g at rows 2t,
+    2t+1 and 2t+8, 2t+9 (two pairs), and C's rows g and g+8 at columns 2t and 2t+1 (four floats: (g, 2t), (g, 2t+1),
+    (g+8, 2t), (g+8, 2t+1))."""
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: object
+    acc: object
+
+
+TENSOR_CORES = {
+    "m16n8k16": (TensorCore("m16n8k16_f16", 16, 8, 16, dtypes.float16, dtypes.float32),
+                 TensorCore("m16n8k16_bf16", 16, 8, 16, dtypes.bfloat16, dtypes.float32)),
+}
+
+
+@dataclass(frozen=True)
+class TCConfig:
+    """A block tile: BM x BN outputs, K staged BK at a time, WM x WN warps (each a (BM/WM) x (BN/WN) tile)."""
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.wm * self.wn
+
+
+# the TC Opt's amount picks one of these (the heuristic takes the first that fits; BEAM tries them all)
+TC_CONFIGS = (
+    TCConfig(128, 128, 32, 2, 2),
+    TCConfig(128, 128, 32, 2, 4),
+    TCConfig(128, 128, 32, 4, 2),
+    TCConfig(64, 128, 32, 2, 2),
+    TCConfig(128, 64, 32, 2, 2),
+    TCConfig(64, 64, 32, 2, 2),
+    TCConfig(32, 64, 32, 1, 2),
+    TCConfig(64, 32, 32, 2, 1),
+    TCConfig(32, 32, 32, 1, 1),
+    TCConfig(128, 128, 16, 2, 2),
+    TCConfig(128, 256, 16, 2, 4),
+    TCConfig(256, 128, 16, 4, 2),
+)
+# rows of a staged slice are padded by this many elements so that a warp's fragment reads hit distinct banks
+SMEM_PAD = 8
+# the static shared memory a kernel may declare (CUDA's limit without opting in to more)
+SMEM_MAX = 48 * 1024
+# the grid's y and z hold at most this many blocks
+GRID_YZ_MAX = 65535
+
+
+def smem_bytes(cfg: TCConfig) -> int:
+    """Shared memory of a config: two staged slices of A (BM rows) and of B (BN rows), 16-bit elements."""
+    return 2 * (cfg.bm + cfg.bn) * (cfg.bk + SMEM_PAD) * 2
+
+
+@dataclass(frozen=True)
+class TCPlan:
+    """How a kernel maps onto tensor cores: its M, N and K dims, the loads of A (varies along M and K) and B (along N
+    and K), the other output dims (the grid's z), the instruction and the block tile."""
+    m_axis: int
+    n_axis: int
+    k_axis: int
+    a: object
+    b: object
+    batch: tuple[int, ...]
+    tc: TensorCore
+    config: TCConfig
+
+
+def _operand(op):
+    """The half/bfloat16 LOAD under `op` when `op` is that load or a cast of it, else None."""
+    if op.op is UnaryOps.CAST and not op.arg[1]:
+        op = op.src[0]
+    if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16):
+        return op
+    return None
+
+
+def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
+    """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
+    opts = lin.opts
+    kinds = getattr(opts, "tensor_cores", ()) if opts is not None else ()
+    if not kinds or not lin.gpu:
+        return None, "the device has no tensor cores"
+    if not 0 <= amt < len(TC_CONFIGS):
+        return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
+    cfg = TC_CONFIGS[amt]
+    red = lin.reduceop
+    if red is None or red.op is not ReduceOps.SUM or lin.op_dtypes[id(red)] != dtypes.float32:
+        return None, "not a sum accumulated in float"
+    src = red.src[0]
+    # the product in half, then cast to float, or the product of the casts: tensor cores multiply exactly either way
+    if src.op is UnaryOps.CAST and not src.arg[1] and src.arg[0] == dtypes.float32:
+        src = src.src[0]
+    if src.op is not BinaryOps.MUL:
+        return None, "the reduce is not over a product"
+    x, y = _operand(src.src[0]), _operand(src.src[1])
+    if x is None or y is None or x.arg.dtype != y.arg.dtype:
+        return None, "the product is not of two half or two bfloat16 loads"
+    full = lin.full_shape
+    rdims = [d for d in lin.reduce_axes if not (isinstance(full[d], int) and full[d] == 1)]
+    if len(rdims) != 1 or not isinstance(full[rdims[0]], int):
+        return None, "not exactly one reduced dim of a fixed size"
+    k = rdims[0]
+    xd, yd = lin.op_dims[id(x)], lin.op_dims[id(y)]
+    if k not in xd or k not in yd:
+        return None, "an operand does not vary along the reduced dim"
+    outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
+    only_x = [d for d in outs if d in xd and d not in yd and full[d] != 1]
+    only_y = [d for d in outs if d in yd and d not in xd and full[d] != 1]
+    if not only_x or not only_y:
+        return None, "no output dim along which only one operand varies (not a matmul)"
+    # N: the innermost such dim (the output is usually contiguous along it: accumulator pairs are stored together)
+    if max(only_y) > max(only_x):
+        a, b, m, n = x, y, max(only_x), max(only_y)
+    else:
+        a, b, m, n = y, x, max(only_y), max(only_x)
+    sizes = {"M": full[m], "N": full[n], "K": full[k]}
+    tile = {"M": cfg.bm, "N": cfg.bn, "K": cfg.bk}
+    for dim_name, s in sizes.items():
+        if not isinstance(s, int) or s % tile[dim_name]:
+            return None, f"{dim_name}={s} is not a multiple of the tile's {tile[dim_name]}"
+    batch = tuple(d for d in outs if d not in (m, n) and full[d] != 1)
+    if any(not isinstance(full[d], int) for d in batch):
+        return None, "a symbolic batch dim"
+    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or full[m] // cfg.bm > GRID_YZ_MAX:
+        return None, "more blocks than the grid's y or z holds"
+    if smem_bytes(cfg) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 8) or cfg.bk % 16:
+        return None, f"config {cfg} does not fit (shared memory, or warps that do not divide the tile)"
+    for rows in (cfg.bm, cfg.bn):
+        # each thread copies whole 8-element chunks of a slice, along K or along its rows
+        if (rows * cfg.bk // 8) % cfg.threads or cfg.threads % (cfg.bk // 8) or cfg.threads % (rows // 8):
+            return None, f"config {cfg}: its threads do not split a staged slice evenly"
+    tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
+    if tc is None:
+        return None, f"no tensor core of the device takes {a.arg.dtype}"
+    return TCPlan(m, n, k, a, b, batch, tc, cfg), ""
