@@ -108,21 +108,40 @@ class Kernel:
         return gs, ls
 
 
-# tensor cores on the host: each thread of a warp leaves its fragments in the warp's slots, and after a barrier
-# computes its part of the product from the whole warp's (a kernel calls the mma in every thread alike)
+# tensor cores on the host: each thread of a warp leaves its part (a fragment, or a row address for ldmatrix) in the
+# warp's slots, and after a barrier takes what it gets from the whole warp's (a kernel calls them in every thread)
 _MMA_EMU = r"""
 static unsigned short tg_mma_a[32][32][8], tg_mma_b[32][32][4];
+static const unsigned short* tg_ldsm_rows[32][32];
+static unsigned tg_warp_lane(unsigned* lane) {
+  unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  *lane = tid % 32;
+  return tid / 32;
+}
+template <int N, bool T> static tg_vec<unsigned short, 2 * N> tg_ldsm(const unsigned short* p) {
+  unsigned l, w = tg_warp_lane(&l);
+  tg_ldsm_rows[w][l] = p;
+  __syncthreads();
+  tg_vec<unsigned short, 2 * N> out;
+  for (int m = 0; m < N; m++)
+    for (int e = 0; e < 2; e++)
+      out.e[2 * m + e] = T ? tg_ldsm_rows[w][8 * m + 2 * (l % 4) + e][l / 4]
+                           : tg_ldsm_rows[w][8 * m + l / 4][2 * (l % 4) + e];
+  __syncthreads();
+  return out;
+}
+#define tg_ldsm_x4 tg_ldsm<4, false>
+#define tg_ldsm_x4_t tg_ldsm<4, true>
+#define tg_ldsm_x2 tg_ldsm<2, false>
+#define tg_ldsm_x2_t tg_ldsm<2, true>
 static float tg_mma_f16(unsigned short h) { return tg_f16_to_f32(h); }
 static float tg_mma_bf16(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4);
   return f; }
 template <float (*CVT)(unsigned short)>
-static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 2> a0, tg_vec<unsigned short, 2> a1,
-    tg_vec<unsigned short, 2> a2, tg_vec<unsigned short, 2> a3, tg_vec<unsigned short, 2> b0,
-    tg_vec<unsigned short, 2> b1, tg_vec<float, 4> c) {
-  unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), w = tid / 32, l = tid % 32;
-  tg_vec<unsigned short, 2> as[4] = {a0, a1, a2, a3}, bs[2] = {b0, b1};
-  for (int i = 0; i < 8; i++) tg_mma_a[w][l][i] = as[i / 2].e[i % 2];
-  for (int i = 0; i < 4; i++) tg_mma_b[w][l][i] = bs[i / 2].e[i % 2];
+static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 8> a, tg_vec<unsigned short, 4> b, tg_vec<float, 4> c) {
+  unsigned l, w = tg_warp_lane(&l);
+  for (int i = 0; i < 8; i++) tg_mma_a[w][l][i] = a.e[i];
+  for (int i = 0; i < 4; i++) tg_mma_b[w][l][i] = b.e[i];
   __syncthreads();
   unsigned g = l / 4, t = l % 4;
   for (int e = 0; e < 4; e++) {
@@ -136,6 +155,11 @@ static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 2> a0, tg_vec<unsigned
   __syncthreads();
   return c;
 }
+static void tg_cp_async16(unsigned short* d, const unsigned short* s, bool valid) {
+  if (valid) std::memcpy(d, s, 16); else std::memset(d, 0, 16);
+}
+static void tg_cp_async_commit() {}
+template <int N> static void tg_cp_async_wait() {}
 #define tg_mma_m16n8k16_f16 tg_mma_emu<tg_mma_f16>
 #define tg_mma_m16n8k16_bf16 tg_mma_emu<tg_mma_bf16>
 """

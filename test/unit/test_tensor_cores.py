@@ -15,7 +15,9 @@ from tinygrad.codegen.uops import UOps
 from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark: the harness needs g++
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
-                       global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16",))
+                       global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16", "cp.async"))
+SYNC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                         global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16",))
 # the configs by tile: small ones keep the emulated warps few
 SMALL = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (32, 32, 1, 1)))
 MID = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (64, 64, 2, 2)))
@@ -117,13 +119,30 @@ def test_batched_and_bfloat16_and_masked_operands():
     _check(outs[2], cases[2][1])
 
 
-@settings(max_examples=6, deadline=None)
-@given(mt=st.integers(1, 3), nt=st.integers(1, 3), kt=st.integers(1, 3), cfg=st.sampled_from([SMALL, TALL]),
-       seed=st.integers(0, 100))
-def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, seed):
+def test_async_copies_where_operands_allow_them():
+    a, b = _t(_h(64, 64)), _t(_h(64, 64, seed=1))
+    asy = Kernel(a @ b, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=TC)
+    assert asy.lin.tc.asynchronous and asy.lin.tc.stages == TC_CONFIGS[SMALL].stages > 2
+    assert sum(u.uop is UOps.ASYNC_COMMIT for u in asy.lin.uops) == TC_CONFIGS[SMALL].stages
+    assert "cp.async.cg.shared.global" in asy.src
+    # no cp.async on the device, an operand with a mask, an operand at an offset of 3 elements: registers
+    sync = Kernel(a @ b, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=SYNC)
+    masked = Kernel(_t(_h(64, 50)).pad(((0, 0), (7, 7))) @ b, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=TC)
+    shifted = Kernel(_t(_h(64, 67))[:, 3:] @ b, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=TC)
+    for k in (sync, masked, shifted):
+        assert not k.lin.tc.asynchronous and k.lin.tc.stages == 2
+        assert not any(u.uop in (UOps.COPY_ASYNC, UOps.ASYNC_WAIT) for u in k.lin.uops)
+
+
+@settings(max_examples=8, deadline=None)
+@given(mt=st.integers(1, 3), nt=st.integers(1, 3), kt=st.integers(1, 5), cfg=st.sampled_from([SMALL, TALL]),
+       asy=st.booleans(), seed=st.integers(0, 100))
+def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, asy, seed):
     c = TC_CONFIGS[cfg]
     a, b = _h(mt * c.bm, kt * c.bk, seed=seed), _h(kt * c.bk, nt * c.bn, seed=seed + 1)
-    tc, plain = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC), Kernel(_t(a) @ _t(b), opts=[])
+    tc = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC if asy else SYNC)
+    plain = Kernel(_t(a) @ _t(b), opts=[])
+    assert tc.lin.tc.asynchronous == asy
     got, ref = _run([tc, plain])
     _check(got, ref.astype(np.float32).reshape(got.shape))
     _check(got, a.astype(np.float32) @ b.astype(np.float32))

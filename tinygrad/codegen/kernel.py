@@ -26,7 +26,8 @@ class LinearizerOptions:
     does the linearizer apply its heuristic optimisations. `max_vector_bytes`: the widest vector value worth
     making (0: no vectors); `vector_registers`: how many such values the target keeps in registers; `threads`:
     how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`);
-    `tensor_cores`: the matrix instructions the renderer can emit (keys of `codegen.tensor_cores.TENSOR_CORES`).
+    `tensor_cores`: the matrix instructions the renderer can emit (keys of `codegen.tensor_cores.TENSOR_CORES`), and
+    "cp.async" where it can copy global memory to shared memory asynchronously (COPY_ASYNC uops).
     """
     device: str = ""
     has_local: bool = True

@@ -76,6 +76,7 @@ cdef class Linearizer:
     cdef object _leaf_scalar(self, object op, object idx, object valid)
     cdef void _store(self, object mb, tuple combo, object val)
     cdef object _lower_tc(self)
-    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate)
+    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)
+    cdef object _tc_at(self, object r, object k, int rows, bint k_major)
     cdef void _tc_stage(self, list chunks, object smem, object base)

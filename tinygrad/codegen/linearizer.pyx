@@ -826,7 +826,7 @@ cdef class Linearizer:
 
     # ---- tensor cores (TC): see codegen/tensor_cores.py for the kernel's shape ----
     cdef object _lower_tc(self):
-        from tinygrad.codegen.tensor_cores import SMEM_PAD
+        from tinygrad.codegen.tensor_cores import slice_elems
         plan = self.tc
         cfg, tc = plan.config, plan.tc
         i32, u16 = dtypes.int32, dtypes.uint16
@@ -836,7 +836,6 @@ cdef class Linearizer:
         nthreads = cfg.threads
         wtm, wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
         tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
-        ldk = cfg.bk + SMEM_PAD
         ktiles = size_k // cfg.bk
         nbatch = 1
         for d in plan.batch:
@@ -866,47 +865,83 @@ cdef class Linearizer:
         wm_i, wn_i = div(warp, c(cfg.wn)), mod(warp, c(cfg.wn))
         grp, quad = div(lane, c(4)), mod(lane, c(4))
         row0_a, row0_b = mul(gy, c(cfg.bm)), mul(gx, c(cfg.bn))
-        smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_a", 2 * cfg.bm * ldk), False)
-        smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_b", 2 * cfg.bn * ldk), False)
+        size_a = slice_elems(cfg.bm, cfg.bk, plan.a_along_k)
+        size_b = slice_elems(cfg.bn, cfg.bk, plan.b_along_k)
+        stages = plan.stages
+        smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_a", stages * size_a), False)
+        smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_b", stages * size_b), False)
         accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(4), (), 0.0, False) for _ in range(tiles_n)]
                 for _ in range(tiles_m)]
-        # the first slice of K into buffer 0
-        self._tc_stage(self._tc_copy(plan.a, m_ax, cfg.bm, row0_a, c(0), None), smem_a, c(0))
-        self._tc_stage(self._tc_copy(plan.b, n_ax, cfg.bn, row0_b, c(0), None), smem_b, c(0))
-        self._uop(UOps.BARRIER, None, (), None, False)
+        ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a), (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b))
+        asy = plan.asynchronous
+        # ldmatrix: lane l gives the address of row l % 8 of 8x8 matrix l // 8 (of the four A's fragment is made
+        # of: rows +0/+8, K +0/+8 in that order; of B's two: K +0/+8)
+        sub, mat = mod(lane, c(8)), div(lane, c(8))
+        a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
+        a_k = mul(div(mat, c(2)), c(8))
+        b_r = add(mul(wn_i, c(wtn)), sub)
+        b_k = mul(mod(mat, c(2)), c(8))
+        # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
+        if not plan.a_along_k:
+            a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
+        if not plan.b_along_k:
+            b_r, b_k = mul(wn_i, c(wtn)), add(sub, mul(mod(mat, c(2)), c(8)))
+        lane_a = self._tc_at(a_r, a_k, cfg.bm, plan.a_along_k)
+        lane_b = self._tc_at(b_r, b_k, cfg.bn, plan.b_along_k)
+        if asy:
+            # the first stages-1 slices in flight, a group each (empty past the end, so every step commits one)
+            for st_i in range(stages - 1):
+                if st_i < ktiles:
+                    for op, ax, rows, row0, smem, size in ops:
+                        self._tc_stage(self._tc_copy(op, ax, rows, row0, c(st_i * cfg.bk), None, True), smem,
+                                       c(st_i * size))
+                self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
+        else:
+            # the first slice of K into buffer 0
+            for op, ax, rows, row0, smem, _ in ops:
+                self._tc_stage(self._tc_copy(op, ax, rows, row0, c(0), None, False), smem, c(0))
+            self._uop(UOps.BARRIER, None, (), None, False)
         loop = self._uop(UOps.LOOP, i32, (c(0), c(ktiles)), None, False)
         self._open_scope()
-        # the next slice is read into registers now, and written to the other buffer once this one is used
-        nxt = add(loop, c(1))
-        more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(ktiles)))
-        k_next = mul(nxt, c(cfg.bk))
-        next_a = self._tc_copy(plan.a, m_ax, cfg.bm, row0_a, k_next, more)
-        next_b = self._tc_copy(plan.b, n_ax, cfg.bn, row0_b, k_next, more)
-        cur = mod(loop, c(2))
-        base_a = add(mul(cur, c(cfg.bm * ldk)), add(mul(add(mul(wm_i, c(wtm)), grp), c(ldk)), mul(quad, c(2))))
-        base_b = add(mul(cur, c(cfg.bn * ldk)), add(mul(add(mul(wn_i, c(wtn)), grp), c(ldk)), mul(quad, c(2))))
-        pair = u16.vec(2)
+        if asy:
+            # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
+            # thread is done with the buffer the next copies overwrite), then the slice stages-1 ahead is started
+            self._uop(UOps.ASYNC_WAIT, None, (), stages - 2, False)
+            self._uop(UOps.BARRIER, None, (), None, False)
+            ahead = add(loop, c(stages - 1))
+            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(ktiles)))
+            buf = mod(ahead, c(stages))
+            for op, ax, rows, row0, smem, size in ops:
+                self._tc_stage(self._tc_copy(op, ax, rows, row0, mul(ahead, c(cfg.bk)), more, True), smem,
+                               mul(buf, c(size)))
+            self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
+            cur = mod(loop, c(stages))
+        else:
+            # the next slice is read into registers now, and written to the other buffer once this one is used
+            nxt = add(loop, c(1))
+            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(ktiles)))
+            staged = [self._tc_copy(op, ax, rows, row0, mul(nxt, c(cfg.bk)), more, False)
+                      for op, ax, rows, row0, _, _ in ops]
+            cur = mod(loop, c(2))
+        base_a = add(mul(cur, c(size_a)), lane_a)
+        base_b = add(mul(cur, c(size_b)), lane_b)
         for kk in range(0, cfg.bk, tc.k):
-            frag_a = []
-            for mt in range(tiles_m):
-                at = mt * tc.m * ldk + kk
-                frag_a.append([self._uop(UOps.LOAD, pair, (smem_a, add(base_a, c(at + off))), "aligned", False)
-                               for off in (0, 8 * ldk, 8, 8 * ldk + 8)])
-            frag_b = []
-            for nt in range(tiles_n):
-                at = nt * tc.n * ldk + kk
-                frag_b.append([self._uop(UOps.LOAD, pair, (smem_b, add(base_b, c(at + off))), "aligned", False)
-                               for off in (0, 8)])
+            frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
+                c(mt * tc.m), c(kk), cfg.bm, plan.a_along_k))), "ldmatrix" if plan.a_along_k else "ldmatrix.trans",
+                False) for mt in range(tiles_m)]
+            frag_b = [self._uop(UOps.LOAD, u16.vec(4), (smem_b, add(base_b, self._tc_at(
+                c(nt * tc.n), c(kk), cfg.bn, plan.b_along_k))), "ldmatrix" if plan.b_along_k else "ldmatrix.trans",
+                False) for nt in range(tiles_n)]
             for mt in range(tiles_m):
                 for nt in range(tiles_n):
                     acc = accs[mt][nt]
-                    out = self._uop(UOps.WMMA, acc.dtype, tuple(frag_a[mt]) + tuple(frag_b[nt]) + (acc,), tc.name,
-                                    False)
+                    out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt], acc), tc.name, False)
                     accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
-        nbuf = mod(nxt, c(2))
-        self._tc_stage(next_a, smem_a, mul(nbuf, c(cfg.bm * ldk)))
-        self._tc_stage(next_b, smem_b, mul(nbuf, c(cfg.bn * ldk)))
-        self._uop(UOps.BARRIER, None, (), None, False)
+        if not asy:
+            nbuf = mod(add(loop, c(1)), c(2))
+            for chunks, (_, _, _, _, smem, size) in zip(staged, ops):
+                self._tc_stage(chunks, smem, mul(nbuf, c(size)))
+            self._uop(UOps.BARRIER, None, (), None, False)
         self._close_scope()
         self._uop(UOps.ENDLOOP, None, (loop,), None, False)
         # the accumulators through the kernel's elementwise tail: copy (2*tile + half) of M is row tile*16 + 8*half
@@ -931,20 +966,31 @@ cdef class Linearizer:
             for root in self.ast:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
 
-    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate):
+    cdef object _tc_at(self, object r, object k, int rows, bint k_major):
+        """The element offset of (row `r`, `k`) in a staged slice of `rows` rows (see tensor_cores.slice_elems)."""
+        from tinygrad.codegen.tensor_cores import SMEM_PAD
+        i32 = dtypes.int32
+        if k_major:
+            return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (r, self._const(
+                self.tc.config.bk + SMEM_PAD, i32))), k))
+        return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (k, self._const(rows + SMEM_PAD, i32))),
+                                              r))
+
+    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy):
         """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K from `k0`):
-        [(row in the slice, k in the slice, 8 consecutive elements along K or rows (`along_k`), their 16-bit
-        patterns)], read as 16-byte vectors where the operand is contiguous along the chunk, else element by element.
-        `gate`: read only where true (else zeros)."""
+        [(row in the slice, k in the slice, is the chunk along K, 8 consecutive elements' 16-bit patterns)], chunks
+        along K where the slice is staged K-major, else along the rows; read as one 16-byte vector where the operand
+        is contiguous along the chunk, else element by element. `gate`: read only where true (else zeros). `asy`:
+        the chunks are copied asynchronously (tensor_cores.copies_async holds): the last item is then (the buffer,
+        the chunk's index, its condition or None) for COPY_ASYNC instead of a value."""
+        from tinygrad.codegen.tensor_cores import along_k
         cfg = self.tc.config
         i32, u16 = dtypes.int32, dtypes.uint16
         full, st = self.full_shape, op.arg.st
         nthreads = cfg.threads
         k_ax = self.tc.k_axis
-        strides = st.real_strides()
-        along_k = not (isinstance(strides[rows_axis], int) and strides[rows_axis] == 1 and
-                       not (isinstance(strides[k_ax], int) and strides[k_ax] == 1))
-        inner = cfg.bk // 8 if along_k else rows // 8
+        k_major = along_k(st, rows_axis, k_ax)
+        inner = cfg.bk // 8 if k_major else rows // 8
         outer_step = nthreads // inner
         n_chunks = rows * cfg.bk // 8 // nthreads
         c = lambda v: self._const(v, i32)
@@ -955,23 +1001,29 @@ cdef class Linearizer:
         out = []
         for i in range(n_chunks):
             o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
-            r_in, k_in = (o, t_in) if along_k else (t_in, o)
-            vr = Variable(f"tc_r{rows_axis}_{i}", 0, full[rows_axis] - (8 if not along_k else 1))
-            vk = Variable(f"tc_k{rows_axis}_{i}", 0, full[k_ax] - (8 if along_k else 1))
+            r_in, k_in = (o, t_in) if k_major else (t_in, o)
+            vr = Variable(f"tc_r{rows_axis}_{i}", 0, full[rows_axis] - (8 if not k_major else 1))
+            vk = Variable(f"tc_k{rows_axis}_{i}", 0, full[k_ax] - (8 if k_major else 1))
             self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
             self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
             nodes = []
             for d in range(len(full)):
                 if d == rows_axis:
-                    nodes.append(vr if along_k else vr + lane)
+                    nodes.append(vr if k_major else vr + lane)
                 elif d == k_ax:
-                    nodes.append(vk + lane if along_k else vk)
+                    nodes.append(vk + lane if k_major else vk)
                 elif d in self._tc_bases:
                     nodes.append(self._tc_bases[d])
                 else:
                     nodes.append(NumNode(0))
             idx, valid = st.expr_idxs(nodes)
             base = _lane_base(idx, lane) if lane not in valid.vars() else None
+            if asy:
+                if base is None:
+                    raise RuntimeError("internal error: an asynchronous copy of elements that are not consecutive")
+                out.append((r_in, k_in, k_major, rows, (self.buf_uops[op.arg.idx], self._lower_node(base),
+                                                        self._tc_cond(valid, gate))))
+                continue
             if base is not None:
                 vin = (self.buf_uops[op.arg.idx], self._lower_node(base))
                 cond = self._tc_cond(valid, gate)
@@ -992,7 +1044,7 @@ cdef class Linearizer:
                         vin = vin + (cond, self._const(0, u16))
                     elems.append(self._uop(UOps.LOAD, u16, vin, "bits", False))
                 val = self._uop(UOps.VECTORIZE, u16.vec(8), tuple(elems), None)
-            out.append((r_in, k_in, along_k, val))
+            out.append((r_in, k_in, k_major, rows, val))
         return out
 
     cdef object _tc_cond(self, object valid, object gate):
@@ -1002,20 +1054,15 @@ cdef class Linearizer:
         return v if gate is None else self._alu(BinaryOps.AND, dtypes.bool, (v, gate))
 
     cdef void _tc_stage(self, list chunks, object smem, object base):
-        """Writes chunks read by _tc_copy into a staged slice (rows of BK + SMEM_PAD elements) at `base`."""
-        from tinygrad.codegen.tensor_cores import SMEM_PAD
-        i32 = dtypes.int32
-        ldk = self.tc.config.bk + SMEM_PAD
-        for r_in, k_in, along_k, val in chunks:
-            at = self._alu(BinaryOps.ADD, i32, (base, self._alu(BinaryOps.ADD, i32, (
-                self._alu(BinaryOps.MUL, i32, (r_in, self._const(ldk, i32))), k_in))))
-            if along_k:
+        """Writes chunks read by _tc_copy into a staged slice at `base`: each 8 elements one 16-byte store."""
+        for r_in, k_in, k_major, rows, val in chunks:
+            at = self._alu(BinaryOps.ADD, dtypes.int32, (base, self._tc_at(r_in, k_in, rows, k_major)))
+            if isinstance(val, tuple):
+                buf, idx, cond = val
+                self._uop(UOps.COPY_ASYNC, None, (smem, at, buf, idx) + ((cond,) if cond is not None else ()), 16,
+                          False)
+            else:
                 self._uop(UOps.STORE, None, (smem, at, val), "aligned", False)
-                continue
-            for j in range(8):
-                lane = val.vin[j] if val.uop is UOps.VECTORIZE else self._uop(UOps.GEP, dtypes.uint16, (val,), j)
-                self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (at, self._const(j * ldk, i32))),
-                                             lane), None, False)
 
 cdef object _scalar_dtype(object v):
     if isinstance(v, tuple):

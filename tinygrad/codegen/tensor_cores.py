@@ -10,7 +10,7 @@ second varies (N): a matmul, batched or not, whatever its operands' layouts. The
 take the grid's z. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
 operands in shared memory (two buffers: the next slice is read from global memory into registers while the tensor
 cores work on this one), each warp computing a (BM/WM) x (BN/WN) part of the tile from fragments read out of shared
-memory, and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
+memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous), and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
 
 >>> c = TC_CONFIGS[0]
 >>> (c.bm, c.bn, c.bk, c.threads)
@@ -55,6 +55,7 @@ class TCConfig:
     bk: int
     wm: int
     wn: int
+    stages: int = 2  # slices in flight where both operands are copied asynchronously (else 2: see TCPlan)
 
     @property
     def threads(self) -> int:
@@ -66,15 +67,17 @@ TC_CONFIGS = (
     TCConfig(128, 128, 32, 2, 2),
     TCConfig(128, 128, 32, 2, 4),
     TCConfig(128, 128, 32, 4, 2),
-    TCConfig(64, 128, 32, 2, 2),
-    TCConfig(128, 64, 32, 2, 2),
-    TCConfig(64, 64, 32, 2, 2),
-    TCConfig(32, 64, 32, 1, 2),
-    TCConfig(64, 32, 32, 2, 1),
-    TCConfig(32, 32, 32, 1, 1),
-    TCConfig(128, 128, 16, 2, 2),
+    TCConfig(64, 128, 32, 2, 2, 3),
+    TCConfig(128, 64, 32, 2, 2, 3),
+    TCConfig(64, 64, 32, 2, 2, 3),
+    TCConfig(32, 64, 32, 1, 2, 4),
+    TCConfig(64, 32, 32, 2, 1, 4),
+    TCConfig(32, 32, 32, 1, 1, 4),
+    TCConfig(128, 128, 16, 2, 2, 4),
     TCConfig(128, 256, 16, 2, 4),
     TCConfig(256, 128, 16, 4, 2),
+    TCConfig(128, 128, 16, 2, 4, 4),
+    TCConfig(128, 64, 32, 2, 1, 3),
 )
 # rows of a staged slice are padded by this many elements so that a warp's fragment reads hit distinct banks
 SMEM_PAD = 8
@@ -84,9 +87,25 @@ SMEM_MAX = 48 * 1024
 GRID_YZ_MAX = 65535
 
 
-def smem_bytes(cfg: TCConfig) -> int:
-    """Shared memory of a config: two staged slices of A (BM rows) and of B (BN rows), 16-bit elements."""
-    return 2 * (cfg.bm + cfg.bn) * (cfg.bk + SMEM_PAD) * 2
+def smem_bytes(cfg: TCConfig, a_k: bool = True, b_k: bool = True, stages: int | None = None) -> int:
+    """Shared memory of a config: `stages` staged slices of A (BM rows) and of B (BN rows), 16-bit elements."""
+    return (stages or cfg.stages) * 2 * (slice_elems(cfg.bm, cfg.bk, a_k) + slice_elems(cfg.bn, cfg.bk, b_k))
+
+
+def copies_async(st, rows_axis: int, k_axis: int, k_major: bool) -> bool:
+    """Can an operand's 16-byte chunks be copied straight to shared memory (cp.async, which needs 16-byte aligned
+    addresses)? Where its tracker is one view without a mask, contiguous along the chunk, with an offset and every
+    other stride a multiple of 8 elements (device buffers start 256-byte aligned)."""
+    if len(st.views) != 1 or st.views[0].mask is not None:
+        return False
+    v = st.views[0]
+    chunk = k_axis if k_major else rows_axis
+    if not isinstance(v.offset, int) or v.offset % 8:
+        return False
+    for d, stride in enumerate(v.strides):
+        if not isinstance(stride, int) or (d == chunk and stride != 1) or (d != chunk and stride % 8):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,26 @@ class TCPlan:
     batch: tuple[int, ...]
     tc: TensorCore
     config: TCConfig
+    # per operand: staged with K contiguous (rows of BK + SMEM_PAD), else with its M or N contiguous (rows of K)
+    a_along_k: bool
+    b_along_k: bool
+    # slices in flight: the config's where both operands are copied asynchronously (cp.async), else 2 (the next
+    # slice read into registers while the tensor cores work on this one)
+    stages: int
+    asynchronous: bool
+
+
+def along_k(st, rows_axis: int, k_axis: int) -> bool:
+    """Is an operand read through `st` staged with K contiguous? Yes unless it is contiguous along its rows (M or N)
+    and not along K: its 16-byte chunks are then read along the rows, and the slice is stored transposed."""
+    s = st.real_strides()
+    unit = lambda d: isinstance(s[d], int) and s[d] == 1
+    return not (unit(rows_axis) and not unit(k_axis))
+
+
+def slice_elems(rows: int, bk: int, k_major: bool) -> int:
+    """Elements of one staged slice of `rows` rows: rows of BK + pad, or BK rows of `rows` + pad."""
+    return rows * (bk + SMEM_PAD) if k_major else bk * (rows + SMEM_PAD)
 
 
 def _operand(op):
@@ -161,7 +200,10 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
         return None, "a symbolic batch dim"
     if math.prod(full[d] for d in batch) > GRID_YZ_MAX or full[m] // cfg.bm > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
-    if smem_bytes(cfg) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 8) or cfg.bk % 16:
+    a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
+    asynchronous = "cp.async" in kinds and copies_async(a.arg.st, m, k, a_k) and copies_async(b.arg.st, n, k, b_k)
+    stages = cfg.stages if asynchronous else 2
+    if smem_bytes(cfg, a_k, b_k, stages) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 8) or cfg.bk % 16:
         return None, f"config {cfg} does not fit (shared memory, or warps that do not divide the tile)"
     for rows in (cfg.bm, cfg.bn):
         # each thread copies whole 8-element chunks of a slice, along K or along its rows
@@ -170,4 +212,4 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
-    return TCPlan(m, n, k, a, b, batch, tc, cfg), ""
+    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous), ""

@@ -9,7 +9,8 @@ for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a
 - ALU of a vector dtype for the ops in VECTOR_ALU_OPS: lane by lane, every operand of the same vector dtype;
 - DEFINE_ACC of a vector dtype (every lane starts at the scalar `arg`) and PHI of a vector dtype.
 
-A LOAD's `arg` is None, or "bits" (a scalar: the element's stored bit pattern as the uint16 dtype of the uop, not
+A LOAD's `arg` is None, "ldmatrix"/"ldmatrix.trans" (a warp's load of 8x8 matrices from shared memory for
+tensor cores: each lane gives one row's address, dtype = two 16-bit elements per matrix), or "bits" (a scalar: the element's stored bit pattern as the uint16 dtype of the uop, not
 converted, for half and bfloat16 buffers), or "aligned" (a vector whose address is known to be a multiple of its
 size: no run-time alignment check); a STORE's is None or "aligned". Vector loads and stores move bits unconverted,
 so a uint16 vector LOAD from a half buffer holds the halves' bit patterns (how tensor-core operands move).
@@ -48,6 +49,10 @@ class UOps(Enum):
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
     WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg = the
     #                          TensorCore's name (codegen/tensor_cores.py), dtype = C's; each thread passes its part
+    COPY_ASYNC = auto()      # 16 bytes global -> shared without registers: vin = (local, index, global, index[, valid])
+    #                          (zeros where not valid); both addresses 16-byte aligned; lands by ASYNC_WAIT
+    ASYNC_COMMIT = auto()    # the COPY_ASYNCs this thread issued since the last commit form one group
+    ASYNC_WAIT = auto()      # wait until at most `arg` of this thread's committed groups are still in flight
 
 
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands

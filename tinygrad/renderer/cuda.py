@@ -71,18 +71,38 @@ BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg
 }
 """
 
-# tensor cores (sm_80 and later): one warp-wide mma.sync. Operands are the 16-bit patterns in pairs (one 32-bit
-# register each), as codegen/tensor_cores.TensorCore lays them out over the warp's threads
-MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_pair(tg_vec<unsigned short, 2> v) {
-  return (unsigned int)v.e[0] | ((unsigned int)v.e[1] << 16);
+# tensor cores (sm_80 and later): one warp-wide mma.sync on operands ldmatrix loaded from shared memory, their 16-bit
+# patterns four (A) or two (B) 32-bit registers a thread, as codegen/tensor_cores.TensorCore lays them out
+MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void* p) {
+  unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a;
+}
+#define TG_LDSM(NAME, N, SUFFIX) __device__ __forceinline__ tg_vec<unsigned short, 2 * N> NAME( \\
+    const unsigned short* p) { \\
+  union { tg_vec<unsigned short, 2 * N> v; unsigned int r[4]; } u; \\
+  if (N == 4) asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0,%1,%2,%3}, [%4];" \\
+      : "=r"(u.r[0]), "=r"(u.r[1]), "=r"(u.r[2]), "=r"(u.r[3]) : "r"(tg_smem_addr(p)) : "memory"); \\
+  else asm volatile("ldmatrix.sync.aligned.m8n8.x2" SUFFIX ".shared.b16 {%0,%1}, [%2];" \\
+      : "=r"(u.r[0]), "=r"(u.r[1]) : "r"(tg_smem_addr(p)) : "memory"); \\
+  return u.v; \\
+}
+TG_LDSM(tg_ldsm_x4, 4, "") TG_LDSM(tg_ldsm_x4_t, 4, ".trans")
+TG_LDSM(tg_ldsm_x2, 2, "") TG_LDSM(tg_ldsm_x2_t, 2, ".trans")
+__device__ __forceinline__ void tg_cp_async16(unsigned short* dst, const unsigned short* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+      :: "r"(tg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tg_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 """
-MMA_FN = """__device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(tg_vec<unsigned short, 2> a0,
-    tg_vec<unsigned short, 2> a1, tg_vec<unsigned short, 2> a2, tg_vec<unsigned short, 2> a3,
-    tg_vec<unsigned short, 2> b0, tg_vec<unsigned short, 2> b1, tg_vec<float, 4> c) {{
+MMA_FN = """__device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(tg_vec<unsigned short, 8> a,
+    tg_vec<unsigned short, 4> b, tg_vec<float, 4> c) {{
+  union {{ tg_vec<unsigned short, 8> v; unsigned int r[4]; }} ua; ua.v = a;
+  union {{ tg_vec<unsigned short, 4> v; unsigned int r[2]; }} ub; ub.v = b;
   asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
       : "+f"(c.e[0]), "+f"(c.e[1]), "+f"(c.e[2]), "+f"(c.e[3])
-      : "r"(tg_pair(a0)), "r"(tg_pair(a1)), "r"(tg_pair(a2)), "r"(tg_pair(a3)), "r"(tg_pair(b0)), "r"(tg_pair(b1)));
+      : "r"(ua.r[0]), "r"(ua.r[1]), "r"(ua.r[2]), "r"(ua.r[3]), "r"(ub.r[0]), "r"(ub.r[1]));
   return c;
 }}
 """
@@ -202,6 +222,21 @@ class CUDALanguage(GPULanguage):
         if name not in _MMA_TYPES:
             raise NotImplementedError(f"CUDA has no tensor core {name}")
         return f"tg_mma_{name}({', '.join(operands)})"
+
+    def render_copy_async(self, dst: str, src: str, src_idx: str, valid: str | None) -> str:
+        # NOTE: where the copy is off, the buffer's own start is read from (nothing is, with a size of 0)
+        if valid is None:
+            return f"tg_cp_async16({dst}, {src}+{src_idx}, true)"
+        return f"tg_cp_async16({dst}, ({valid}) ? {src}+{src_idx} : {src}, {valid})"
+
+    def render_async_commit(self) -> str:
+        return "tg_cp_async_commit()"
+
+    def render_async_wait(self, pending: int) -> str:
+        return f"tg_cp_async_wait<{pending}>()"
+
+    def render_ldmatrix(self, ptr: str, matrices: int, trans: bool) -> str:
+        return f"tg_ldsm_x{matrices}{'_t' if trans else ''}({ptr})"
 
     def wmma_prelude(self, names: set[str]) -> str:
         if not names:

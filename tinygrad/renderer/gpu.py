@@ -92,6 +92,22 @@ class GPULanguage(CStyleLanguage):
         """The WMMA uop `name` (a TensorCore's name) on its operands: A's registers, B's, then C."""
         raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
 
+    def render_ldmatrix(self, ptr: str, matrices: int, trans: bool) -> str:
+        """A warp's load of `matrices` 8x8 matrices of 16-bit elements from shared memory (`ptr`: this lane's row),
+        transposed or not, as tensor-core operands (see codegen/tensor_cores.py)."""
+        raise NotImplementedError(f"{type(self).__name__} has no matrix loads")
+
+    def render_copy_async(self, dst: str, src: str, src_idx: str, valid: str | None) -> str:
+        """Starts copying 16 bytes from element `src_idx` of global buffer `src` to shared `dst` (zeros where `valid`
+        is false), without registers; ASYNC_COMMIT/ASYNC_WAIT order it."""
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
+    def render_async_commit(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
+    def render_async_wait(self, pending: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
+
     def wmma_prelude(self, names: set[str]) -> str:
         """What render_wmma's expressions for the tensor cores `names` need declared (after the vector types)."""
         return ""
@@ -328,6 +344,16 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit("}")
         elif op is UOps.WMMA:
             bind(u, lang.render_wmma(u.arg, [r[id(v)] for v in vin]), "wmma", inline=True)
+        elif op is UOps.COPY_ASYNC:
+            emit(lang.render_copy_async(f"{r[id(vin[0])]}+{r[id(vin[1])]}", r[id(vin[2])], r[id(vin[3])],
+                                        r[id(vin[4])] if len(vin) > 4 else None) + ";")
+        elif op is UOps.ASYNC_COMMIT:
+            emit(lang.render_async_commit() + ";")
+        elif op is UOps.ASYNC_WAIT:
+            emit(lang.render_async_wait(u.arg) + ";")
+        elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
+            bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
+                 "frag", inline=False)
         elif op is UOps.LOAD and dt.count > 1:
             if u.arg == "aligned":
                 access = f"*(const tg_vec<{buf_type(vin[0])}, {dt.count}>*)({r[id(vin[0])]}+{r[id(vin[1])]})"

@@ -213,8 +213,8 @@ class CUDADevice(Compiled):
         self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
         # the renderer takes the linearizer's tiles and 16-byte vectors (codegen/heuristic_gpu.py picks them)
-        # mma.sync m16n8k16 for half and bfloat16 came with sm_80
-        tcs = ("m16n8k16",) if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
+        # mma.sync m16n8k16 for half and bfloat16, and cp.async, came with sm_80
+        tcs = ("m16n8k16", "cp.async") if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs)
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
