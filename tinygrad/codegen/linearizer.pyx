@@ -886,8 +886,6 @@ cdef class Linearizer:
             a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
         if not plan.b_along_k:
             b_r, b_k = mul(wn_i, c(wtn)), add(sub, mul(mod(mat, c(2)), c(8)))
-        lane_a = self._tc_at(a_r, a_k, cfg.bm, plan.a_along_k)
-        lane_b = self._tc_at(b_r, b_k, cfg.bn, plan.b_along_k)
         if asy:
             # the first stages-1 slices in flight, a group each (empty past the end, so every step commits one)
             for st_i in range(stages - 1):
@@ -923,15 +921,15 @@ cdef class Linearizer:
             staged = [self._tc_copy(op, ax, rows, row0, mul(nxt, c(cfg.bk)), more, False)
                       for op, ax, rows, row0, _, _ in ops]
             cur = mod(loop, c(2))
-        base_a = add(mul(cur, c(size_a)), lane_a)
-        base_b = add(mul(cur, c(size_b)), lane_b)
+        base_a, base_b = mul(cur, c(size_a)), mul(cur, c(size_b))
         for kk in range(0, cfg.bk, tc.k):
+            # NOTE: the swizzle makes each fragment's address a function of its row and K, not an offset of one base
             frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
-                c(mt * tc.m), c(kk), cfg.bm, plan.a_along_k))), "ldmatrix" if plan.a_along_k else "ldmatrix.trans",
-                False) for mt in range(tiles_m)]
+                add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
+                "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
             frag_b = [self._uop(UOps.LOAD, u16.vec(4), (smem_b, add(base_b, self._tc_at(
-                c(nt * tc.n), c(kk), cfg.bn, plan.b_along_k))), "ldmatrix" if plan.b_along_k else "ldmatrix.trans",
-                False) for nt in range(tiles_n)]
+                add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
+                "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(tiles_n)]
             for mt in range(tiles_m):
                 for nt in range(tiles_n):
                     acc = accs[mt][nt]
@@ -967,14 +965,19 @@ cdef class Linearizer:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
 
     cdef object _tc_at(self, object r, object k, int rows, bint k_major):
-        """The element offset of (row `r`, `k`) in a staged slice of `rows` rows (see tensor_cores.slice_elems)."""
-        from tinygrad.codegen.tensor_cores import SMEM_PAD
+        """The element offset of (row `r`, `k`: a multiple of 8) in a staged slice of `rows` rows (see
+        tensor_cores.slice_elems and swizzle)."""
+        from tinygrad.codegen.tensor_cores import swizzle
         i32 = dtypes.int32
-        if k_major:
-            return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (r, self._const(
-                self.tc.config.bk + SMEM_PAD, i32))), k))
-        return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (k, self._const(rows + SMEM_PAD, i32))),
-                                              r))
+        row_elems = self.tc.config.bk if k_major else rows
+        row, col = (r, k) if k_major else (k, r)
+        per_line, chunks = swizzle(row_elems)
+        c = lambda v: self._const(v, i32)
+        line = self._alu(BinaryOps.DIV, i32, (row, c(per_line))) if per_line > 1 else row
+        sw = self._alu(BinaryOps.MOD, i32, (line, c(chunks)))
+        chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (col, c(8))), sw))
+        return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))),
+                                              self._alu(BinaryOps.MUL, i32, (chunk, c(8)))))
 
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy):
         """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K from `k0`):

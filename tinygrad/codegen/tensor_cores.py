@@ -64,23 +64,24 @@ class TCConfig:
 
 # the TC Opt's amount picks one of these (the heuristic takes the first that fits; BEAM tries them all)
 TC_CONFIGS = (
-    TCConfig(128, 128, 32, 2, 2),
-    TCConfig(128, 128, 32, 2, 4),
-    TCConfig(128, 128, 32, 4, 2),
-    TCConfig(64, 128, 32, 2, 2, 3),
-    TCConfig(128, 64, 32, 2, 2, 3),
-    TCConfig(64, 64, 32, 2, 2, 3),
+    TCConfig(128, 128, 32, 2, 2, 3),
+    TCConfig(128, 128, 32, 2, 4, 3),
+    TCConfig(128, 128, 32, 4, 2, 3),
+    TCConfig(64, 128, 32, 2, 2, 4),
+    TCConfig(128, 64, 32, 2, 2, 4),
+    TCConfig(64, 64, 32, 2, 2, 4),
     TCConfig(32, 64, 32, 1, 2, 4),
     TCConfig(64, 32, 32, 2, 1, 4),
     TCConfig(32, 32, 32, 1, 1, 4),
     TCConfig(128, 128, 16, 2, 2, 4),
-    TCConfig(128, 256, 16, 2, 4),
-    TCConfig(256, 128, 16, 4, 2),
-    TCConfig(128, 128, 16, 2, 4, 4),
-    TCConfig(128, 64, 32, 2, 1, 3),
+    TCConfig(128, 256, 16, 2, 4, 3),
+    TCConfig(256, 128, 16, 4, 2, 3),
+    TCConfig(128, 128, 64, 2, 2),
+    TCConfig(128, 128, 32, 2, 2),
+    TCConfig(128, 256, 32, 2, 4),
 )
-# rows of a staged slice are padded by this many elements so that a warp's fragment reads hit distinct banks
-SMEM_PAD = 8
+# A staged slice is rows of 16-byte chunks; chunk c of row i is stored at chunk c ^ swizzle(i) of its row, so that the
+# eight rows an ldmatrix reads at one chunk (or a 16-byte copy writes) fall in distinct banks (see swizzle)
 # the static shared memory a kernel may declare (CUDA's limit without opting in to more)
 SMEM_MAX = 48 * 1024
 # the grid's y and z hold at most this many blocks
@@ -120,7 +121,7 @@ class TCPlan:
     batch: tuple[int, ...]
     tc: TensorCore
     config: TCConfig
-    # per operand: staged with K contiguous (rows of BK + SMEM_PAD), else with its M or N contiguous (rows of K)
+    # per operand: staged with K contiguous (rows of BK), else with its M or N contiguous (BK rows)
     a_along_k: bool
     b_along_k: bool
     # slices in flight: the config's where both operands are copied asynchronously (cp.async), else 2 (the next
@@ -138,8 +139,20 @@ def along_k(st, rows_axis: int, k_axis: int) -> bool:
 
 
 def slice_elems(rows: int, bk: int, k_major: bool) -> int:
-    """Elements of one staged slice of `rows` rows: rows of BK + pad, or BK rows of `rows` + pad."""
-    return rows * (bk + SMEM_PAD) if k_major else bk * (rows + SMEM_PAD)
+    """Elements of one staged slice of `rows` rows by BK: stored K-major (rows of BK) or rows-major (BK rows)."""
+    return rows * bk
+
+
+def swizzle(row_elems: int) -> tuple[int, int]:
+    """For rows of `row_elems` 16-bit elements: (L, C) such that chunk c of row i is stored at chunk
+    c ^ ((i // L) % C). Rows of fewer than 8 chunks share a 128-byte line of banks, L of them a line; XOR by the
+    line's index spreads eight consecutive rows' same chunk over the 8 chunk positions of the banks.
+
+    >>> swizzle(32), swizzle(128)
+    ((2, 4), (1, 8))
+    """
+    chunks = row_elems // 8
+    return max(1, 8 // chunks), min(chunks, 8)
 
 
 def _operand(op):

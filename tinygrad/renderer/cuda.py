@@ -72,7 +72,9 @@ BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg
 """
 
 # tensor cores (sm_80 and later): one warp-wide mma.sync on operands ldmatrix loaded from shared memory, their 16-bit
-# patterns four (A) or two (B) 32-bit registers a thread, as codegen/tensor_cores.TensorCore lays them out
+# patterns four (A) or two (B) 32-bit registers a thread, as codegen/tensor_cores.TensorCore lays them out.
+# NOTE: ldmatrix is volatile (kept in order with the barriers, cp.async and its waits, all volatile too) but has no
+# memory clobber, so the compiler may load the next step's fragments while the tensor cores work on this one
 MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void* p) {
   unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a;
 }
@@ -80,9 +82,9 @@ MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void
     const unsigned short* p) { \\
   union { tg_vec<unsigned short, 2 * N> v; unsigned int r[4]; } u; \\
   if (N == 4) asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0,%1,%2,%3}, [%4];" \\
-      : "=r"(u.r[0]), "=r"(u.r[1]), "=r"(u.r[2]), "=r"(u.r[3]) : "r"(tg_smem_addr(p)) : "memory"); \\
+      : "=r"(u.r[0]), "=r"(u.r[1]), "=r"(u.r[2]), "=r"(u.r[3]) : "r"(tg_smem_addr(p))); \\
   else asm volatile("ldmatrix.sync.aligned.m8n8.x2" SUFFIX ".shared.b16 {%0,%1}, [%2];" \\
-      : "=r"(u.r[0]), "=r"(u.r[1]) : "r"(tg_smem_addr(p)) : "memory"); \\
+      : "=r"(u.r[0]), "=r"(u.r[1]) : "r"(tg_smem_addr(p))); \\
   return u.v; \\
 }
 TG_LDSM(tg_ldsm_x4, 4, "") TG_LDSM(tg_ldsm_x4_t, 4, ".trans")
