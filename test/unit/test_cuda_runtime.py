@@ -793,7 +793,7 @@ def test_specials_shared_memory_and_barriers_render():
     src = CUDARenderer("k", uops)
     assert "tinygrad launch" not in src  # the linearizer gives the launch sizes of SPECIAL kernels
     assert "__launch_bounds__(16)" in src and "int gidx0 = blockIdx.x;" in src and "int lidx1 = threadIdx.y;" in src
-    assert "__shared__ float temp[16];" in src and "__syncthreads();" in src and "const int n" in src
+    assert "__shared__ __align__(16) float temp[16];" in src and "__syncthreads();" in src and "const int n" in src
     idx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "idx0", 1000, 256))
     one = UOp(UOps.CONST, f32, (), 1.0)
     guarded = CUDARenderer("g", [out, idx, one, UOp(UOps.STORE, None, (out, idx, one))])

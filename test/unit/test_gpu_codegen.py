@@ -189,7 +189,8 @@ def _compile(kernels: list[Kernel]) -> list:
             else:
                 args.append(f"ints[{nint}]")
                 nint += 1
-        body = _emulate_mma(src).replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(").replace('extern "C" ', "")
+        body = _emulate_mma(src).replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(")
+        body = body.replace('extern "C" ', "")
         together = "true" if "__syncthreads" in src else "false"
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"
@@ -438,7 +439,7 @@ def test_heuristic_groups_a_matvec_down_columns():
     assert not any(o.op in (OptOps.UPCAST, OptOps.VECTORIZE) for o in k.lin.applied_opts)
     assert k.lin.local_size == (64, 1, 16) and math.prod(k.lin.local_size) <= 1024
     # every thread reaches the barrier: guards are gates on the store, no early return
-    assert "__syncthreads();" in k.src and "__shared__ float temp" in k.src and "return;" not in k.src
+    assert "__syncthreads();" in k.src and "__shared__ __align__(16) float temp" in k.src and "return;" not in k.src
     (got,) = _run([k])
     np.testing.assert_allclose(got.reshape(1, 1100), x @ w, rtol=1e-4, atol=1e-4)
 

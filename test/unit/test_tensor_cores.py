@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark: the harness needs g++
 
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
 from tinygrad.codegen.tensor_cores import TC_CONFIGS, smem_bytes
 from tinygrad.codegen.uops import UOps
-
-from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark: the harness needs g++
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                        global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16", "cp.async"))
@@ -111,7 +110,8 @@ def test_batched_and_bfloat16_and_masked_operands():
     assert kernels[0].lin.global_size == (1, 1, 3)
     outs = _run(kernels)
     _check(outs[0], cases[0][1])
-    bits = lambda x: (np.frombuffer(x.astype(np.float32).tobytes(), np.uint32) & 0xFFFF0000).view(np.float32)
+    def bits(x):  # float32 -> bfloat16 by truncation, as the values were made
+        return (np.frombuffer(x.astype(np.float32).tobytes(), np.uint32) & 0xFFFF0000).view(np.float32)
     want_bf = bits(bf_a).reshape(bf_a.shape) @ bits(bf_b).reshape(bf_b.shape)
     # the harness's output array for bfloat16 is float64 (numpy has no bfloat16): its first bytes hold the result
     got_bf = (outs[1].view(np.uint16)[:want_bf.size].astype(np.uint32) << 16).view(np.float32)

@@ -8,13 +8,15 @@ A kernel qualifies when it is a sum of products of two half (or two bfloat16) lo
 reduced dim (K), with an output dim along which only the first operand varies (M) and one along which only the
 second varies (N): a matmul, batched or not, whatever its operands' layouts. The other output dims (a batch) each
 take the grid's z. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
-operands in shared memory (two buffers: the next slice is read from global memory into registers while the tensor
-cores work on this one), each warp computing a (BM/WM) x (BN/WN) part of the tile from fragments read out of shared
-memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous), and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
+operands in shared memory (`stages` slices in flight, copied straight from global memory by cp.async where both
+operands allow it, else two: the next slice read into registers while the tensor cores work on this one), swizzled
+so that reads and writes of a warp hit distinct banks, each warp computing a (BM/WM) x (BN/WN) part of the tile from fragments read out of shared
+memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous), and the accumulators run
+through the kernel's elementwise tail (casts, bias, activations) to the stores.
 
 >>> c = TC_CONFIGS[0]
->>> (c.bm, c.bn, c.bk, c.threads)
-(128, 128, 32, 128)
+>>> (c.bm, c.bn, c.bk, c.threads, c.stages)
+(128, 128, 32, 128, 2)
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ class TCConfig:
 
 # the TC Opt's amount picks one of these (the heuristic takes the first that fits; BEAM tries them all)
 TC_CONFIGS = (
-    TCConfig(128, 128, 32, 2, 2, 3),
+    TCConfig(128, 128, 32, 2, 2),
     TCConfig(128, 128, 32, 2, 4, 3),
     TCConfig(128, 128, 32, 4, 2, 3),
     TCConfig(64, 128, 32, 2, 2, 4),
@@ -76,8 +78,7 @@ TC_CONFIGS = (
     TCConfig(128, 128, 16, 2, 2, 4),
     TCConfig(128, 256, 16, 2, 4, 3),
     TCConfig(256, 128, 16, 4, 2, 3),
-    TCConfig(128, 128, 64, 2, 2),
-    TCConfig(128, 128, 32, 2, 2),
+    TCConfig(128, 128, 32, 2, 2, 3),
     TCConfig(128, 256, 32, 2, 4),
 )
 # A staged slice is rows of 16-byte chunks; chunk c of row i is stored at chunk c ^ swizzle(i) of its row, so that the
@@ -134,8 +135,9 @@ def along_k(st, rows_axis: int, k_axis: int) -> bool:
     """Is an operand read through `st` staged with K contiguous? Yes unless it is contiguous along its rows (M or N)
     and not along K: its 16-byte chunks are then read along the rows, and the slice is stored transposed."""
     s = st.real_strides()
-    unit = lambda d: isinstance(s[d], int) and s[d] == 1
-    return not (unit(rows_axis) and not unit(k_axis))
+    unit_rows = isinstance(s[rows_axis], int) and s[rows_axis] == 1
+    unit_k = isinstance(s[k_axis], int) and s[k_axis] == 1
+    return not (unit_rows and not unit_k)
 
 
 def slice_elems(rows: int, bk: int, k_major: bool) -> int:

@@ -9,16 +9,15 @@ for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a
 - ALU of a vector dtype for the ops in VECTOR_ALU_OPS: lane by lane, every operand of the same vector dtype;
 - DEFINE_ACC of a vector dtype (every lane starts at the scalar `arg`) and PHI of a vector dtype.
 
-A LOAD's `arg` is None, "ldmatrix"/"ldmatrix.trans" (a warp's load of 8x8 matrices from shared memory for
-tensor cores: each lane gives one row's address, dtype = two 16-bit elements per matrix), or "bits" (a scalar: the element's stored bit pattern as the uint16 dtype of the uop, not
-converted, for half and bfloat16 buffers), or "aligned" (a vector whose address is known to be a multiple of its
-size: no run-time alignment check); a STORE's is None or "aligned". Vector loads and stores move bits unconverted,
-so a uint16 vector LOAD from a half buffer holds the halves' bit patterns (how tensor-core operands move).
-
-A LOOP whose `arg` is a number > 1 (only where LinearizerOptions.threads allows) may have its iterations split
-across that many threads: they write disjoint outputs, and nothing declared outside the loop is written inside.
-
-Only the scalar types in VECTOR_DTYPES are ever vectorized; everything else is computed lane by lane in scalars.
+A LOAD's `arg` is None, "ldmatrix"/"ldmatrix.trans" (a warp's load of 8x8 matrices from shared memory for tensor
+cores: each lane gives one row's address, dtype = two 16-bit elements per matrix), or "bits" (a scalar: the
+element's stored bit pattern as the uint16 dtype of the uop, not converted, for half and bfloat16 buffers), or
+"aligned" (a vector whose address is known to be a multiple of its size: no run-time alignment check); a STORE's is
+None or "aligned". Vector loads and stores move bits unconverted, so a uint16 vector LOAD from a half buffer holds
+the halves' bit patterns (how tensor-core operands move). A LOOP whose `arg` is a number > 1 (only where
+LinearizerOptions.threads allows) may have its iterations split across that many threads: they write disjoint
+outputs, and nothing declared outside the loop is written inside. Only the scalar types in VECTOR_DTYPES are ever
+vectorized; everything else is computed lane by lane in scalars.
 """
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 
 The search starts from the default kernel (the hand-coded heuristic's choice, or the plain kernel where it chose
 nothing) and grows each of the `n` fastest kernels by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL, GROUP or
-THREAD of any dim by a few amounts) per step, the plain kernel's one-Opt variants included. Every candidate is
-compiled (several at once: compilers are separate processes or release the GIL), run on buffers of random inputs,
-and checked against the default kernel's output; one that disagrees, fails to compile or takes ten times the best so
-far is dropped. The search ends when a step finds nothing faster, after MAX_STEPS steps, or after SEARCH_SECONDS.
-The default kernel is in the beam from the start, so BEAM never picks a slower kernel than the default, only one
-measured to be faster.
+THREAD of any dim by a few amounts, or TC with any block tile where the device has tensor cores) per step, the plain
+kernel's one-Opt variants included. Every candidate is compiled (several at once: compilers are separate processes
+or release the GIL), run on buffers of random inputs, and checked against the default kernel's output; one that
+disagrees, fails to compile or takes ten times the best so far is dropped. The search ends when a step finds nothing
+faster, after MAX_STEPS steps, or after SEARCH_SECONDS. The default kernel is in the beam from the start, so BEAM
+never picks a slower kernel than the default, only one measured to be faster.
 
 The winner is kept in the disk cache, keyed by the kernel's AST, the device's compiler (its `cachekey`: compiler,
 options and target, which names the GPU's architecture), its code-generation options and n, so a machine pays for
@@ -135,8 +135,13 @@ def _symbolic(root) -> bool:
 
 
 def _actions(lin) -> list[Opt]:
-    return [Opt(op, axis, amt) for axis in range(len(lin.full_shape)) for op, amts in ACTION_AMOUNTS.items()
+    acts = [Opt(op, axis, amt) for axis in range(len(lin.full_shape)) for op, amts in ACTION_AMOUNTS.items()
             for amt in amts]
+    if getattr(lin.opts, "tensor_cores", ()):
+        # every block tile on tensor cores (a kernel's only Opt: it applies to the plain kernel alone)
+        from tinygrad.codegen.tensor_cores import TC_CONFIGS
+        acts += [Opt(OptOps.TC, 0, i) for i in range(len(TC_CONFIGS))]
+    return acts
 
 
 def _buffers(dname: str, ast: tuple) -> dict[int, Buffer]:
