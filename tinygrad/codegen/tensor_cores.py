@@ -170,8 +170,10 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
     opts = lin.opts
     kinds = getattr(opts, "tensor_cores", ()) if opts is not None else ()
-    if not kinds or not lin.gpu:
+    if not kinds:
         return None, "the device has no tensor cores"
+    if not lin.gpu:
+        return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
     cfg = TC_CONFIGS[amt]
