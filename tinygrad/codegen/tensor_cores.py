@@ -10,9 +10,9 @@ second varies (N): a matmul, batched or not, whatever its operands' layouts. The
 take the grid's z. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
 operands in shared memory (`stages` slices in flight, copied straight from global memory by cp.async where both
 operands allow it, else two: the next slice read into registers while the tensor cores work on this one), swizzled
-so that reads and writes of a warp hit distinct banks, each warp computing a (BM/WM) x (BN/WN) part of the tile from fragments read out of shared
-memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous), and the accumulators run
-through the kernel's elementwise tail (casts, bias, activations) to the stores.
+so that reads and writes of a warp hit distinct banks, each warp computing a (BM/WM) x (BN/WN) part of the tile from
+fragments read out of shared memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous),
+and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
 
 >>> c = TC_CONFIGS[0]
 >>> (c.bm, c.bn, c.bk, c.threads, c.stages)
