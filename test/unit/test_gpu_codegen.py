@@ -137,11 +137,11 @@ template <int N, bool T> static tg_vec<unsigned short, 2 * N> tg_ldsm(const unsi
 static float tg_mma_f16(unsigned short h) { return tg_f16_to_f32(h); }
 static float tg_mma_bf16(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4);
   return f; }
-template <float (*CVT)(unsigned short)>
-static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 8> a, tg_vec<unsigned short, 4> b, tg_vec<float, 4> c) {
+template <float (*CVT)(unsigned short), int P, int W>
+static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 8> a, tg_vec<unsigned short, W> b, tg_vec<float, 4> c) {
   unsigned l, w = tg_warp_lane(&l);
   for (int i = 0; i < 8; i++) tg_mma_a[w][l][i] = a.e[i];
-  for (int i = 0; i < 4; i++) tg_mma_b[w][l][i] = b.e[i];
+  for (int i = 0; i < 4; i++) tg_mma_b[w][l][i] = b.e[4 * P + i];
   __syncthreads();
   unsigned g = l / 4, t = l % 4;
   for (int e = 0; e < 4; e++) {
@@ -160,8 +160,10 @@ static void tg_cp_async16(unsigned short* d, const unsigned short* s, bool valid
 }
 static void tg_cp_async_commit() {}
 template <int N> static void tg_cp_async_wait() {}
-#define tg_mma_m16n8k16_f16 tg_mma_emu<tg_mma_f16>
-#define tg_mma_m16n8k16_bf16 tg_mma_emu<tg_mma_bf16>
+template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_f16(tg_vec<unsigned short, 8> a,
+    tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_f16, P, W>(a, b, c); }
+template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_bf16(tg_vec<unsigned short, 8> a,
+    tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_bf16, P, W>(a, b, c); }
 """
 
 

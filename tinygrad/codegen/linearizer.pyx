@@ -875,17 +875,17 @@ cdef class Linearizer:
         ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a), (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b))
         asy = plan.asynchronous
         # ldmatrix: lane l gives the address of row l % 8 of 8x8 matrix l // 8 (of the four A's fragment is made
-        # of: rows +0/+8, K +0/+8 in that order; of B's two: K +0/+8)
+        # of: rows +0/+8, K +0/+8 in that order; of the four of two B fragments side by side: K +0/+8, then N +8)
         sub, mat = mod(lane, c(8)), div(lane, c(8))
         a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
         a_k = mul(div(mat, c(2)), c(8))
-        b_r = add(mul(wn_i, c(wtn)), sub)
+        b_r = add(mul(wn_i, c(wtn)), add(sub, mul(div(mat, c(2)), c(8))))
         b_k = mul(mod(mat, c(2)), c(8))
         # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
         if not plan.a_along_k:
             a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
         if not plan.b_along_k:
-            b_r, b_k = mul(wn_i, c(wtn)), add(sub, mul(mod(mat, c(2)), c(8)))
+            b_r, b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
         if asy:
             # the first stages-1 slices in flight, a group each (empty past the end, so every step commits one)
             for st_i in range(stages - 1):
@@ -927,13 +927,15 @@ cdef class Linearizer:
             frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
                 add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
                 "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
-            frag_b = [self._uop(UOps.LOAD, u16.vec(4), (smem_b, add(base_b, self._tc_at(
+            # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
+            frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
                 add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
-                "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(tiles_n)]
+                "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
             for mt in range(tiles_m):
                 for nt in range(tiles_n):
                     acc = accs[mt][nt]
-                    out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt], acc), tc.name, False)
+                    out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt // 2], acc), (tc.name, nt % 2),
+                                    False)
                     accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
         if not asy:
             nbuf = mod(add(loop, c(1)), c(2))

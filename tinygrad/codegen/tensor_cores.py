@@ -220,7 +220,8 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
     asynchronous = "cp.async" in kinds and copies_async(a.arg.st, m, k, a_k) and copies_async(b.arg.st, n, k, b_k)
     stages = cfg.stages if asynchronous else 2
-    if smem_bytes(cfg, a_k, b_k, stages) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 8) or cfg.bk % 16:
+    if smem_bytes(cfg, a_k, b_k, stages) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or \
+            cfg.bk % 16:
         return None, f"config {cfg} does not fit (shared memory, or warps that do not divide the tile)"
     for rows in (cfg.bm, cfg.bn):
         # each thread copies whole 8-element chunks of a slice, along K or along its rows

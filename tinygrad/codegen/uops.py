@@ -46,8 +46,9 @@ class UOps(Enum):
     BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
     VECTORIZE = auto()       # vin = the lanes (scalars), dtype = the vector type
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
-    WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg = the
-    #                          TensorCore's name (codegen/tensor_cores.py), dtype = C's; each thread passes its part
+    WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg =
+    #                          (the TensorCore's name (codegen/tensor_cores.py), which half of B's registers: 0 or 1
+    #                          where they hold two fragments, else None), dtype = C's; each thread passes its part
     COPY_ASYNC = auto()      # 16 bytes global -> shared without registers: vin = (local, index, global, index[, valid])
     #                          (zeros where not valid); both addresses 16-byte aligned; lands by ASYNC_WAIT
     ASYNC_COMMIT = auto()    # the COPY_ASYNCs this thread issued since the last commit form one group

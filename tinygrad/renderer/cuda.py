@@ -98,14 +98,14 @@ template <int N> __device__ __forceinline__ void tg_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 """
-MMA_FN = """__device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(tg_vec<unsigned short, 8> a,
-    tg_vec<unsigned short, 4> b, tg_vec<float, 4> c) {{
+MMA_FN = """template <int P, int W> __device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(
+    tg_vec<unsigned short, 8> a, tg_vec<unsigned short, W> b, tg_vec<float, 4> c) {{
   union {{ tg_vec<unsigned short, 8> v; unsigned int r[4]; }} ua; ua.v = a;
-  union {{ tg_vec<unsigned short, 4> v; unsigned int r[2]; }} ub; ub.v = b;
+  union {{ tg_vec<unsigned short, W> v; unsigned int r[W / 2]; }} ub; ub.v = b;
   asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
       "{{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
       : "+f"(c.e[0]), "+f"(c.e[1]), "+f"(c.e[2]), "+f"(c.e[3])
-      : "r"(ua.r[0]), "r"(ua.r[1]), "r"(ua.r[2]), "r"(ua.r[3]), "r"(ub.r[0]), "r"(ub.r[1]));
+      : "r"(ua.r[0]), "r"(ua.r[1]), "r"(ua.r[2]), "r"(ua.r[3]), "r"(ub.r[2 * P]), "r"(ub.r[2 * P + 1]));
   return c;
 }}
 """
@@ -221,10 +221,10 @@ class CUDALanguage(GPULanguage):
         bounds = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
         return f"{self.kernel_prefix}{bounds}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
-    def render_wmma(self, name: str, operands: list[str]) -> str:
+    def render_wmma(self, name: str, operands: list[str], part: int | None) -> str:
         if name not in _MMA_TYPES:
             raise NotImplementedError(f"CUDA has no tensor core {name}")
-        return f"tg_mma_{name}({', '.join(operands)})"
+        return f"tg_mma_{name}<{part or 0}, {8 if part is not None else 4}>({', '.join(operands)})"
 
     def render_copy_async(self, dst: str, src: str, src_idx: str, valid: str | None) -> str:
         # NOTE: where the copy is off, the buffer's own start is read from (nothing is, with a size of 0)

@@ -88,8 +88,9 @@ class GPULanguage(CStyleLanguage):
     def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no kernel signature")
 
-    def render_wmma(self, name: str, operands: list[str]) -> str:
-        """The WMMA uop `name` (a TensorCore's name) on its operands: A's registers, B's, then C."""
+    def render_wmma(self, name: str, operands: list[str], part: int | None) -> str:
+        """The WMMA uop `name` (a TensorCore's name) on its operands: A's registers, B's (half `part` of them where
+        they hold two fragments), then C."""
         raise NotImplementedError(f"{type(self).__name__} has no tensor cores")
 
     def render_ldmatrix(self, ptr: str, matrices: int, trans: bool) -> str:
@@ -343,7 +344,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             kw.depth -= 1
             emit("}")
         elif op is UOps.WMMA:
-            bind(u, lang.render_wmma(u.arg, [r[id(v)] for v in vin]), "wmma", inline=True)
+            bind(u, lang.render_wmma(u.arg[0], [r[id(v)] for v in vin], u.arg[1]), "wmma", inline=True)
         elif op is UOps.COPY_ASYNC:
             emit(lang.render_copy_async(f"{r[id(vin[0])]}+{r[id(vin[1])]}", r[id(vin[2])], r[id(vin[3])],
                                         r[id(vin[4])] if len(vin) > 4 else None) + ";")
@@ -391,7 +392,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     vectors = any(u.dtype is not None and u.dtype.count > 1 and not isinstance(u.dtype, PtrDType) for u in uops)
     prelude += lang.vec_prelude if par.vec or vectors else ""
     prelude += lang.vec_ops_prelude if vectors else ""
-    prelude += lang.wmma_prelude({u.arg for u in uops if u.uop is UOps.WMMA})
+    prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA})
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     if par.mode == "grid":
