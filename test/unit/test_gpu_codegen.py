@@ -344,11 +344,15 @@ def test_plan_grid_with_asked_blocks_covers_every_element_once(shape, local):
 def test_heuristic_tiles_matmul_in_registers_with_vector_loads():
     k = Kernel(_t(_rand(256, 128)) @ _t(_rand(128, 256)))
     ops = {(o.op, o.axis): o.amt for o in k.lin.applied_opts}
-    assert ops[(OptOps.VECTORIZE, 1)] == 4 and ops[(OptOps.UPCAST, 0)] == 4 and ops[(OptOps.UNROLL, 2)] == 4
+    assert ops[(OptOps.VECTORIZE, 1)] == 4 and ops[(OptOps.UPCAST, 0)] == 8 and ops[(OptOps.UNROLL, 2)] == 16
     assert ops[(OptOps.LOCAL, 1)] == 16 and ops[(OptOps.LOCAL, 0)] == 16 and k.lin.local_size == (16, 16, 1)
-    # a 4x4 tile a thread: 4 vector accumulators, B's rows as 16-byte loads shared by the 4 rows of A
-    assert k.src.count("tg_vec<float, 4> acc") == 4 and "tg_vload<float, 4>(data2+" in k.src
-    assert k.src.count("tg_vstore<float, 4>(data0+") == 4
+    # a 8x4 tile a thread: 8 vector accumulators, B's rows as 16-byte loads shared by the 8 rows of A
+    assert k.src.count("tg_vec<float, 4> acc") == 8 and "tg_vload<float, 4>(data2+" in k.src
+    assert k.src.count("tg_vstore<float, 4>(data0+") == 8
+    # a 3x3 convolution: the kernel's width unrolled whole, then its input channels
+    x, w = _t(_rand(2, 16, 20, 20)), _t(_rand(32, 16, 3, 3))
+    conv = {(o.op, o.axis): o.amt for o in Kernel(x.conv2d(w, padding=1)).lin.applied_opts}
+    assert conv[(OptOps.UNROLL, 7)] == 3 and conv[(OptOps.UNROLL, 5)] == 4
     e = Kernel(_t(_rand(64, 1024)) * 2)
     assert e.lin.applied_opts == [Opt(OptOps.VECTORIZE, 1, 4)] and "tg_vload<float, 4>(data1+" in e.src
     assert Kernel(_t(_rand(63, 1023)) * 2).lin.applied_opts == []  # no vector divides the rows
