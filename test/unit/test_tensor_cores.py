@@ -40,11 +40,13 @@ def test_heuristic_puts_half_matmuls_on_tensor_cores_and_nothing_else():
     a, b = _t(_h(256, 128)), _t(_h(128, 256, seed=1))
     assert Kernel(a @ b, lopts=TC).lin.applied_opts[0].op is OptOps.TC
     assert Kernel(a @ b).lin.tc is None  # a device without tensor cores
-    # float operands, a K no tile divides, a sum with no product: the kernel's usual optimisations
+    # sizes no tile divides take tensor cores too
+    assert Kernel(_t(_h(250, 40)) @ _t(_h(40, 257)), lopts=TC).lin.tc is not None
+    # float operands, a sum with no product, a matrix-vector product: the kernel's usual optimisations
     f32 = Kernel(_t(_h(256, 128, dtype=np.float32)) @ _t(_h(128, 256, dtype=np.float32)), lopts=TC)
-    odd = Kernel(_t(_h(256, 40)) @ _t(_h(40, 256)), lopts=TC)
     red = Kernel(_t(_h(256, 128)).float().sum(axis=1), lopts=TC)
-    for k in (f32, odd, red):
+    mv = Kernel(_t(_h(1, 128)) @ _t(_h(128, 4096)), lopts=TC)
+    for k in (f32, red, mv):
         assert k.lin.tc is None and not any(o.op is OptOps.TC for o in k.lin.applied_opts)
 
 
@@ -66,8 +68,6 @@ def test_tc_opt_rules():
         lin.apply_opt(Opt(OptOps.TC, 0, SMALL))
     with pytest.raises(ValueError, match="no tensor-core config"):
         Linearizer(k.si.ast, TC).apply_opt(Opt(OptOps.TC, 0, len(TC_CONFIGS)))
-    with pytest.raises(ValueError, match="not a multiple"):
-        Linearizer(k.si.ast, TC).apply_opt(Opt(OptOps.TC, 0, 0))  # 128x128 tiles of a 64x64 output
     with pytest.raises(ValueError, match="no tensor cores"):
         Linearizer(k.si.ast, Kernel(a @ b).lin.opts).apply_opt(Opt(OptOps.TC, 0, SMALL))
     assert all(smem_bytes(c) <= 48 * 1024 or c not in TC_CONFIGS[:1] for c in TC_CONFIGS)
@@ -146,3 +146,20 @@ def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, asy, seed):
     got, ref = _run([tc, plain])
     _check(got, ref.astype(np.float32).reshape(got.shape))
     _check(got, a.astype(np.float32) @ b.astype(np.float32))
+
+
+@settings(max_examples=8, deadline=None)
+@given(m=st.integers(2, 70), n=st.integers(2, 70), k=st.integers(2, 80), cfg=st.sampled_from([SMALL, TALL]),
+       asy=st.booleans(), bias=st.booleans(), seed=st.integers(0, 100))
+def test_sizes_no_tile_divides(m, n, k, cfg, asy, bias, seed):
+    # the last tiles read zeros past the end of M, N and K, and store (and load the tail's inputs) nowhere there
+    a, b, c = _h(m, k, seed=seed), _h(k, n, seed=seed + 1), _h(n, seed=seed + 2)
+    out = _t(a) @ _t(b)
+    if bias:
+        out = (out + _t(c)).relu()
+    tc = Kernel(out, opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC if asy else SYNC)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    if bias:
+        want = np.maximum(want + c.astype(np.float32), 0)
+    (got,) = _run([tc])
+    _check(got, want)

@@ -198,7 +198,7 @@ def tensor_core_opt(lin) -> Opt | None:
         if plan is None:
             continue
         full, cfg = lin.full_shape, TC_CONFIGS[i]
-        blocks = (full[plan.m_axis] // cfg.bm) * (full[plan.n_axis] // cfg.bn) * \
+        blocks = -(-full[plan.m_axis] // cfg.bm) * -(-full[plan.n_axis] // cfg.bn) * \
             math.prod(full[d] for d in plan.batch)
         if blocks >= TC_MIN_BLOCKS:
             return Opt(OptOps.TC, 0, i)

@@ -33,6 +33,7 @@ cdef class Linearizer:
     # TC: the tensor-core plan (codegen/tensor_cores.TCPlan; None: none), and per tiled dim the offset of each copy
     cdef readonly object tc
     cdef dict _tc_offsets
+    cdef dict _tc_limits
     cdef dict _tc_bases
     cdef readonly int vector_axis
     cdef readonly int vector_width
@@ -78,5 +79,6 @@ cdef class Linearizer:
     cdef object _lower_tc(self)
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)
+    cdef object _tc_valid(self, object valid, list nodes)
     cdef object _tc_at(self, object r, object k, int rows, bint k_major)
     cdef void _tc_stage(self, list chunks, object smem, object base)

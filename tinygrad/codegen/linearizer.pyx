@@ -121,6 +121,7 @@ cdef class Linearizer:
         self.group = 1
         self.thread_axis = -1
         self.tc = None
+        self._tc_limits = None
         self._tc_bases = None
         self._tc_offsets = None
         self._gate = None
@@ -746,6 +747,8 @@ cdef class Linearizer:
         idxs = self._idx_nodes(combo, post)
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
         idx, valid = st.expr_idxs(my_idxs)
+        if self._tc_limits:
+            valid = self._tc_valid(valid, idxs)
         lane = self._lane
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
             return self._leaf_scalar(op, idx, valid)
@@ -792,7 +795,10 @@ cdef class Linearizer:
         return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, zero), TernaryOps.WHERE)
 
     cdef void _store(self, object mb, tuple combo, object val):
-        idx, valid = mb.st.expr_idxs(self._idx_nodes(combo, True))
+        nodes = self._idx_nodes(combo, True)
+        idx, valid = mb.st.expr_idxs(nodes)
+        if self._tc_limits:
+            valid = self._tc_valid(valid, nodes)
         buf = self.buf_uops[mb.idx]
         lane = self._lane
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
@@ -836,7 +842,14 @@ cdef class Linearizer:
         nthreads = cfg.threads
         wtm, wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
         tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
-        ktiles = size_k // cfg.bk
+        ktiles = -(-size_k // cfg.bk)
+        tiles_y, tiles_x = -(-size_m // cfg.bm), -(-size_n // cfg.bn)
+        # outputs past the end of M or N (the last tiles of sizes no tile divides) are neither read nor stored
+        self._tc_limits = {}
+        if size_m % cfg.bm:
+            self._tc_limits[m_ax] = size_m
+        if size_n % cfg.bn:
+            self._tc_limits[n_ax] = size_n
         nbatch = 1
         for d in plan.batch:
             nbatch *= full[d]
@@ -846,10 +859,10 @@ cdef class Linearizer:
         div = lambda a, b: self._alu(BinaryOps.DIV, i32, (a, b))
         mod = lambda a, b: self._alu(BinaryOps.MOD, i32, (a, b))
         # the grid: x over N's tiles, y over M's, z over the batch; one flat block of warps
-        gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", size_n // cfg.bn), False)
-        gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", size_m // cfg.bm), False)
+        gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
+        gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
         tid = self._thread_id = self._uop(UOps.SPECIAL, i32, (), (0, "lidx0", nthreads), False)
-        self.global_size = (size_n // cfg.bn, size_m // cfg.bm, nbatch)
+        self.global_size = (tiles_x, tiles_y, nbatch)
         self.local_size = (nthreads, 1, 1)
         self._tc_bases, self._tc_offsets = {}, {}
         if plan.batch:
@@ -947,8 +960,8 @@ cdef class Linearizer:
         # the accumulators through the kernel's elementwise tail: copy (2*tile + half) of M is row tile*16 + 8*half
         # of the warp's part, copy (2*tile + j) of N column tile*8 + j (the pairs of C's layout)
         max_m, max_n = (tiles_m - 1) * tc.m + 8, (tiles_n - 1) * tc.n + 1
-        vm = Variable("tc_row", 0, size_m - 1 - max_m)
-        vn = Variable("tc_col", 0, size_n - 1 - max_n)
+        vm = Variable("tc_row", 0, tiles_y * cfg.bm - 1 - max_m)
+        vn = Variable("tc_col", 0, tiles_x * cfg.bn - 1 - max_n)
         self._var_uops[vm] = add(row0_a, add(mul(wm_i, c(wtm)), grp))
         self._var_uops[vn] = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
         self._tc_bases[m_ax], self._tc_bases[n_ax] = vm, vn
@@ -1007,8 +1020,11 @@ cdef class Linearizer:
         for i in range(n_chunks):
             o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
             r_in, k_in = (o, t_in) if k_major else (t_in, o)
-            vr = Variable(f"tc_r{rows_axis}_{i}", 0, full[rows_axis] - (8 if not k_major else 1))
-            vk = Variable(f"tc_k{rows_axis}_{i}", 0, full[k_ax] - (8 if k_major else 1))
+            # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
+            padded_rows = -(-full[rows_axis] // rows) * rows
+            padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
+            vr = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (8 if not k_major else 1))
+            vk = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (8 if k_major else 1))
             self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
             self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
             nodes = []
@@ -1022,6 +1038,13 @@ cdef class Linearizer:
                 else:
                     nodes.append(NumNode(0))
             idx, valid = st.expr_idxs(nodes)
+            limits = [valid]
+            if padded_rows != full[rows_axis]:
+                limits.append(nodes[rows_axis] < full[rows_axis])
+            if padded_k != full[k_ax]:
+                limits.append(nodes[k_ax] < full[k_ax])
+            if len(limits) > 1:
+                valid = Node.ands(limits)
             base = _lane_base(idx, lane) if lane not in valid.vars() else None
             if asy:
                 if base is None:
@@ -1051,6 +1074,10 @@ cdef class Linearizer:
                 val = self._uop(UOps.VECTORIZE, u16.vec(8), tuple(elems), None)
             out.append((r_in, k_in, k_major, rows, val))
         return out
+
+    cdef object _tc_valid(self, object valid, list nodes):
+        """`valid` and the tensor-core tiles' limits (outputs past the end of M or N are not real)."""
+        return Node.ands([valid] + [nodes[d] < lim for d, lim in self._tc_limits.items()])
 
     cdef object _tc_cond(self, object valid, object gate):
         if _is_true(valid):

@@ -94,14 +94,17 @@ def smem_bytes(cfg: TCConfig, a_k: bool = True, b_k: bool = True, stages: int | 
     return (stages or cfg.stages) * 2 * (slice_elems(cfg.bm, cfg.bk, a_k) + slice_elems(cfg.bn, cfg.bk, b_k))
 
 
-def copies_async(st, rows_axis: int, k_axis: int, k_major: bool) -> bool:
+def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full) -> bool:
     """Can an operand's 16-byte chunks be copied straight to shared memory (cp.async, which needs 16-byte aligned
     addresses)? Where its tracker is one view without a mask, contiguous along the chunk, with an offset and every
-    other stride a multiple of 8 elements (device buffers start 256-byte aligned)."""
+    other stride a multiple of 8 elements (device buffers start 256-byte aligned), and the chunk's dim a multiple of
+    8 long (a chunk is then wholly inside or wholly past the end)."""
     if len(st.views) != 1 or st.views[0].mask is not None:
         return False
     v = st.views[0]
     chunk = k_axis if k_major else rows_axis
+    if full[chunk] % 8:
+        return False
     if not isinstance(v.offset, int) or v.offset % 8:
         return False
     for d, stride in enumerate(v.strides):
@@ -207,18 +210,18 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
         a, b, m, n = x, y, max(only_x), max(only_y)
     else:
         a, b, m, n = y, x, max(only_y), max(only_x)
-    sizes = {"M": full[m], "N": full[n], "K": full[k]}
-    tile = {"M": cfg.bm, "N": cfg.bn, "K": cfg.bk}
-    for dim_name, s in sizes.items():
-        if not isinstance(s, int) or s % tile[dim_name]:
-            return None, f"{dim_name}={s} is not a multiple of the tile's {tile[dim_name]}"
+    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])):
+        if not isinstance(s, int):
+            return None, f"{dim_name}={s} is symbolic"
+    # NOTE: sizes no tile divides are fine: the last tiles read zeros past the end and store nothing there
     batch = tuple(d for d in outs if d not in (m, n) and full[d] != 1)
     if any(not isinstance(full[d], int) for d in batch):
         return None, "a symbolic batch dim"
-    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or full[m] // cfg.bm > GRID_YZ_MAX:
+    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
     a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
-    asynchronous = "cp.async" in kinds and copies_async(a.arg.st, m, k, a_k) and copies_async(b.arg.st, n, k, b_k)
+    asynchronous = "cp.async" in kinds and copies_async(a.arg.st, m, k, a_k, full) and \
+        copies_async(b.arg.st, n, k, b_k, full)
     stages = cfg.stages if asynchronous else 2
     if smem_bytes(cfg, a_k, b_k, stages) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or \
             cfg.bk % 16:
