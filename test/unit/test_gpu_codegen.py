@@ -155,7 +155,7 @@ static tg_vec<float, 4> tg_mma_emu(tg_vec<unsigned short, 8> a, tg_vec<unsigned 
   __syncthreads();
   return c;
 }
-static void tg_cp_async16(unsigned short* d, const unsigned short* s, bool valid) {
+static void tg_cp_async16(void* d, const void* s, bool valid) {
   if (valid) std::memcpy(d, s, 16); else std::memset(d, 0, 16);
 }
 static void tg_cp_async_commit() {}
@@ -169,7 +169,7 @@ template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_bf16(tg_vec<unsi
 
 def _emulate_mma(src: str) -> str:
     """`src` with its tensor-core functions replaced by the host emulation."""
-    if "tg_mma_" not in src:
+    if "tg_smem_addr" not in src:
         return src
     src = src.replace(MMA_PRELUDE, "")
     for name, ty in (("m16n8k16_f16", "f16"), ("m16n8k16_bf16", "bf16")):

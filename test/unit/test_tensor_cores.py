@@ -10,7 +10,7 @@ from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
-from tinygrad.codegen.tensor_cores import TC_CONFIGS, smem_bytes
+from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS, smem_bytes
 from tinygrad.codegen.uops import UOps
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
@@ -46,7 +46,8 @@ def test_heuristic_puts_half_matmuls_on_tensor_cores_and_nothing_else():
     f32 = Kernel(_t(_h(256, 128, dtype=np.float32)) @ _t(_h(128, 256, dtype=np.float32)), lopts=TC)
     red = Kernel(_t(_h(256, 128)).float().sum(axis=1), lopts=TC)
     mv = Kernel(_t(_h(1, 128)) @ _t(_h(128, 4096)), lopts=TC)
-    for k in (f32, red, mv):
+    few = Kernel(_t(_h(4, 128)) @ _t(_h(128, 4096)), lopts=TC)  # 4 rows: 28 of every 32 would be padding
+    for k in (f32, red, mv, few):
         assert k.lin.tc is None and not any(o.op is OptOps.TC for o in k.lin.applied_opts)
 
 
@@ -60,7 +61,7 @@ def test_tc_opt_rules():
     from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(k.si.ast, TC)
     lin.apply_opt(Opt(OptOps.TC, 0, SMALL))
-    with pytest.raises(ValueError, match="tensor cores"):
+    with pytest.raises(ValueError, match="TC or SMEM"):
         lin.apply_opt(Opt(OptOps.UPCAST, 0, 2))
     lin = Linearizer(k.si.ast, TC)
     lin.apply_opt(Opt(OptOps.UPCAST, 0, 2))
@@ -163,3 +164,42 @@ def test_sizes_no_tile_divides(m, n, k, cfg, asy, bias, seed):
         want = np.maximum(want + c.astype(np.float32), 0)
     (got,) = _run([tc])
     _check(got, want)
+
+
+# --- SMEM: float32 block tiles staged in shared memory, FMAs from there ---------------------------------------------
+S_SMALL = SIMT_CONFIGS.index(next(c for c in SIMT_CONFIGS if (c.bm, c.bn) == (32, 32)))
+S_MID = SIMT_CONFIGS.index(next(c for c in SIMT_CONFIGS if (c.bm, c.bn, c.stages) == (64, 64, 2)))
+
+
+def test_smem_float32_matmuls_match_numpy_over_layouts_and_tails():
+    m, n, k = 64, 64, 48
+    f = lambda *shape, seed=0: _h(*shape, seed=seed, dtype=np.float32)  # noqa: E731
+    a, b, w, bias = f(m, k), f(k, n, seed=1), f(n, k, seed=2), f(n, seed=3)
+    ta, tb, tw, tbias = _t(a), _t(b), _t(w), _t(bias)
+    at, bt = _t(np.ascontiguousarray(a.T)).T, _t(np.ascontiguousarray(b))  # A stored K-major: copied asynchronously
+    cases = [
+        (ta @ tb, a @ b, S_MID),
+        (ta @ tw.T, a @ w.T, S_SMALL),
+        (at @ bt, a @ b, S_SMALL),
+        ((ta @ tb + tbias).relu(), np.maximum(a @ b + bias, 0), S_SMALL),
+        (_t(f(50, 37)) @ _t(f(37, 45, seed=4)), f(50, 37) @ f(37, 45, seed=4), S_SMALL),  # no tile divides them
+    ]
+    kernels = [Kernel(t, opts=[Opt(OptOps.SMEM, 0, cfg)], lopts=TC) for t, _, cfg in cases]
+    assert all(kern.lin.tc is not None and kern.lin.tc.simt for kern in kernels)
+    assert kernels[2].lin.tc.asynchronous and not kernels[0].lin.tc.asynchronous
+    outs = _run(kernels)
+    for (_, want, _), got in zip(cases, outs):
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_smem_opt_rules():
+    a, b = _t(_h(64, 64, dtype=np.float32)), _t(_h(64, 64, seed=1, dtype=np.float32))
+    from tinygrad.codegen.linearizer import Linearizer
+    ast = Kernel(a @ b, opts=[]).si.ast
+    with pytest.raises(ValueError, match="product"):  # half operands: the reduce is over a cast
+        Linearizer(Kernel(_t(_h(64, 64)) @ _t(_h(64, 64)), opts=[]).si.ast, TC).apply_opt(Opt(OptOps.SMEM, 0, 0))
+    with pytest.raises(ValueError, match="no SMEM config"):
+        Linearizer(ast, TC).apply_opt(Opt(OptOps.SMEM, 0, len(SIMT_CONFIGS)))
+    lin = Linearizer(ast, TC).apply_opt(Opt(OptOps.SMEM, 0, S_MID))
+    with pytest.raises(ValueError, match="TC or SMEM"):
+        lin.apply_opt(Opt(OptOps.UNROLL, 2, 2))

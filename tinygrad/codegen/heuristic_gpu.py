@@ -52,6 +52,8 @@ GROUP = 16
 # a@b.T): 128x128x32 in 2 stages 294/276, in 3 stages 278/274, 128x64x32 in 4 stages 265/257, 64x64 219/212
 TC_PREFERENCE = (0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
+# matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)
+TC_MIN_DIM = 32
 
 
 def _bound(s) -> int:
@@ -198,6 +200,8 @@ def tensor_core_opt(lin) -> Opt | None:
         if plan is None:
             continue
         full, cfg = lin.full_shape, TC_CONFIGS[i]
+        if min(full[plan.m_axis], full[plan.n_axis]) < TC_MIN_DIM:
+            return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
         blocks = -(-full[plan.m_axis] // cfg.bm) * -(-full[plan.n_axis] // cfg.bn) * \
             math.prod(full[d] for d in plan.batch)
         if blocks >= TC_MIN_BLOCKS:

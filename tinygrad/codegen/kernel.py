@@ -50,6 +50,7 @@ class OptOps(Enum):
     GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
     THREAD = auto()      # an output dimension on a CPU: its loop, made the outermost, split across `amt` threads
     TC = auto()          # a matmul on tensor cores, block tile `tensor_cores.TC_CONFIGS[amt]` (`axis` unused: 0)
+    SMEM = auto()        # a float32 matmul's block tile `tensor_cores.SIMT_CONFIGS[amt]` staged in shared memory
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

@@ -81,4 +81,4 @@ cdef class Linearizer:
     cdef object _tc_cond(self, object valid, object gate)
     cdef object _tc_valid(self, object valid, list nodes)
     cdef object _tc_at(self, object r, object k, int rows, bint k_major)
-    cdef void _tc_stage(self, list chunks, object smem, object base)
+    cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k)

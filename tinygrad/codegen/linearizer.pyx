@@ -151,12 +151,13 @@ cdef class Linearizer:
         if not isinstance(opt, Opt):
             raise TypeError(f"apply_opt takes an Opt, got {type(opt).__name__}")
         if self.tc is not None:
-            raise ValueError(f"{opt}: the kernel runs on tensor cores (TC), which take no other Opt")
-        if opt.op is OptOps.TC:
+            raise ValueError(f"{opt}: the kernel has a block tile in shared memory (TC or SMEM), which takes no other "
+                             "Opt")
+        if opt.op is OptOps.TC or opt.op is OptOps.SMEM:
             if self.applied_opts:
-                raise ValueError(f"{opt}: TC must be a kernel's only Opt (it has {self.applied_opts})")
-            from tinygrad.codegen.tensor_cores import tc_plan
-            plan, why = tc_plan(self, opt.amt)
+                raise ValueError(f"{opt}: {opt.op.name} must be a kernel's only Opt (it has {self.applied_opts})")
+            from tinygrad.codegen.tensor_cores import simt_plan, tc_plan
+            plan, why = (tc_plan if opt.op is OptOps.TC else simt_plan)(self, opt.amt)
             if plan is None:
                 raise ValueError(f"{opt}: {why}")
             self.tc = plan
@@ -830,18 +831,16 @@ cdef class Linearizer:
                 vin = vin + (gate,)
             self._uop(UOps.STORE, None, vin, None, False)
 
-    # ---- tensor cores (TC): see codegen/tensor_cores.py for the kernel's shape ----
+    # ---- tensor cores (TC) and float32 block tiles (SMEM): see codegen/tensor_cores.py for the kernel's shape ----
     cdef object _lower_tc(self):
         from tinygrad.codegen.tensor_cores import slice_elems
         plan = self.tc
-        cfg, tc = plan.config, plan.tc
-        i32, u16 = dtypes.int32, dtypes.uint16
+        cfg, tc, simt = plan.config, plan.tc, plan.simt
+        i32, u16, f32 = dtypes.int32, dtypes.uint16, dtypes.float32
         full = self.full_shape
         m_ax, n_ax, k_ax = plan.m_axis, plan.n_axis, plan.k_axis
         size_m, size_n, size_k = full[m_ax], full[n_ax], full[k_ax]
         nthreads = cfg.threads
-        wtm, wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
-        tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
         ktiles = -(-size_k // cfg.bk)
         tiles_y, tiles_x = -(-size_m // cfg.bm), -(-size_n // cfg.bn)
         # outputs past the end of M or N (the last tiles of sizes no tile divides) are neither read nor stored
@@ -858,7 +857,7 @@ cdef class Linearizer:
         mul = lambda a, b: self._alu(BinaryOps.MUL, i32, (a, b))
         div = lambda a, b: self._alu(BinaryOps.DIV, i32, (a, b))
         mod = lambda a, b: self._alu(BinaryOps.MOD, i32, (a, b))
-        # the grid: x over N's tiles, y over M's, z over the batch; one flat block of warps
+        # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
         gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
         gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
         tid = self._thread_id = self._uop(UOps.SPECIAL, i32, (), (0, "lidx0", nthreads), False)
@@ -874,43 +873,54 @@ cdef class Linearizer:
                 self._var_uops[v] = mod(u, c(full[d])) if inner * full[d] < nbatch else u
                 self._tc_bases[d], self._tc_offsets[d] = v, [0]
                 inner *= full[d]
-        warp, lane = div(tid, c(32)), mod(tid, c(32))
-        wm_i, wn_i = div(warp, c(cfg.wn)), mod(warp, c(cfg.wn))
-        grp, quad = div(lane, c(4)), mod(lane, c(4))
         row0_a, row0_b = mul(gy, c(cfg.bm)), mul(gx, c(cfg.bn))
         size_a = slice_elems(cfg.bm, cfg.bk, plan.a_along_k)
         size_b = slice_elems(cfg.bn, cfg.bk, plan.b_along_k)
         stages = plan.stages
-        smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_a", stages * size_a), False)
-        smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(u16), (), ("tc_b", stages * size_b), False)
-        accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(4), (), 0.0, False) for _ in range(tiles_n)]
-                for _ in range(tiles_m)]
-        ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a), (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b))
+        smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(plan.elem), (), ("tc_a", stages * size_a), False)
+        smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(plan.elem), (), ("tc_b", stages * size_b), False)
+        ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a, plan.a_along_k),
+               (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b, plan.b_along_k))
         asy = plan.asynchronous
-        # ldmatrix: lane l gives the address of row l % 8 of 8x8 matrix l // 8 (of the four A's fragment is made
-        # of: rows +0/+8, K +0/+8 in that order; of the four of two B fragments side by side: K +0/+8, then N +8)
-        sub, mat = mod(lane, c(8)), div(lane, c(8))
-        a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
-        a_k = mul(div(mat, c(2)), c(8))
-        b_r = add(mul(wn_i, c(wtn)), add(sub, mul(div(mat, c(2)), c(8))))
-        b_k = mul(mod(mat, c(2)), c(8))
-        # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
-        if not plan.a_along_k:
-            a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
-        if not plan.b_along_k:
-            b_r, b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
+        if simt:
+            # thread (ty, tx): rows ty*4.. of each group of 4 rows (4*BM/TM apart), columns likewise
+            tx, ty = mod(tid, c(cfg.bn // cfg.tn)), div(tid, c(cfg.bn // cfg.tn))
+            row_t, col_t = mul(ty, c(4)), mul(tx, c(4))
+            gap_m, gap_n = 4 * cfg.bm // cfg.tm, 4 * cfg.bn // cfg.tn
+            accs = [[self._uop(UOps.DEFINE_ACC, f32.vec(4), (), 0.0, False) for _ in range(cfg.tn // 4)]
+                    for _ in range(cfg.tm)]
+        else:
+            wtm, wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
+            tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
+            warp, lane = div(tid, c(32)), mod(tid, c(32))
+            wm_i, wn_i = div(warp, c(cfg.wn)), mod(warp, c(cfg.wn))
+            grp, quad = div(lane, c(4)), mod(lane, c(4))
+            accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(4), (), 0.0, False) for _ in range(tiles_n)]
+                    for _ in range(tiles_m)]
+            # ldmatrix: lane l gives the address of row l % 8 of 8x8 matrix l // 8 (of the four A's fragment is made
+            # of: rows +0/+8, K +0/+8 in that order; of the four of two B fragments side by side: K +0/+8, then N +8)
+            sub, mat = mod(lane, c(8)), div(lane, c(8))
+            a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
+            a_k = mul(div(mat, c(2)), c(8))
+            b_r = add(mul(wn_i, c(wtn)), add(sub, mul(div(mat, c(2)), c(8))))
+            b_k = mul(mod(mat, c(2)), c(8))
+            # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
+            if not plan.a_along_k:
+                a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
+            if not plan.b_along_k:
+                b_r, b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
         if asy:
             # the first stages-1 slices in flight, a group each (empty past the end, so every step commits one)
             for st_i in range(stages - 1):
                 if st_i < ktiles:
-                    for op, ax, rows, row0, smem, size in ops:
+                    for op, ax, rows, row0, smem, size, lay in ops:
                         self._tc_stage(self._tc_copy(op, ax, rows, row0, c(st_i * cfg.bk), None, True), smem,
-                                       c(st_i * size))
+                                       c(st_i * size), lay)
                 self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
         else:
             # the first slice of K into buffer 0
-            for op, ax, rows, row0, smem, _ in ops:
-                self._tc_stage(self._tc_copy(op, ax, rows, row0, c(0), None, False), smem, c(0))
+            for op, ax, rows, row0, smem, _, lay in ops:
+                self._tc_stage(self._tc_copy(op, ax, rows, row0, c(0), None, False), smem, c(0), lay)
             self._uop(UOps.BARRIER, None, (), None, False)
         loop = self._uop(UOps.LOOP, i32, (c(0), c(ktiles)), None, False)
         self._open_scope()
@@ -922,9 +932,9 @@ cdef class Linearizer:
             ahead = add(loop, c(stages - 1))
             more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(ktiles)))
             buf = mod(ahead, c(stages))
-            for op, ax, rows, row0, smem, size in ops:
+            for op, ax, rows, row0, smem, size, lay in ops:
                 self._tc_stage(self._tc_copy(op, ax, rows, row0, mul(ahead, c(cfg.bk)), more, True), smem,
-                               mul(buf, c(size)))
+                               mul(buf, c(size)), lay)
             self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
             cur = mod(loop, c(stages))
         else:
@@ -932,46 +942,73 @@ cdef class Linearizer:
             nxt = add(loop, c(1))
             more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(ktiles)))
             staged = [self._tc_copy(op, ax, rows, row0, mul(nxt, c(cfg.bk)), more, False)
-                      for op, ax, rows, row0, _, _ in ops]
+                      for op, ax, rows, row0, _, _, _ in ops]
             cur = mod(loop, c(2))
         base_a, base_b = mul(cur, c(size_a)), mul(cur, c(size_b))
-        for kk in range(0, cfg.bk, tc.k):
-            # NOTE: the swizzle makes each fragment's address a function of its row and K, not an offset of one base
-            frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
-                add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
-                "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
-            # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
-            frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
-                add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
-                "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
-            for mt in range(tiles_m):
-                for nt in range(tiles_n):
-                    acc = accs[mt][nt]
-                    out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt // 2], acc), (tc.name, nt % 2),
-                                    False)
-                    accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
+        if simt:
+            for kk in range(cfg.bk):
+                # slices are rows-major: 4 consecutive rows (columns) of one k are one 16-byte read
+                va = [self._uop(UOps.LOAD, f32.vec(4), (smem_a, add(base_a, add(c(kk * cfg.bm + g * gap_m), row_t))),
+                                "aligned", False) for g in range(cfg.tm // 4)]
+                vb = [self._uop(UOps.LOAD, f32.vec(4), (smem_b, add(base_b, add(c(kk * cfg.bn + g * gap_n), col_t))),
+                                "aligned", False) for g in range(cfg.tn // 4)]
+                for i in range(cfg.tm):
+                    a_s = self._uop(UOps.GEP, f32, (va[i // 4],), i % 4)
+                    a4 = self._uop(UOps.VECTORIZE, f32.vec(4), (a_s,) * 4, None)
+                    for j in range(cfg.tn // 4):
+                        acc = accs[i][j]
+                        prod = self._uop(UOps.ALU, f32.vec(4), (a4, vb[j]), BinaryOps.MUL, False)
+                        out = self._uop(UOps.ALU, f32.vec(4), (prod, acc), BinaryOps.ADD, False)
+                        accs[i][j] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
+        else:
+            for kk in range(0, cfg.bk, tc.k):
+                # NOTE: the swizzle makes each fragment's address a function of its row and K, not one base's offset
+                frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
+                    add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
+                    "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
+                # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
+                frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
+                    add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
+                    "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
+                for mt in range(tiles_m):
+                    for nt in range(tiles_n):
+                        acc = accs[mt][nt]
+                        out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt // 2], acc), (tc.name, nt % 2),
+                                        False)
+                        accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
         if not asy:
             nbuf = mod(add(loop, c(1)), c(2))
-            for chunks, (_, _, _, _, smem, size) in zip(staged, ops):
-                self._tc_stage(chunks, smem, mul(nbuf, c(size)))
+            for chunks, (_, _, _, _, smem, size, lay) in zip(staged, ops):
+                self._tc_stage(chunks, smem, mul(nbuf, c(size)), lay)
             self._uop(UOps.BARRIER, None, (), None, False)
         self._close_scope()
         self._uop(UOps.ENDLOOP, None, (loop,), None, False)
-        # the accumulators through the kernel's elementwise tail: copy (2*tile + half) of M is row tile*16 + 8*half
-        # of the warp's part, copy (2*tile + j) of N column tile*8 + j (the pairs of C's layout)
-        max_m, max_n = (tiles_m - 1) * tc.m + 8, (tiles_n - 1) * tc.n + 1
-        vm = Variable("tc_row", 0, tiles_y * cfg.bm - 1 - max_m)
-        vn = Variable("tc_col", 0, tiles_x * cfg.bn - 1 - max_n)
-        self._var_uops[vm] = add(row0_a, add(mul(wm_i, c(wtm)), grp))
-        self._var_uops[vn] = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
+        # the accumulators through the kernel's elementwise tail: each tiled dim's copies are offsets from the
+        # thread's base row (column)
+        if simt:
+            off_m = [(i // 4) * gap_m + i % 4 for i in range(cfg.tm)]
+            off_n = [(j // 4) * gap_n + j % 4 for j in range(cfg.tn)]
+            base_m, base_n = add(row0_a, row_t), add(row0_b, col_t)
+        else:
+            # tensor cores: copy (2*tile + half) of M is row tile*16 + 8*half of the warp's part, copy (2*tile + j)
+            # of N column tile*8 + j (the pairs of C's layout)
+            off_m = [(i // 2) * tc.m + (i % 2) * 8 for i in range(2 * tiles_m)]
+            off_n = [(i // 2) * tc.n + i % 2 for i in range(2 * tiles_n)]
+            base_m = add(row0_a, add(mul(wm_i, c(wtm)), grp))
+            base_n = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
+        vm = Variable("tc_row", 0, tiles_y * cfg.bm - 1 - max(off_m))
+        vn = Variable("tc_col", 0, tiles_x * cfg.bn - 1 - max(off_n))
+        self._var_uops[vm], self._var_uops[vn] = base_m, base_n
         self._tc_bases[m_ax], self._tc_bases[n_ax] = vm, vn
-        self._tc_offsets[m_ax] = [(i // 2) * tc.m + (i % 2) * 8 for i in range(2 * tiles_m)]
-        self._tc_offsets[n_ax] = [(i // 2) * tc.n + i % 2 for i in range(2 * tiles_n)]
-        self.upcasts[m_ax], self.upcasts[n_ax] = 2 * tiles_m, 2 * tiles_n
+        self._tc_offsets[m_ax], self._tc_offsets[n_ax] = off_m, off_n
+        self.upcasts[m_ax], self.upcasts[n_ax] = len(off_m), len(off_n)
         vals = {}
-        for cm in range(2 * tiles_m):
-            for cn in range(2 * tiles_n):
-                vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 2][cn // 2],), (cm % 2) * 2 + cn % 2)
+        for cm in range(len(off_m)):
+            for cn in range(len(off_n)):
+                if simt:
+                    vals[(cm, cn)] = self._uop(UOps.GEP, f32, (accs[cm][cn // 4],), cn % 4)
+                else:
+                    vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 2][cn // 2],), (cm % 2) * 2 + cn % 2)
         red = ([m_ax, n_ax], vals)
         self.loop_order = [d for d in range(len(full)) if d not in self.reduce_axes]
         memo = {}
@@ -980,14 +1017,17 @@ cdef class Linearizer:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
 
     cdef object _tc_at(self, object r, object k, int rows, bint k_major):
-        """The element offset of (row `r`, `k`: a multiple of 8) in a staged slice of `rows` rows (see
-        tensor_cores.slice_elems and swizzle)."""
+        """The element offset of (row `r`, `k`) in a staged slice of `rows` rows (see tensor_cores.slice_elems and
+        swizzle: tensor-core slices are swizzled by 16-byte chunks, so there the position along a slice's row must be
+        a chunk's first element)."""
         from tinygrad.codegen.tensor_cores import swizzle
         i32 = dtypes.int32
         row_elems = self.tc.config.bk if k_major else rows
         row, col = (r, k) if k_major else (k, r)
-        per_line, chunks = swizzle(row_elems)
         c = lambda v: self._const(v, i32)
+        if self.tc.simt:
+            return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))), col))
+        per_line, chunks = swizzle(row_elems)
         line = self._alu(BinaryOps.DIV, i32, (row, c(per_line))) if per_line > 1 else row
         sw = self._alu(BinaryOps.MOD, i32, (line, c(chunks)))
         chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (col, c(8))), sw))
@@ -1003,19 +1043,19 @@ cdef class Linearizer:
         the chunk's index, its condition or None) for COPY_ASYNC instead of a value."""
         from tinygrad.codegen.tensor_cores import along_k
         cfg = self.tc.config
-        i32, u16 = dtypes.int32, dtypes.uint16
+        i32, el, nl = dtypes.int32, self.tc.elem, self.tc.lanes
         full, st = self.full_shape, op.arg.st
         nthreads = cfg.threads
         k_ax = self.tc.k_axis
         k_major = along_k(st, rows_axis, k_ax)
-        inner = cfg.bk // 8 if k_major else rows // 8
+        inner = cfg.bk // nl if k_major else rows // nl
         outer_step = nthreads // inner
-        n_chunks = rows * cfg.bk // 8 // nthreads
+        n_chunks = rows * cfg.bk // nl // nthreads
         c = lambda v: self._const(v, i32)
         tid = self._thread_id
         t_out = self._alu(BinaryOps.DIV, i32, (tid, c(inner)))
-        t_in = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.MOD, i32, (tid, c(inner))), c(8)))
-        lane = Variable("tc_lane", 0, 7)
+        t_in = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.MOD, i32, (tid, c(inner))), c(nl)))
+        lane = Variable("tc_lane", 0, nl - 1)
         out = []
         for i in range(n_chunks):
             o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
@@ -1023,8 +1063,8 @@ cdef class Linearizer:
             # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
             padded_rows = -(-full[rows_axis] // rows) * rows
             padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
-            vr = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (8 if not k_major else 1))
-            vk = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (8 if k_major else 1))
+            vr = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (nl if not k_major else 1))
+            vk = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (nl if k_major else 1))
             self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
             self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
             nodes = []
@@ -1052,26 +1092,27 @@ cdef class Linearizer:
                 out.append((r_in, k_in, k_major, rows, (self.buf_uops[op.arg.idx], self._lower_node(base),
                                                         self._tc_cond(valid, gate))))
                 continue
+            # tensor-core operands move as 16-bit patterns ("bits": a half is not converted to a float register)
+            zero = self._const(dtypes.as_const(0, el), el)
             if base is not None:
                 vin = (self.buf_uops[op.arg.idx], self._lower_node(base))
                 cond = self._tc_cond(valid, gate)
                 if cond is not None:
-                    zero = self._const(0, u16)
-                    vin = vin + (cond, self._uop(UOps.VECTORIZE, u16.vec(8), (zero,) * 8, None))
-                val = self._uop(UOps.LOAD, u16.vec(8), vin, None, False)
+                    vin = vin + (cond, self._uop(UOps.VECTORIZE, el.vec(nl), (zero,) * nl, None))
+                val = self._uop(UOps.LOAD, el.vec(nl), vin, None, False)
             else:
                 elems = []
-                for j in range(8):
+                for j in range(nl):
                     li, lv = idx.substitute({lane: NumNode(j)}), valid.substitute({lane: NumNode(j)})
                     if _is_false(lv):
-                        elems.append(self._const(0, u16))
+                        elems.append(zero)
                         continue
                     vin = (self.buf_uops[op.arg.idx], self._lower_node(li))
                     cond = self._tc_cond(lv, gate)
                     if cond is not None:
-                        vin = vin + (cond, self._const(0, u16))
-                    elems.append(self._uop(UOps.LOAD, u16, vin, "bits", False))
-                val = self._uop(UOps.VECTORIZE, u16.vec(8), tuple(elems), None)
+                        vin = vin + (cond, zero)
+                    elems.append(self._uop(UOps.LOAD, el, vin, None if self.tc.simt else "bits", False))
+                val = self._uop(UOps.VECTORIZE, el.vec(nl), tuple(elems), None)
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
@@ -1085,10 +1126,21 @@ cdef class Linearizer:
         v = self._lower_node(valid)
         return v if gate is None else self._alu(BinaryOps.AND, dtypes.bool, (v, gate))
 
-    cdef void _tc_stage(self, list chunks, object smem, object base):
-        """Writes chunks read by _tc_copy into a staged slice at `base`: each 8 elements one 16-byte store."""
+    cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k):
+        """Writes chunks read by _tc_copy into a staged slice at `base`, K-major or not (`layout_k`): a chunk along
+        the slice's rows is one 16-byte store, a chunk across them (an SMEM operand read along K) one store per
+        element."""
+        i32, nl = dtypes.int32, self.tc.lanes
         for r_in, k_in, k_major, rows, val in chunks:
-            at = self._alu(BinaryOps.ADD, dtypes.int32, (base, self._tc_at(r_in, k_in, rows, k_major)))
+            if k_major != layout_k:
+                for j in range(nl):
+                    rj, kj = (r_in, self._alu(BinaryOps.ADD, i32, (k_in, self._const(j, i32)))) if k_major else \
+                        (self._alu(BinaryOps.ADD, i32, (r_in, self._const(j, i32))), k_in)
+                    lane = val.vin[j] if val.uop is UOps.VECTORIZE else self._uop(UOps.GEP, self.tc.elem, (val,), j)
+                    self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (
+                        base, self._tc_at(rj, kj, rows, layout_k))), lane), None, False)
+                continue
+            at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r_in, k_in, rows, k_major)))
             if isinstance(val, tuple):
                 buf, idx, cond = val
                 self._uop(UOps.COPY_ASYNC, None, (smem, at, buf, idx) + ((cond,) if cond is not None else ()), 16,

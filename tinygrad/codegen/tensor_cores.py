@@ -81,6 +81,37 @@ TC_CONFIGS = (
     TCConfig(128, 128, 32, 2, 2, 3),
     TCConfig(128, 256, 32, 2, 4),
 )
+@dataclass(frozen=True)
+class SimtConfig:
+    """A float32 block tile without tensor cores (the SMEM Opt): BM x BN outputs, K staged BK at a time, each thread
+    a TM x TN tile of them (groups of 4 consecutive rows and columns, 4*BM/TM apart), computed with FMAs from shared
+    memory."""
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    stages: int = 2
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+
+# the SMEM Opt's amount picks one of these
+SIMT_CONFIGS = (
+    SimtConfig(64, 64, 16, 4, 4),
+    SimtConfig(128, 128, 16, 8, 8),
+    SimtConfig(128, 64, 16, 8, 4),
+    SimtConfig(64, 128, 16, 4, 8),
+    SimtConfig(128, 128, 8, 8, 8),
+    SimtConfig(32, 64, 16, 4, 4),
+    SimtConfig(32, 32, 16, 4, 4),
+    SimtConfig(64, 64, 16, 4, 4, 3),
+    SimtConfig(128, 128, 16, 8, 8, 3),
+)
+
+
 # A staged slice is rows of 16-byte chunks; chunk c of row i is stored at chunk c ^ swizzle(i) of its row, so that the
 # eight rows an ldmatrix reads at one chunk (or a 16-byte copy writes) fall in distinct banks (see swizzle)
 # the static shared memory a kernel may declare (CUDA's limit without opting in to more)
@@ -89,26 +120,26 @@ SMEM_MAX = 48 * 1024
 GRID_YZ_MAX = 65535
 
 
-def smem_bytes(cfg: TCConfig, a_k: bool = True, b_k: bool = True, stages: int | None = None) -> int:
-    """Shared memory of a config: `stages` staged slices of A (BM rows) and of B (BN rows), 16-bit elements."""
-    return (stages or cfg.stages) * 2 * (slice_elems(cfg.bm, cfg.bk, a_k) + slice_elems(cfg.bn, cfg.bk, b_k))
+def smem_bytes(cfg, a_k: bool = True, b_k: bool = True, stages: int | None = None, itemsize: int = 2) -> int:
+    """Shared memory of a config: `stages` staged slices of A (BM rows) and of B (BN rows)."""
+    return (stages or cfg.stages) * itemsize * (slice_elems(cfg.bm, cfg.bk, a_k) + slice_elems(cfg.bn, cfg.bk, b_k))
 
 
-def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full) -> bool:
+def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full, lanes: int = 8) -> bool:
     """Can an operand's 16-byte chunks be copied straight to shared memory (cp.async, which needs 16-byte aligned
     addresses)? Where its tracker is one view without a mask, contiguous along the chunk, with an offset and every
-    other stride a multiple of 8 elements (device buffers start 256-byte aligned), and the chunk's dim a multiple of
-    8 long (a chunk is then wholly inside or wholly past the end)."""
+    other stride a multiple of a chunk's `lanes` elements (device buffers start 256-byte aligned), and the chunk's
+    dim a multiple of `lanes` long (a chunk is then wholly inside or wholly past the end)."""
     if len(st.views) != 1 or st.views[0].mask is not None:
         return False
     v = st.views[0]
     chunk = k_axis if k_major else rows_axis
-    if full[chunk] % 8:
+    if full[chunk] % lanes:
         return False
-    if not isinstance(v.offset, int) or v.offset % 8:
+    if not isinstance(v.offset, int) or v.offset % lanes:
         return False
     for d, stride in enumerate(v.strides):
-        if not isinstance(stride, int) or (d == chunk and stride != 1) or (d != chunk and stride % 8):
+        if not isinstance(stride, int) or (d == chunk and stride != 1) or (d != chunk and stride % lanes):
             return False
     return True
 
@@ -132,6 +163,18 @@ class TCPlan:
     # slice read into registers while the tensor cores work on this one)
     stages: int
     asynchronous: bool
+    # SMEM (float32, FMAs; `config` a SimtConfig, `tc` None): slices staged rows-major without a swizzle
+    simt: bool = False
+
+    @property
+    def elem(self):
+        """The dtype a staged slice holds (tensor-core operands move as their 16-bit patterns)."""
+        return dtypes.float32 if self.simt else dtypes.uint16
+
+    @property
+    def lanes(self) -> int:
+        """Elements of one 16-byte chunk."""
+        return 4 if self.simt else 8
 
 
 def along_k(st, rows_axis: int, k_axis: int) -> bool:
@@ -160,8 +203,11 @@ def swizzle(row_elems: int) -> tuple[int, int]:
     return max(1, 8 // chunks), min(chunks, 8)
 
 
-def _operand(op):
-    """The half/bfloat16 LOAD under `op` when `op` is that load or a cast of it, else None."""
+def _operand(op, simt: bool):
+    """The half/bfloat16 LOAD under `op` when `op` is that load or a cast of it (the float32 LOAD that `op` is, for
+    SMEM), else None."""
+    if simt:
+        return op if op.op is BufferOps.LOAD and op.arg.dtype == dtypes.float32 else None
     if op.op is UnaryOps.CAST and not op.arg[1]:
         op = op.src[0]
     if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16):
@@ -171,27 +217,39 @@ def _operand(op):
 
 def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
-    opts = lin.opts
-    kinds = getattr(opts, "tensor_cores", ()) if opts is not None else ()
+    kinds = getattr(lin.opts, "tensor_cores", ()) if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
-    if not lin.gpu:
-        return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
-    cfg = TC_CONFIGS[amt]
+    return _plan(lin, TC_CONFIGS[amt], kinds, False)
+
+
+def simt_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
+    """The SMEM plan (a float32 matmul's block tile staged in shared memory) for `lin` with SIMT_CONFIGS[amt]."""
+    if lin.opts is None or not getattr(lin.opts, "has_shared", False):
+        return None, "the device has no shared memory"
+    if not 0 <= amt < len(SIMT_CONFIGS):
+        return None, f"no SMEM config {amt} (0 to {len(SIMT_CONFIGS) - 1})"
+    return _plan(lin, SIMT_CONFIGS[amt], getattr(lin.opts, "tensor_cores", ()), True)
+
+
+def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
+    if not lin.gpu:
+        return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     red = lin.reduceop
     if red is None or red.op is not ReduceOps.SUM or lin.op_dtypes[id(red)] != dtypes.float32:
         return None, "not a sum accumulated in float"
     src = red.src[0]
     # the product in half, then cast to float, or the product of the casts: tensor cores multiply exactly either way
-    if src.op is UnaryOps.CAST and not src.arg[1] and src.arg[0] == dtypes.float32:
+    if not simt and src.op is UnaryOps.CAST and not src.arg[1] and src.arg[0] == dtypes.float32:
         src = src.src[0]
     if src.op is not BinaryOps.MUL:
         return None, "the reduce is not over a product"
-    x, y = _operand(src.src[0]), _operand(src.src[1])
+    x, y = _operand(src.src[0], simt), _operand(src.src[1], simt)
     if x is None or y is None or x.arg.dtype != y.arg.dtype:
-        return None, "the product is not of two half or two bfloat16 loads"
+        return None, "the product is not of two float32 loads" if simt else \
+            "the product is not of two half or two bfloat16 loads"
     full = lin.full_shape
     rdims = [d for d in lin.reduce_axes if not (isinstance(full[d], int) and full[d] == 1)]
     if len(rdims) != 1 or not isinstance(full[rdims[0]], int):
@@ -219,17 +277,27 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
         return None, "a symbolic batch dim"
     if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
-    a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
-    asynchronous = "cp.async" in kinds and copies_async(a.arg.st, m, k, a_k, full) and \
-        copies_async(b.arg.st, n, k, b_k, full)
+    lanes = 4 if simt else 8
+    # tensor-core slices are staged the way the operand's chunks are read; SMEM slices always rows-major (a thread
+    # reads 4 consecutive rows or columns at one k)
+    a_k, b_k = (False, False) if simt else (along_k(a.arg.st, m, k), along_k(b.arg.st, n, k))
+    asynchronous = "cp.async" in kinds and \
+        all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
+            for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
-    if smem_bytes(cfg, a_k, b_k, stages) > SMEM_MAX or cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or \
-            cfg.bk % 16:
-        return None, f"config {cfg} does not fit (shared memory, or warps that do not divide the tile)"
+    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > SMEM_MAX:
+        return None, f"config {cfg} needs more shared memory than a kernel declares"
+    if simt:
+        if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
+            return None, f"config {cfg}: thread tiles that do not divide the block tile"
+    elif cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or cfg.bk % 16:
+        return None, f"config {cfg}: warps that do not divide the tile"
     for rows in (cfg.bm, cfg.bn):
-        # each thread copies whole 8-element chunks of a slice, along K or along its rows
-        if (rows * cfg.bk // 8) % cfg.threads or cfg.threads % (cfg.bk // 8) or cfg.threads % (rows // 8):
+        # each thread copies whole chunks of a slice, along K or along its rows
+        if (rows * cfg.bk // lanes) % cfg.threads or cfg.threads % (cfg.bk // lanes) or cfg.threads % (rows // lanes):
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
+    if simt:
+        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
     tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"

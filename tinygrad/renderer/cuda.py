@@ -89,7 +89,7 @@ MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void
 }
 TG_LDSM(tg_ldsm_x4, 4, "") TG_LDSM(tg_ldsm_x4_t, 4, ".trans")
 TG_LDSM(tg_ldsm_x2, 2, "") TG_LDSM(tg_ldsm_x2_t, 2, ".trans")
-__device__ __forceinline__ void tg_cp_async16(unsigned short* dst, const unsigned short* src, bool valid) {
+__device__ __forceinline__ void tg_cp_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
       :: "r"(tg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
@@ -241,8 +241,8 @@ class CUDALanguage(GPULanguage):
     def render_ldmatrix(self, ptr: str, matrices: int, trans: bool) -> str:
         return f"tg_ldsm_x{matrices}{'_t' if trans else ''}({ptr})"
 
-    def wmma_prelude(self, names: set[str]) -> str:
-        if not names:
+    def wmma_prelude(self, names: set[str], copies: bool) -> str:
+        if not names and not copies:
             return ""
         return MMA_PRELUDE + "".join(MMA_FN.format(name=n, ty=_MMA_TYPES[n]) for n in sorted(names))
 

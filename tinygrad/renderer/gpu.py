@@ -109,8 +109,9 @@ class GPULanguage(CStyleLanguage):
     def render_async_wait(self, pending: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
 
-    def wmma_prelude(self, names: set[str]) -> str:
-        """What render_wmma's expressions for the tensor cores `names` need declared (after the vector types)."""
+    def wmma_prelude(self, names: set[str], copies: bool) -> str:
+        """What render_wmma's expressions for the tensor cores `names` need declared (after the vector types), and
+        the asynchronous copies where the kernel has them (`copies`)."""
         return ""
 
 
@@ -392,7 +393,9 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     vectors = any(u.dtype is not None and u.dtype.count > 1 and not isinstance(u.dtype, PtrDType) for u in uops)
     prelude += lang.vec_prelude if par.vec or vectors else ""
     prelude += lang.vec_ops_prelude if vectors else ""
-    prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA})
+    async_ops = (UOps.COPY_ASYNC, UOps.ASYNC_COMMIT, UOps.ASYNC_WAIT)
+    prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA},
+                                 any(u.uop in async_ops for u in uops))
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     if par.mode == "grid":
