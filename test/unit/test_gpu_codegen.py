@@ -342,12 +342,15 @@ def test_plan_grid_with_asked_blocks_covers_every_element_once(shape, local):
 
 
 def test_heuristic_tiles_matmul_in_registers_with_vector_loads():
-    k = Kernel(_t(_rand(256, 128)) @ _t(_rand(128, 256)))
+    # a plain float32 matmul is staged in shared memory (SMEM, test_tensor_cores.py); one with an op fused into its
+    # operand (A + 1) takes register tiles
+    assert Kernel(_t(_rand(256, 128)) @ _t(_rand(128, 256))).lin.applied_opts[0].op is OptOps.SMEM
+    k = Kernel((_t(_rand(256, 128)) + 1) @ _t(_rand(128, 256)))
     ops = {(o.op, o.axis): o.amt for o in k.lin.applied_opts}
     assert ops[(OptOps.VECTORIZE, 1)] == 4 and ops[(OptOps.UPCAST, 0)] == 8 and ops[(OptOps.UNROLL, 2)] == 16
     assert ops[(OptOps.LOCAL, 1)] == 16 and ops[(OptOps.LOCAL, 0)] == 16 and k.lin.local_size == (16, 16, 1)
     # a 8x4 tile a thread: 8 vector accumulators, B's rows as 16-byte loads shared by the 8 rows of A
-    assert k.src.count("tg_vec<float, 4> acc") == 8 and "tg_vload<float, 4>(data2+" in k.src
+    assert k.src.count("tg_vec<float, 4> acc") == 8 and "tg_vload<float, 4>(data" in k.src
     assert k.src.count("tg_vstore<float, 4>(data0+") == 8
     # a 3x3 convolution: the kernel's width unrolled whole, then its input channels
     x, w = _t(_rand(2, 16, 20, 20)), _t(_rand(32, 16, 3, 3))

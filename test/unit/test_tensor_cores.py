@@ -42,12 +42,14 @@ def test_heuristic_puts_half_matmuls_on_tensor_cores_and_nothing_else():
     assert Kernel(a @ b).lin.tc is None  # a device without tensor cores
     # sizes no tile divides take tensor cores too
     assert Kernel(_t(_h(250, 40)) @ _t(_h(40, 257)), lopts=TC).lin.tc is not None
-    # float operands, a sum with no product, a matrix-vector product: the kernel's usual optimisations
+    # float operands: a block tile of FMAs (SMEM); a sum with no product, a matrix-vector product: the kernel's
+    # usual optimisations
     f32 = Kernel(_t(_h(256, 128, dtype=np.float32)) @ _t(_h(128, 256, dtype=np.float32)), lopts=TC)
+    assert [o.op for o in f32.lin.applied_opts] == [OptOps.SMEM] and f32.lin.tc.simt
     red = Kernel(_t(_h(256, 128)).float().sum(axis=1), lopts=TC)
     mv = Kernel(_t(_h(1, 128)) @ _t(_h(128, 4096)), lopts=TC)
     few = Kernel(_t(_h(4, 128)) @ _t(_h(128, 4096)), lopts=TC)  # 4 rows: 28 of every 32 would be padding
-    for k in (f32, red, mv, few):
+    for k in (red, mv, few):
         assert k.lin.tc is None and not any(o.op is OptOps.TC for o in k.lin.applied_opts)
 
 

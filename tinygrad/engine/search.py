@@ -2,7 +2,7 @@
 
 The search starts from the default kernel (the hand-coded heuristic's choice, or the plain kernel where it chose
 nothing) and grows each of the `n` fastest kernels by one more Opt (UPCAST, UNROLL, VECTORIZE, LOCAL, GROUP or
-THREAD of any dim by a few amounts, or TC with any block tile where the device has tensor cores) per step, the plain
+THREAD of any dim by a few amounts, or TC or SMEM with any block tile where the device has them) per step, the plain
 kernel's one-Opt variants included. Every candidate is compiled (several at once: compilers are separate processes
 or release the GIL), run on buffers of random inputs, and checked against the default kernel's output; one that
 disagrees, fails to compile or takes ten times the best so far is dropped. The search ends when a step finds nothing
@@ -137,10 +137,12 @@ def _symbolic(root) -> bool:
 def _actions(lin) -> list[Opt]:
     acts = [Opt(op, axis, amt) for axis in range(len(lin.full_shape)) for op, amts in ACTION_AMOUNTS.items()
             for amt in amts]
+    # every block tile on tensor cores or staged in shared memory (a kernel's only Opt: on the plain kernel alone)
+    from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS
     if getattr(lin.opts, "tensor_cores", ()):
-        # every block tile on tensor cores (a kernel's only Opt: it applies to the plain kernel alone)
-        from tinygrad.codegen.tensor_cores import TC_CONFIGS
         acts += [Opt(OptOps.TC, 0, i) for i in range(len(TC_CONFIGS))]
+    if getattr(lin.opts, "has_shared", False) and getattr(lin.opts, "has_local", False):
+        acts += [Opt(OptOps.SMEM, 0, i) for i in range(len(SIMT_CONFIGS))]
     return acts
 
 
