@@ -151,6 +151,22 @@ def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, asy, seed):
     _check(got, a.astype(np.float32) @ b.astype(np.float32))
 
 
+@pytest.mark.parametrize("lopts", [TC, SYNC])
+def test_partial_tiles_of_whole_chunks_copy_asynchronously(lopts):
+    # sizes that are multiples of a 16-byte chunk (8 halves) but of no tile: chunks wholly inside or past the end
+    a, b, w = _h(48, 40), _h(40, 56, seed=1), _h(56, 40, seed=2)
+    kernels = [Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, SMALL)], lopts=lopts),
+               Kernel(_t(a) @ _t(w).T, opts=[Opt(OptOps.TC, 0, SMALL)], lopts=lopts)]
+    assert [k.lin.tc.asynchronous for k in kernels] == [lopts is TC] * 2
+    for got, want in zip(_run(kernels), (a.astype(np.float32) @ b.astype(np.float32),
+                                         a.astype(np.float32) @ w.astype(np.float32).T)):
+        _check(got, want)
+    f32 = [_h(24, 36, dtype=np.float32), _h(36, 20, seed=3, dtype=np.float32)]
+    (got,) = _run([Kernel(_t(np.ascontiguousarray(f32[0].T)).T @ _t(f32[1]), opts=[Opt(OptOps.SMEM, 0, S_SMALL)],
+                          lopts=lopts)])
+    np.testing.assert_allclose(got.reshape(24, 20), f32[0] @ f32[1], rtol=1e-4, atol=1e-4)
+
+
 @settings(max_examples=8, deadline=None)
 @given(m=st.integers(2, 70), n=st.integers(2, 70), k=st.integers(2, 80), cfg=st.sampled_from([SMALL, TALL]),
        asy=st.booleans(), bias=st.booleans(), seed=st.integers(0, 100))

@@ -1079,10 +1079,14 @@ cdef class Linearizer:
                     nodes.append(NumNode(0))
             idx, valid = st.expr_idxs(nodes)
             limits = [valid]
+            # NOTE: a chunk starts at a multiple of its lanes, so where the dim's size is one too, the chunk is wholly
+            # inside or wholly past the end: its start says which (a condition the same in every lane)
             if padded_rows != full[rows_axis]:
-                limits.append(nodes[rows_axis] < full[rows_axis])
+                whole = not k_major and full[rows_axis] % nl == 0
+                limits.append((vr if whole else nodes[rows_axis]) < full[rows_axis])
             if padded_k != full[k_ax]:
-                limits.append(nodes[k_ax] < full[k_ax])
+                whole = k_major and full[k_ax] % nl == 0
+                limits.append((vk if whole else nodes[k_ax]) < full[k_ax])
             if len(limits) > 1:
                 valid = Node.ands(limits)
             base = _lane_base(idx, lane) if lane not in valid.vars() else None
