@@ -190,6 +190,74 @@ def gguf_load(tensor_or_path: str | os.PathLike | Tensor) -> tuple[dict[str, Any
     Tensor shapes are outermost-first (GGUF lists dims innermost-first). Plain types keep their dtype and load
     zero-copy; quantized types come out as lazily dequantized float32 tensors on the default device."""
     src = CheckpointBytes(tensor_or_path)
+    kv, infos, data_start, alignment = _parse(src)
+    tensors: dict[str, Tensor] = {}
+    for name, dims, ttype, offset in infos:
+        tensors[name] = _load_tensor(src, name, dims, ttype, offset, data_start, alignment)
+    return kv, tensors
+
+
+class GGUFTensor:
+    """One tensor of a GGUF file as stored: its ggml type's name, its shape (outermost first), and `raw()`, its bytes
+    as a uint8 Tensor (zero-copy from the file), so a runtime can keep quantized blocks as they are and dequantize
+    where it reads them (`dequantize`, or GGML_TYPES' functions on some of the blocks)."""
+
+    def __init__(self, src: CheckpointBytes, name: str, shape: tuple[int, ...], ttype: int, where: int, nbytes: int):
+        self.src, self.name, self.shape, self.ttype, self.where, self.nbytes = src, name, shape, ttype, where, nbytes
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES[self.ttype][0]
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """(values per block, bytes per block)."""
+        return GGML_TYPES[self.ttype][1], GGML_TYPES[self.ttype][2]
+
+    @property
+    def quantized(self) -> bool:
+        return not isinstance(GGML_TYPES[self.ttype][3], DType)
+
+    def raw(self) -> Tensor:
+        return self.src.raw(self.where, self.nbytes, f"tensor {self.name!r}")
+
+    def load(self) -> Tensor:
+        """What gguf_load gives for this tensor: plain types zero-copy, quantized ones lazily dequantized."""
+        if not self.quantized:
+            return self.src.tensor(self.where, GGML_TYPES[self.ttype][3], self.shape, f"tensor {self.name!r}")
+        raw = self.raw()
+        if raw.device.startswith("DISK:"):
+            raw = raw.to(Device.DEFAULT)
+        return dequantize(self.ttype, raw, self.shape)
+
+    def __repr__(self) -> str:
+        return f"GGUFTensor({self.name!r}, {self.type_name}, {self.shape})"
+
+
+def gguf_tensors(tensor_or_path: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
+    """(key-value metadata, tensors by name as stored) of a GGUF file: gguf_load's checks, nothing read or
+    dequantized (see GGUFTensor)."""
+    src = CheckpointBytes(tensor_or_path)
+    kv, infos, data_start, alignment = _parse(src)
+    out: dict[str, GGUFTensor] = {}
+    for name, dims, ttype, offset in infos:
+        shape, where, nbytes = _check_tensor(src, name, dims, ttype, offset, data_start, alignment)
+        out[name] = GGUFTensor(src, name, shape, ttype, where, nbytes)
+    return kv, out
+
+
+def dequantize(ttype: int, raw: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Bytes `raw` (uint8, whole blocks) of quantized ggml type `ttype` as a lazily computed float32 tensor of
+    `shape`."""
+    tname, block, block_bytes, kind = GGML_TYPES[ttype]
+    if isinstance(kind, DType):
+        raise ValueError(f"ggml type {tname} is not quantized")
+    return kind(raw.reshape(-1, block_bytes)).reshape(shape)
+
+
+def _parse(src: CheckpointBytes) -> tuple[dict[str, Any], list, int, int]:
+    """The metadata, the tensor infos [(name, dims innermost first, ggml type, offset)], where the data starts, and
+    the alignment."""
     r = _Reader(src)
     r.need(4, "magic")
     if bytes(src.mv[:4]) != b"GGUF":
@@ -223,15 +291,12 @@ def gguf_load(tensor_or_path: str | os.PathLike | Tensor) -> tuple[dict[str, Any
             raise CheckpointError(f"{src.name}: GGUF tensor {name!r} appears twice")
         names.add(name)
         infos.append((name, dims, ttype, offset))
-    data_start = -(-r.pos // alignment) * alignment
-    tensors: dict[str, Tensor] = {}
-    for name, dims, ttype, offset in infos:
-        tensors[name] = _load_tensor(src, name, dims, ttype, offset, data_start, alignment)
-    return kv, tensors
+    return kv, infos, -(-r.pos // alignment) * alignment, alignment
 
 
-def _load_tensor(src: CheckpointBytes, name: str, dims: list[int], ttype: int, offset: int, data_start: int,
-                 alignment: int) -> Tensor:
+def _check_tensor(src: CheckpointBytes, name: str, dims: list[int], ttype: int, offset: int, data_start: int,
+                  alignment: int) -> tuple[tuple[int, ...], int, int]:
+    """(shape, where its bytes start in the file, how many) of one tensor info, checked against the file."""
     if ttype not in GGML_TYPES:
         kind = _OTHER_TYPES.get(ttype, "an unknown type")
         raise CheckpointError(f"{src.name}: tensor {name!r} has ggml type {ttype} ({kind}), which gguf_load can't "
@@ -249,9 +314,11 @@ def _load_tensor(src: CheckpointBytes, name: str, dims: list[int], ttype: int, o
     nbytes = numel // block * block_bytes
     where = data_start + offset
     src.check_range(where, nbytes, f"tensor {name!r}")
-    if isinstance(kind, DType):
-        return src.tensor(where, kind, shape, f"tensor {name!r}")
-    raw = src.raw(where, nbytes, f"tensor {name!r}")
-    if raw.device.startswith("DISK:"):
-        raw = raw.to(Device.DEFAULT)
-    return kind(raw.reshape(numel // block, block_bytes)).reshape(shape)
+    return shape, where, nbytes
+
+
+def _load_tensor(src: CheckpointBytes, name: str, dims: list[int], ttype: int, offset: int, data_start: int,
+                 alignment: int) -> Tensor:
+    shape, where, nbytes = _check_tensor(src, name, dims, ttype, offset, data_start, alignment)
+    return GGUFTensor(src, name, shape, ttype, where, nbytes).load()
+

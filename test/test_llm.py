@@ -1,0 +1,200 @@
+"""tinygrad.apps.llm: the tokenizer against hand-worked SentencePiece cases, and the transformer against a numpy
+forward pass written from the architecture's description, on a small synthetic Gemma 3 GGUF (Q8_0 embedding,
+sliding-window and global layers, QK-norm, post-norms, two RoPE bases), so no model file is needed."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tinygrad.apps.llm import StreamDecoder, Tokenizer, Transformer
+from tinygrad.apps.llm.__main__ import main as llm_main
+from tinygrad.nn.state_gguf import gguf_tensors
+
+from test_state import write_gguf  # noqa: I001 - test/ is on sys.path (conftest.py)
+
+# ---- tokenizer ---------------------------------------------------------------------------------------------------
+S = "\u2581"
+
+
+def _vocab(extra=()):
+    """tokens, scores, types: control 0-2, bytes 3-258, then pieces with scores (higher merges first)."""
+    tokens, scores, types = ["<pad>", "<eos>", "<bos>"], [0.0, 0.0, 0.0], [3, 3, 3]
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        scores.append(0.0)
+        types.append(6)
+    pieces = [("a", -1), ("b", -1), ("c", -1), (S, -1), ("ab", -2), ("bc", -1.5), ("abc", -3), (S + "a", -2.5),
+              ("h", -1), ("i", -1), ("hi", -2), ("é", -1)]
+    for p, sc in pieces:
+        tokens.append(p)
+        scores.append(sc)
+        types.append(1)
+    for t, ty in extra:
+        tokens.append(t)
+        scores.append(0.0)
+        types.append(ty)
+    return tokens, scores, types
+
+
+def _tok(extra=()):
+    tokens, scores, types = _vocab(extra)
+    return Tokenizer(tokens, scores, types, bos=2, eos=1, add_bos=True)
+
+
+def test_spm_merges_by_score_then_leftmost():
+    t = _tok()
+    ids = lambda *ps: [t.ids[p] for p in ps]  # noqa: E731
+    # "abc": pairs ab (-2) and bc (-1.5): bc merges first, then a + bc = abc is a token (score -3)
+    assert t.encode("abc", add_bos=False) == ids("abc")
+    # "abab": ab, ba (no token), ab: both ab merge (leftmost first), ab+ab is no token
+    assert t.encode("abab", add_bos=False) == ids("ab", "ab")
+    # a space is U+2581, merged with a following "a"; BOS first
+    assert t.encode(" a hi") == [2] + ids(S + "a", S, "hi")
+
+
+def test_byte_fallback_and_decode():
+    t = _tok()
+    # "ĉ" is no token: its two UTF-8 bytes; "é" is one
+    got = t.encode("ĉé", add_bos=False)
+    assert got == [3 + 0xC4, 3 + 0x89, t.ids["é"]]
+    assert t.decode(got) == "ĉé" and t.decode([2] + t.encode(" a", add_bos=False)) == " a"
+
+
+def test_user_defined_split_first_and_control_only_when_asked():
+    t = _tok(extra=[("\n\n", 4), ("\n", 4), ("<start_of_turn>", 3)])
+    nl2, nl, sot = t.ids["\n\n"], t.ids["\n"], t.ids["<start_of_turn>"]
+    assert t.encode("a\n\n\nb", add_bos=False) == [t.ids["a"], nl2, nl, t.ids["b"]]
+    plain = t.encode("<start_of_turn>a", add_bos=False)
+    assert sot not in plain and t.decode(plain) == "<start_of_turn>a"
+    assert t.encode("<start_of_turn>a", add_bos=False, special=True) == [sot, t.ids["a"]]
+
+
+def test_stream_decoder_never_splits_a_character():
+    t = _tok()
+    ids = t.encode("ĉa😀", add_bos=False)  # two byte tokens, a, four byte tokens
+    d = StreamDecoder(t)
+    outs = [d.feed(i) for i in ids]
+    assert outs[0] == "" and outs[1] == "ĉ" and "".join(outs) + d.flush() == "ĉa😀"
+    assert all("\ufffd" not in o for o in outs)
+
+
+# ---- a synthetic Gemma 3 ---------------------------------------------------------------------------------------------
+DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, VOCAB, WINDOW = 32, 2, 1, 16, 48, 6, 64, 3
+
+
+def _q8_0(w: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Q8_0 blocks of w (rows, cols), and the values they hold."""
+    blocks = w.reshape(-1, 32)
+    d = (np.abs(blocks).max(axis=1) / 127).astype(np.float16)
+    q = np.round(blocks / np.maximum(d.astype(np.float32), 1e-8)[:, None]).clip(-127, 127).astype(np.int8)
+    raw = b"".join(dd.tobytes() + qq.tobytes() for dd, qq in zip(d, q))
+    return raw, (d.astype(np.float32)[:, None] * q.astype(np.float32)).reshape(w.shape)
+
+
+def _model(tmp_path):
+    rng = np.random.default_rng(0)
+    w = {}
+    f = lambda *s, scale=0.3: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
+    emb_raw, emb = _q8_0(f(VOCAB, DIM, scale=0.5))
+    w["token_embd.weight"] = emb
+    tensors = [("token_embd.weight", [DIM, VOCAB], 8, emb_raw)]
+    names = {"attn_q": (HEADS * HEAD_DIM, DIM), "attn_k": (KV_HEADS * HEAD_DIM, DIM),
+             "attn_v": (KV_HEADS * HEAD_DIM, DIM), "attn_output": (DIM, HEADS * HEAD_DIM), "ffn_gate": (FFN, DIM),
+             "ffn_up": (FFN, DIM), "ffn_down": (DIM, FFN)}
+    norms = {"attn_norm": DIM, "ffn_norm": DIM, "post_attention_norm": DIM, "post_ffw_norm": DIM,
+             "attn_q_norm": HEAD_DIM, "attn_k_norm": HEAD_DIM}
+    for i in range(LAYERS):
+        for n, shape in names.items():
+            a = f(*shape)
+            w[f"blk.{i}.{n}.weight"] = a
+            tensors.append((f"blk.{i}.{n}.weight", list(reversed(shape)), 0, a.tobytes()))
+        for n, size in norms.items():
+            a = (1 + f(size, scale=0.1)).astype(np.float32)
+            w[f"blk.{i}.{n}.weight"] = a
+            tensors.append((f"blk.{i}.{n}.weight", [size], 0, a.tobytes()))
+    w["output_norm.weight"] = (1 + f(DIM, scale=0.1)).astype(np.float32)
+    tensors.append(("output_norm.weight", [DIM], 0, w["output_norm.weight"].tobytes()))
+    kv = [("general.architecture", 8, "gemma3"), ("gemma3.block_count", 4, LAYERS),
+          ("gemma3.embedding_length", 4, DIM), ("gemma3.feed_forward_length", 4, FFN),
+          ("gemma3.attention.head_count", 4, HEADS), ("gemma3.attention.head_count_kv", 4, KV_HEADS),
+          ("gemma3.attention.key_length", 4, HEAD_DIM), ("gemma3.attention.value_length", 4, HEAD_DIM),
+          ("gemma3.attention.layer_norm_rms_epsilon", 6, 1e-6), ("gemma3.rope.freq_base", 6, 1000000.0),
+          ("gemma3.attention.sliding_window", 4, WINDOW), ("gemma3.context_length", 4, 64),
+          ("tokenizer.ggml.model", 8, "llama"), ("tokenizer.ggml.tokens", 9, (8, [f"t{i}" for i in range(VOCAB)])),
+          ("tokenizer.ggml.bos_token_id", 4, 2), ("tokenizer.ggml.eos_token_id", 4, 1)]
+    path = tmp_path / "tiny-gemma3.gguf"
+    path.write_bytes(write_gguf(kv, tensors))
+    return path, w
+
+
+def _ref_forward(w, ids):
+    """Gemma 3's forward in numpy, float64, from its description (shared/notes/gemma3.md)."""
+    x = w["token_embd.weight"][ids].astype(np.float64) * math.sqrt(DIM)
+    n = len(ids)
+    rms = lambda v, g: v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-6) * g  # noqa: E731
+
+    def rope(v, base):  # (n, h, d), NEOX halves
+        half = HEAD_DIM // 2
+        inv = base ** (-2.0 * np.arange(half) / HEAD_DIM)
+        ang = np.arange(n)[:, None, None] * inv[None, None, :]
+        v1, v2 = v[..., :half], v[..., half:]
+        return np.concatenate([v1 * np.cos(ang) - v2 * np.sin(ang), v2 * np.cos(ang) + v1 * np.sin(ang)], -1)
+    for i in range(LAYERS):
+        g = lambda name: w[f"blk.{i}.{name}.weight"]  # noqa: E731
+        glob = i % 6 == 5
+        h = rms(x, g("attn_norm"))
+        q = (h @ g("attn_q").T).reshape(n, HEADS, HEAD_DIM)
+        k = (h @ g("attn_k").T).reshape(n, KV_HEADS, HEAD_DIM)
+        v = (h @ g("attn_v").T).reshape(n, KV_HEADS, HEAD_DIM)
+        q, k = rms(q, g("attn_q_norm")), rms(k, g("attn_k_norm"))
+        base = 1000000.0 if glob else 10000.0
+        q, k = rope(q, base), rope(k, base)
+        out = np.zeros((n, HEADS, HEAD_DIM))
+        for hh in range(HEADS):
+            kk, vv = k[:, hh * KV_HEADS // HEADS], v[:, hh * KV_HEADS // HEADS]
+            s = q[:, hh] @ kk.T / math.sqrt(HEAD_DIM)
+            for a in range(n):
+                for b in range(n):
+                    if b > a or (not glob and b <= a - WINDOW):
+                        s[a, b] = -np.inf
+            p = np.exp(s - s.max(-1, keepdims=True))
+            out[:, hh] = (p / p.sum(-1, keepdims=True)) @ vv
+        x = x + rms(out.reshape(n, -1) @ g("attn_output").T, g("post_attention_norm"))
+        h = rms(x, g("ffn_norm"))
+        gate = h @ g("ffn_gate").T
+        gelu = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
+        x = x + rms((gelu * (h @ g("ffn_up").T)) @ g("ffn_down").T, g("post_ffw_norm"))
+    return rms(x[-1], w["output_norm.weight"]) @ w["token_embd.weight"].T
+
+
+def test_transformer_matches_a_numpy_gemma3(tmp_path):
+    path, w = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    model = Transformer(kv, tensors, max_context=16)
+    ids = [5, 17, 3, 42, 9, 11, 60]  # longer than the window: the sliding layers drop the first positions
+    np.testing.assert_allclose(model.forward(ids, 0).numpy(), _ref_forward(w, ids), rtol=2e-4, atol=2e-4)
+    # the KV cache: the same logits one position at a time
+    model2 = Transformer(kv, tensors, max_context=16)
+    for p, t in enumerate(ids):
+        got = model2.forward([t], p).numpy()
+    np.testing.assert_allclose(got, _ref_forward(w, ids), rtol=2e-4, atol=2e-4)
+    with pytest.raises(ValueError, match="past the context"):
+        model2.forward([1, 2], 15)
+
+
+def test_cli_json_and_logits_for(tmp_path, capsys):
+    path, w = _model(tmp_path)
+    assert llm_main(["--model", str(path), "--logits-for", "[2, 7, 9]", "--context", "16"]) == 0
+    logits = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    np.testing.assert_allclose(logits, _ref_forward(w, [2, 7, 9]), rtol=2e-4, atol=2e-4)
+    assert llm_main(["--model", str(path), "--prompt", "", "--max-tokens", "4", "--json", "--context", "16"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["prompt_ids"] == [2] and len(out["ids"]) <= 4 and set(out) >= {"text", "prefill_tok_s", "decode_tok_s"}
+    # greedy: each generated id is the argmax of the reference given everything before it
+    seq = [2]
+    for i in out["ids"]:
+        assert i == int(np.argmax(_ref_forward(w, seq)))
+        seq.append(i)
+    with pytest.raises(SystemExit):
+        llm_main(["--model", str(path), "--logits-for", "[1, 99999]"])

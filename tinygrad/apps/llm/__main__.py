@@ -1,0 +1,54 @@
+"""`python -m tinygrad.apps.llm --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--json]`
+
+Prints the generated text as it is made; with --json, one JSON object as the last line instead: prompt_ids (as fed
+to the model, BOS included), ids (the generated ones), text, prefill_tok_s, decode_tok_s. `--logits-for IDS_JSON`
+prints the final-position logits for the given ids (a JSON list) as a JSON list, for testing against a reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tinygrad.apps.llm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a GGUF file")
+    ap.add_argument("--prompt", default="", help="the prompt text")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    ap.add_argument("--logits-for", metavar="IDS_JSON", help="print the final-position logits for these token ids")
+    ap.add_argument("--context", type=int, default=4096, help="the most positions the KV cache holds")
+    args = ap.parse_args(argv)
+
+    from tinygrad.apps.llm.generate import generate
+    from tinygrad.apps.llm.model import Transformer
+    from tinygrad.apps.llm.tokenizer import Tokenizer
+    from tinygrad.nn.state_gguf import gguf_tensors
+    kv, tensors = gguf_tensors(args.model)
+    tok = Tokenizer.from_gguf(kv)
+    model = Transformer(kv, tensors, max_context=args.context)
+    if args.logits_for is not None:
+        ids = json.loads(args.logits_for)
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < model.cfg.vocab
+                                                           for i in ids):
+            ap.error(f"--logits-for takes a non-empty JSON list of token ids below {model.cfg.vocab}")
+        logits = model.forward(ids, 0).numpy()
+        print(json.dumps([round(float(v), 5) for v in logits]))
+        return 0
+    prompt_ids = tok.encode(args.prompt)
+    on_text = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+    res = generate(model, tok, prompt_ids, args.max_tokens, args.temperature, args.seed, on_text)
+    if args.json:
+        print(json.dumps({"prompt_ids": res.prompt_ids, "ids": res.ids, "text": res.text,
+                          "prefill_tok_s": round(res.prefill_tok_s, 3), "decode_tok_s": round(res.decode_tok_s, 3)},
+                         ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

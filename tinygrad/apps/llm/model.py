@@ -1,0 +1,215 @@
+"""A decoder-only transformer built from a GGUF file's metadata alone: Gemma 3, and the llama/qwen2/qwen3 family
+through a table of the few things in which they differ (FAMILIES).
+
+Weights stay as the file stores them: quantized matrices keep their blocks (copied to the device once) and are
+dequantized by Tensor ops inside the kernels that read them, so a matrix-vector product reads the packed blocks
+(`Linear`). The embedding table is read a row per token from the blocks of those rows only.
+
+The KV cache holds every layer's keys and values up to the context length; a step writes its positions and attends
+over those before it (causal; sliding-window layers see only the last `window` positions).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tinygrad.dtype import dtypes
+from tinygrad.nn.state_gguf import GGUFTensor, dequantize
+from tinygrad.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class Family:
+    """What sets one architecture apart (the rest is the metadata's numbers)."""
+    qk_norm: bool = False          # RMSNorm over each head of q and k before RoPE
+    post_norms: bool = False       # RMSNorm on the attention and FFN outputs before the residual adds
+    embed_scale: bool = False      # the embedding times sqrt(dim)
+    gelu: bool = False             # GeGLU with tanh GELU (else SwiGLU)
+    neox_rope: bool = True         # RoPE rotates dim i with dim i + head_dim/2 (else the pairs 2i, 2i+1)
+    sliding_every: int = 0         # layer i is global when i % sliding_every == sliding_every - 1 (0: all global)
+    local_rope_base: float = 0.0   # RoPE base of the sliding-window layers (0: the file's)
+    qkv_bias: bool = False
+
+
+FAMILIES = {
+    "gemma3": Family(qk_norm=True, post_norms=True, embed_scale=True, gelu=True, sliding_every=6,
+                     local_rope_base=10000.0),
+    "llama": Family(neox_rope=False),
+    "qwen2": Family(qkv_bias=True),
+    "qwen3": Family(qk_norm=True),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    arch: str
+    layers: int
+    dim: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    rope_base: float
+    window: int
+    context: int
+    vocab: int
+    family: Family
+
+    @classmethod
+    def from_gguf(cls, kv: dict, tensors: dict[str, GGUFTensor]) -> Config:
+        arch = kv.get("general.architecture")
+        if arch not in FAMILIES:
+            raise ValueError(f"architecture {arch!r} is not supported (supported: {', '.join(FAMILIES)})")
+
+        def get(key, default=None):
+            v = kv.get(f"{arch}.{key}", default)
+            if v is None:
+                raise ValueError(f"the GGUF metadata has no {arch}.{key}")
+            return v
+        dim, heads = get("embedding_length"), get("attention.head_count")
+        return cls(arch, get("block_count"), dim, get("feed_forward_length"), heads,
+                   get("attention.head_count_kv", heads), get("attention.key_length", dim // heads),
+                   float(get("attention.layer_norm_rms_epsilon", 1e-6)), float(get("rope.freq_base", 10000.0)),
+                   int(get("attention.sliding_window", 0)), get("context_length"), tensors["token_embd.weight"].shape[0],
+                   FAMILIES[arch])
+
+    def is_global(self, layer: int) -> bool:
+        every = self.family.sliding_every
+        return every == 0 or self.window == 0 or layer % every == every - 1
+
+
+class Linear:
+    """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them."""
+
+    def __init__(self, t: GGUFTensor, device: str):
+        self.shape = t.shape
+        if t.quantized:
+            self.raw, self.ttype = t.raw().to(device).realize(), t.ttype
+            self.w = None
+        else:
+            self.raw, self.ttype = None, t.ttype
+            self.w = t.load().to(device).cast(dtypes.float32).realize()
+
+    def weight(self) -> Tensor:
+        return self.w if self.w is not None else dequantize(self.ttype, self.raw, self.shape)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x @ self.weight().T
+
+
+def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
+
+
+def _rope(x: Tensor, pos: Tensor, base: float, neox: bool) -> Tensor:
+    """RoPE on x (T, heads, head_dim) at positions pos (T,)."""
+    d = x.shape[-1]
+    inv = Tensor([base ** (-2.0 * i / d) for i in range(d // 2)], dtype=dtypes.float32)
+    ang = pos.cast(dtypes.float32).reshape(-1, 1, 1) * inv.reshape(1, 1, -1)
+    cos, sin = ang.cos(), ang.sin()
+    if neox:
+        x1, x2 = x[..., :d // 2], x[..., d // 2:]
+        return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
+    xp = x.reshape(*x.shape[:-1], d // 2, 2)
+    x1, x2 = xp[..., 0], xp[..., 1]
+    return Tensor.stack(x1 * cos - x2 * sin, x2 * cos + x1 * sin, dim=-1).reshape(x.shape)
+
+
+class Transformer:
+    """The model of a GGUF file (see the module docstring). `forward(ids, start_pos)` runs ids at positions
+    start_pos.. and returns the logits of the last one; the KV cache keeps what came before."""
+
+    def __init__(self, kv: dict, tensors: dict[str, GGUFTensor], device: str | None = None, max_context: int = 4096):
+        from tinygrad.device import Device
+        self.device = device or Device.DEFAULT
+        self.cfg = cfg = Config.from_gguf(kv, tensors)
+        self.max_context = min(max_context, cfg.context)
+        fam = cfg.family
+        self.embd = tensors["token_embd.weight"]
+        self.output = Linear(tensors.get("output.weight", self.embd), self.device)
+        load = lambda name: tensors[name].load().to(self.device).cast(dtypes.float32).realize()  # noqa: E731
+        self.output_norm = load("output_norm.weight")
+        self.layers = []
+        for i in range(cfg.layers):
+            p = f"blk.{i}."
+            layer = {n: Linear(tensors[p + n + ".weight"], self.device)
+                     for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+            for n in ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ()) + \
+                    (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
+                layer[n] = load(p + n + ".weight")
+            if fam.qkv_bias:
+                for n in ("attn_q", "attn_k", "attn_v"):
+                    layer[n + "_bias"] = load(p + n + ".bias")
+            self.layers.append(layer)
+        shape = (self.max_context, cfg.kv_heads, cfg.head_dim)
+        self.cache = [(Tensor.zeros(*shape, device=self.device).contiguous().realize(),
+                       Tensor.zeros(*shape, device=self.device).contiguous().realize()) for _ in range(cfg.layers)]
+
+    def embed(self, ids: list[int]) -> Tensor:
+        """The embedding rows of `ids`, each dequantized from its own blocks."""
+        cfg, t = self.cfg, self.embd
+        if not t.quantized:
+            rows = t.load().to(self.device)[Tensor(ids)].cast(dtypes.float32)
+        else:
+            vals, nbytes = t.block
+            row_bytes = cfg.dim // vals * nbytes
+            raw = t.raw()
+            rows = Tensor.stack(*[dequantize(t.ttype, raw[i * row_bytes:(i + 1) * row_bytes].to(self.device),
+                                             (cfg.dim,)) for i in ids], dim=0)
+        if cfg.family.embed_scale:
+            rows = rows * math.sqrt(cfg.dim)
+        return rows
+
+    def forward(self, ids: list[int], start_pos: int) -> Tensor:
+        cfg, fam = self.cfg, self.cfg.family
+        n = len(ids)
+        if start_pos + n > self.max_context:
+            raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
+        x = self.embed(ids)
+        pos = Tensor.arange(start_pos, start_pos + n, device=self.device)
+        end = start_pos + n
+        # causal mask (and the sliding window's) over the cached positions 0..end-1, (n, end)
+        qpos = pos.reshape(n, 1)
+        kpos = Tensor.arange(end, device=self.device).reshape(1, end)
+        causal = kpos <= qpos
+        sliding = causal & (kpos > qpos - cfg.window) if cfg.window else causal
+        for i, L in enumerate(self.layers):
+            glob = cfg.is_global(i)
+            h = _rms(x, L["attn_norm"], cfg.eps)
+            q, k, v = L["attn_q"](h), L["attn_k"](h), L["attn_v"](h)
+            if fam.qkv_bias:
+                q, k, v = q + L["attn_q_bias"], k + L["attn_k_bias"], v + L["attn_v_bias"]
+            q = q.reshape(n, cfg.heads, cfg.head_dim)
+            k = k.reshape(n, cfg.kv_heads, cfg.head_dim)
+            v = v.reshape(n, cfg.kv_heads, cfg.head_dim)
+            if fam.qk_norm:
+                q, k = _rms(q, L["attn_q_norm"], cfg.eps), _rms(k, L["attn_k_norm"], cfg.eps)
+            base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
+            q, k = _rope(q, pos, base, fam.neox_rope), _rope(k, pos, base, fam.neox_rope)
+            ck, cv = self.cache[i]
+            ck[start_pos:end].assign(k).realize()
+            cv[start_pos:end].assign(v).realize()
+            keys, vals = ck[:end], cv[:end]
+            rep = cfg.heads // cfg.kv_heads
+            keys = keys.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
+            vals = vals.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
+            keys = keys.reshape(end, cfg.heads, cfg.head_dim).permute(1, 2, 0)  # (heads, head_dim, end)
+            vals = vals.reshape(end, cfg.heads, cfg.head_dim).permute(1, 0, 2)  # (heads, end, head_dim)
+            scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
+            mask = causal if glob else sliding
+            scores = mask.reshape(1, n, end).where(scores, float("-inf"))
+            att = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(n, cfg.heads * cfg.head_dim)
+            a = L["attn_output"](att)
+            if fam.post_norms:
+                a = _rms(a, L["post_attention_norm"], cfg.eps)
+            x = x + a
+            h = _rms(x, L["ffn_norm"], cfg.eps)
+            g, u = L["ffn_gate"](h), L["ffn_up"](h)
+            act = g.gelu() if fam.gelu else g.silu()
+            f = L["ffn_down"](act * u)
+            if fam.post_norms:
+                f = _rms(f, L["post_ffw_norm"], cfg.eps)
+            x = (x + f).realize()
+        last = _rms(x[n - 1:n], self.output_norm, cfg.eps)
+        return self.output(last).reshape(cfg.vocab)
