@@ -6,12 +6,11 @@ import math
 
 import numpy as np
 import pytest
+from test_state import write_gguf  # noqa: I001 - test/ is on sys.path (conftest.py)
 
 from tinygrad.apps.llm import StreamDecoder, Tokenizer, Transformer
 from tinygrad.apps.llm.__main__ import main as llm_main
 from tinygrad.nn.state_gguf import gguf_tensors
-
-from test_state import write_gguf  # noqa: I001 - test/ is on sys.path (conftest.py)
 
 # ---- tokenizer ---------------------------------------------------------------------------------------------------
 S = "\u2581"
@@ -141,7 +140,8 @@ def _ref_forward(w, ids):
         v1, v2 = v[..., :half], v[..., half:]
         return np.concatenate([v1 * np.cos(ang) - v2 * np.sin(ang), v2 * np.cos(ang) + v1 * np.sin(ang)], -1)
     for i in range(LAYERS):
-        g = lambda name: w[f"blk.{i}.{name}.weight"]  # noqa: E731
+        def g(name, i=i):
+            return w[f"blk.{i}.{name}.weight"]
         glob = i % 6 == 5
         h = rms(x, g("attn_norm"))
         q = (h @ g("attn_q").T).reshape(n, HEADS, HEAD_DIM)

@@ -71,8 +71,8 @@ class Config:
         return cls(arch, get("block_count"), dim, get("feed_forward_length"), heads,
                    get("attention.head_count_kv", heads), get("attention.key_length", dim // heads),
                    float(get("attention.layer_norm_rms_epsilon", 1e-6)), float(get("rope.freq_base", 10000.0)),
-                   int(get("attention.sliding_window", 0)), get("context_length"), tensors["token_embd.weight"].shape[0],
-                   FAMILIES[arch])
+                   int(get("attention.sliding_window", 0)), get("context_length"),
+                   tensors["token_embd.weight"].shape[0], FAMILIES[arch])
 
     def is_global(self, layer: int) -> bool:
         every = self.family.sliding_every
@@ -135,8 +135,8 @@ class Transformer:
             p = f"blk.{i}."
             layer = {n: Linear(tensors[p + n + ".weight"], self.device)
                      for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
-            for n in ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ()) + \
-                    (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
+            norms = ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ())
+            for n in norms + (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
                 layer[n] = load(p + n + ".weight")
             if fam.qkv_bias:
                 for n in ("attn_q", "attn_k", "attn_v"):
