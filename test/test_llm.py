@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from test_state import write_gguf  # noqa: I001 - test/ is on sys.path (conftest.py)
+from test_state import write_gguf  # test/ is on sys.path (conftest.py)
 
 from tinygrad.apps.llm import StreamDecoder, Tokenizer, Transformer
 from tinygrad.apps.llm.__main__ import main as llm_main
