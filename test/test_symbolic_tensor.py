@@ -94,3 +94,22 @@ def test_sdpa_over_a_symbolic_sequence_length():
         out = Tensor(q).scaled_dot_product_attention(Tensor(k).reshape(1, 2, v, 8), Tensor(vv).reshape(1, 2, v, 8))
         ref = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(vv))
         np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_masked_softmax_over_a_symbolic_length_matches_numpy():
+    # a scaled, masked softmax over a symbolic key length, as a decode step attends: gcc 12 with AVX-512 once
+    # miscompiled its fused kernels (every head but the first took one value), see runtime/host_cc.py's CFLAGS
+    rng = np.random.default_rng(0)
+    ctx, n = 256, 7
+    keys = rng.standard_normal((ctx, 1, 64)).astype(np.float32)
+    q = rng.standard_normal((4, 1, 64)).astype(np.float32)
+    s = np.einsum("hd,kd->hk", q[:, 0], keys[:n, 0]) * 0.5
+    e = np.exp(s - s.max(-1, keepdims=True))
+    sp = Variable("sp", 1, ctx - 1).bind(n - 1)
+    end = sp + 1
+    k = Tensor(keys)[:end].reshape(end, 1, 1, 64).expand(end, 1, 4, 64).reshape(end, 4, 64).permute(1, 2, 0)
+    qpos = (Tensor.arange(1) + Tensor(sp)).reshape(1, 1)
+    kpos = Tensor.arange(end).reshape(1, end)
+    mask = (kpos <= qpos) & (kpos > qpos - 512)
+    out = mask.reshape(1, 1, end).where((Tensor(q) @ k) * 0.5, float("-inf")).softmax(-1).realize()
+    np.testing.assert_allclose(out.numpy()[:, 0], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)

@@ -23,8 +23,11 @@ from tinygrad.helpers import getenv
 
 # -ffp-contract=off: no fused multiply-add; -fexcess-precision=standard: every half result is rounded to half, as
 # PyTorch rounds each op: results match the reference bit for bit where C allows
+# NOTE: -fno-tree-slp-vectorize: gcc 12 with -march=native (AVX-512) and -fno-math-errno miscompiled a masked softmax
+# over a symbolic length (every row but the first took one value; test_symbolic_tensor.py has it), with the SLP and
+# the loop vectorizer both on. The kernels' own vector types are not SLP's work, so little speed goes with it
 CFLAGS = ("-shared", "-fPIC", "-O2", "-march=native", "-ffp-contract=off", "-fexcess-precision=standard",
-          "-fno-math-errno", "-fno-strict-aliasing",
+          "-fno-math-errno", "-fno-strict-aliasing", "-fno-tree-slp-vectorize",
           "-x", "c")
 
 _PLAIN = "float tg_probe(float x) { return x * 2.0f; }\n"
