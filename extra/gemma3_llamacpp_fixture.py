@@ -26,8 +26,8 @@ import json
 import os
 import time
 
-import numpy as np
 import llama_cpp
+import numpy as np
 
 N_CTX = 1024
 N_THREADS = 2
@@ -173,9 +173,9 @@ def dump_compact(obj):
     for key, value in obj.items():
         if isinstance(value, list):
             body = ",\n  ".join(json.dumps(v, ensure_ascii=False) for v in value)
-            parts.append(" %s: [\n  %s\n ]" % (json.dumps(key), body))
+            parts.append(f" {json.dumps(key)}: [\n  {body}\n ]")
         else:
-            parts.append(" %s: %s" % (json.dumps(key), json.dumps(value, ensure_ascii=False)))
+            parts.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -205,11 +205,11 @@ def measure_timing(model_path):
         "prompt_tokens_per_s": round(TIMING_PROMPT_TOKENS / pp_s, 2),
         "decode_tokens": TIMING_DECODE_TOKENS,
         "decode_tokens_per_s": round(TIMING_DECODE_TOKENS / dec_s, 2),
-        "note": ("llama-cpp-python Llama.eval with n_ctx=%d, n_threads=n_threads_batch=%d, logits_all=False; "
-                 "prompt: one eval() of %d ids (BOS included) from an empty cache; decode: %d single-token "
-                 "eval() calls with numpy argmax on the last logits row in between; wall clock via "
-                 "time.perf_counter, one untimed warm-up run, best of 2 timed runs each; CPU build with "
-                 "GGML_NATIVE=ON, no BLAS" % (N_CTX, N_THREADS, TIMING_PROMPT_TOKENS, TIMING_DECODE_TOKENS)),
+        "note": (f"llama-cpp-python Llama.eval with n_ctx={N_CTX}, n_threads=n_threads_batch={N_THREADS}, "
+                 f"logits_all=False; prompt: one eval() of {TIMING_PROMPT_TOKENS} ids (BOS included) from an empty "
+                 f"cache; decode: {TIMING_DECODE_TOKENS} single-token eval() calls with numpy argmax on the last "
+                 "logits row in between; wall clock via time.perf_counter, one untimed warm-up run, best of 2 "
+                 "timed runs each; CPU build with GGML_NATIVE=ON, no BLAS"),
     }
 
 
@@ -266,7 +266,7 @@ def main():
 
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(dump_compact(out))
-    print("wrote %s (%d bytes)" % (args.out, os.path.getsize(args.out)))
+    print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes)")
 
 
 if __name__ == "__main__":

@@ -102,12 +102,17 @@ def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
 
 
-def _rope(x: Tensor, pos: Tensor, base: float, neox: bool) -> Tensor:
-    """RoPE on x (T, heads, head_dim) at positions pos (T,)."""
+def _rope_tables(base: float, head_dim: int, positions: int, device: str) -> tuple[Tensor, Tensor]:
+    """cos and sin of every position's angles, (positions, head_dim/2): a step slices its positions' rows."""
+    inv = Tensor([base ** (-2.0 * i / head_dim) for i in range(head_dim // 2)], dtype=dtypes.float32, device=device)
+    ang = Tensor.arange(positions, device=device).cast(dtypes.float32).reshape(-1, 1) * inv.reshape(1, -1)
+    return ang.cos().contiguous().realize(), ang.sin().contiguous().realize()
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
+    """RoPE on x (T, heads, head_dim) with its positions' cos and sin (T, head_dim/2)."""
     d = x.shape[-1]
-    inv = Tensor([base ** (-2.0 * i / d) for i in range(d // 2)], dtype=dtypes.float32)
-    ang = pos.cast(dtypes.float32).reshape(-1, 1, 1) * inv.reshape(1, 1, -1)
-    cos, sin = ang.cos(), ang.sin()
+    cos, sin = cos.reshape(cos.shape[0], 1, d // 2), sin.reshape(sin.shape[0], 1, d // 2)
     if neox:
         x1, x2 = x[..., :d // 2], x[..., d // 2:]
         return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
@@ -145,6 +150,13 @@ class Transformer:
         shape = (self.max_context, cfg.kv_heads, cfg.head_dim)
         self.cache = [(Tensor.zeros(*shape, device=self.device).contiguous().realize(),
                        Tensor.zeros(*shape, device=self.device).contiguous().realize()) for _ in range(cfg.layers)]
+        bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
+        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device) for b in bases}
+        # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels
+        from tinygrad.engine.jit import TinyJit
+        from tinygrad.shape.symbolic import Variable
+        self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
+        self._decode = TinyJit(lambda x, start_pos: self._run(x, start_pos, 1).realize())
 
     def embed(self, ids: list[int]) -> Tensor:
         """The embedding rows of `ids`, each dequantized from its own blocks."""
@@ -161,16 +173,24 @@ class Transformer:
             rows = rows * math.sqrt(cfg.dim)
         return rows
 
-    def forward(self, ids: list[int], start_pos: int) -> Tensor:
-        cfg, fam = self.cfg, self.cfg.family
+    def forward(self, ids: list[int], start_pos: int, jit: bool = True) -> Tensor:
+        """The logits (vocab,) after `ids` at positions start_pos.. (the KV cache holds the ones before). A single
+        token after the first position runs the jitted decode step."""
         n = len(ids)
-        if start_pos + n > self.max_context:
+        if start_pos < 0 or start_pos + n > self.max_context:
             raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
-        x = self.embed(ids)
-        pos = Tensor.arange(start_pos, start_pos + n, device=self.device)
+        x = self.embed(ids).realize()
+        if jit and n == 1 and start_pos >= 1:
+            return self._decode(x, self.start_pos.bind(start_pos))
+        return self._run(x, start_pos, n)
+
+    def _run(self, x: Tensor, start_pos, n: int) -> Tensor:
+        """The layers on embeddings x (n, dim) at positions start_pos.. (an int, or the bound Variable)."""
+        cfg, fam = self.cfg, self.cfg.family
         end = start_pos + n
         # causal mask (and the sliding window's) over the cached positions 0..end-1, (n, end)
-        qpos = pos.reshape(n, 1)
+        qpos = (Tensor.arange(n, device=self.device) + (Tensor(start_pos, device=self.device)
+                                                        if not isinstance(start_pos, int) else start_pos)).reshape(n, 1)
         kpos = Tensor.arange(end, device=self.device).reshape(1, end)
         causal = kpos <= qpos
         sliding = causal & (kpos > qpos - cfg.window) if cfg.window else causal
@@ -186,7 +206,8 @@ class Transformer:
             if fam.qk_norm:
                 q, k = _rms(q, L["attn_q_norm"], cfg.eps), _rms(k, L["attn_k_norm"], cfg.eps)
             base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
-            q, k = _rope(q, pos, base, fam.neox_rope), _rope(k, pos, base, fam.neox_rope)
+            cos, sin = (t[start_pos:end] for t in self.rope[base])
+            q, k = _rope(q, cos, sin, fam.neox_rope), _rope(k, cos, sin, fam.neox_rope)
             ck, cv = self.cache[i]
             ck[start_pos:end].assign(k).realize()
             cv[start_pos:end].assign(v).realize()
