@@ -198,3 +198,16 @@ def test_cli_json_and_logits_for(tmp_path, capsys):
         seq.append(i)
     with pytest.raises(SystemExit):
         llm_main(["--model", str(path), "--logits-for", "[1, 99999]"])
+
+
+@pytest.mark.parametrize("ttype,nbytes", [(2, 18), (6, 22), (8, 34)])
+def test_int8_planes_equal_gguf_dequantization(ttype, nbytes):
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.model import _planes
+    from tinygrad.nn.state_gguf import dequantize
+    rng = np.random.default_rng(ttype)
+    raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
+    raw[:, :2] = np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)
+    q, d = _planes(ttype, raw.reshape(-1))
+    want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * 32,)).numpy().reshape(64, 32)
+    np.testing.assert_array_equal(q.astype(np.float32) * d[:, None], want)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from tinygrad.dtype import dtypes
 from tinygrad.nn.state_gguf import GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
@@ -79,20 +81,57 @@ class Config:
         return every == 0 or self.window == 0 or layer % every == every - 1
 
 
+Q4_0, Q5_0, Q8_0 = 2, 6, 8
+
+
+def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of 32 values with one fp16 scale and no offset (Q4_0, Q5_0, Q8_0) as (int8 values (n, 32), float32
+    scales (n,)): value = q * d."""
+    if ttype == Q8_0:
+        b = raw.reshape(-1, 34)
+        return b[:, 2:].view(np.int8), b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
+    if ttype == Q4_0:
+        b = raw.reshape(-1, 18)
+        qs = b[:, 2:18]
+        q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int8) - 8
+        return q, b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
+    b = raw.reshape(-1, 22)  # Q5_0: fp16 d, 32 high bits, 16 bytes of low nibbles
+    qh = b[:, 2:6].copy().view(np.uint32)[:, 0]
+    qs = b[:, 6:22]
+    low = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int16)
+    high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16) << 4
+    return (low | high).astype(np.int8) - 16, b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
+
+
 class Linear:
-    """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them."""
+    """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
+
+    Blocks of int values with one scale (Q4_0, Q5_0, Q8_0) are split at load into two planes, int8 values (out, in)
+    and float32 scales (out, in/32): Q8_0 in the same bytes, 4- and 5-bit ones in 8 bits a value. A matrix-vector
+    product then reads int8 values and one scale per 32 instead of taking every block apart bit by bit. The k-quants
+    (Q4_K, Q5_K, Q6_K) stay packed and are dequantized by gguf's Tensor ops in the kernel."""
 
     def __init__(self, t: GGUFTensor, device: str):
-        self.shape = t.shape
-        if t.quantized:
-            self.raw, self.ttype = t.raw().to(device).realize(), t.ttype
-            self.w = None
+        self.shape, self.ttype = t.shape, t.ttype
+        self.raw = self.w = self.qs = self.d = None
+        if t.ttype in (Q4_0, Q5_0, Q8_0):
+            q, d = _planes(t.ttype, t.raw().numpy())
+            out, inner = self.shape
+            self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
+            self.d = Tensor(d.reshape(out, inner // 32), device=device).realize()
+        elif t.quantized:
+            self.raw = t.raw().to(device).realize()
         else:
-            self.raw, self.ttype = None, t.ttype
             self.w = t.load().to(device).cast(dtypes.float32).realize()
 
     def weight(self) -> Tensor:
-        return self.w if self.w is not None else dequantize(self.ttype, self.raw, self.shape)
+        if self.w is not None:
+            return self.w
+        if self.qs is not None:
+            out, inner = self.shape
+            return (self.qs.cast(dtypes.float32).reshape(out, inner // 32, 32) *
+                    self.d.reshape(out, inner // 32, 1)).reshape(out, inner)
+        return dequantize(self.ttype, self.raw, self.shape)
 
     def __call__(self, x: Tensor) -> Tensor:
         return x @ self.weight().T
