@@ -200,14 +200,25 @@ def test_cli_json_and_logits_for(tmp_path, capsys):
         llm_main(["--model", str(path), "--logits-for", "[1, 99999]"])
 
 
-@pytest.mark.parametrize("ttype,nbytes", [(2, 18), (6, 22), (8, 34)])
-def test_int8_planes_equal_gguf_dequantization(ttype, nbytes):
+@pytest.mark.parametrize("ttype,nbytes,block", [(2, 18, 32), (6, 22, 32), (8, 34, 32), (12, 144, 256), (14, 210, 256)])
+def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
     from tinygrad import Tensor
     from tinygrad.apps.llm.model import _planes
     from tinygrad.nn.state_gguf import dequantize
     rng = np.random.default_rng(ttype)
     raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
-    raw[:, :2] = np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)
-    q, d = _planes(ttype, raw.reshape(-1))
-    want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * 32,)).numpy().reshape(64, 32)
-    np.testing.assert_array_equal(q.astype(np.float32) * d[:, None], want)
+    f16 = lambda: np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)  # noqa: E731
+    # the fp16 fields: scales at the start (Q4_K: d and dmin), at the end for Q6_K
+    if ttype == 14:
+        raw[:, 208:210] = f16()
+    else:
+        raw[:, :2] = f16()
+        if ttype == 12:
+            raw[:, 2:4] = f16()
+    q, d, m = _planes(ttype, raw.reshape(-1))
+    want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * block,)).numpy().reshape(64, block)
+    got = q.astype(np.float32).reshape(64, d.shape[1], -1) * d[:, :, None] if d.ndim == 2 else \
+        q.astype(np.float32) * d[:, None]
+    if m is not None:
+        got = got - m[:, :, None]
+    np.testing.assert_allclose(got.reshape(64, block), want, rtol=1e-6, atol=1e-6)

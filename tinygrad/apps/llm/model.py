@@ -81,44 +81,73 @@ class Config:
         return every == 0 or self.window == 0 or layer % every == every - 1
 
 
-Q4_0, Q5_0, Q8_0 = 2, 6, 8
+Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 2, 6, 8, 12, 14
+PLANE_TYPES = (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K)
 
 
-def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks of 32 values with one fp16 scale and no offset (Q4_0, Q5_0, Q8_0) as (int8 values (n, 32), float32
-    scales (n,)): value = q * d."""
+def _f16(b: np.ndarray) -> np.ndarray:
+    return b.copy().view(np.float16).astype(np.float32)
+
+
+def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A quantized type's blocks as planes: int8 values (n, values a block), float32 scales and offsets (or None)
+    (n, groups a block): value = q * scale - offset, each group of consecutive values sharing a scale and offset."""
     if ttype == Q8_0:
         b = raw.reshape(-1, 34)
-        return b[:, 2:].view(np.int8), b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
+        return b[:, 2:].view(np.int8), _f16(b[:, :2]), None
     if ttype == Q4_0:
         b = raw.reshape(-1, 18)
         qs = b[:, 2:18]
-        q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int8) - 8
-        return q, b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
-    b = raw.reshape(-1, 22)  # Q5_0: fp16 d, 32 high bits, 16 bytes of low nibbles
-    qh = b[:, 2:6].copy().view(np.uint32)[:, 0]
-    qs = b[:, 6:22]
-    low = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int16)
-    high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16) << 4
-    return (low | high).astype(np.int8) - 16, b[:, :2].copy().view(np.float16).astype(np.float32)[:, 0]
+        return np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int8) - 8, _f16(b[:, :2]), None
+    if ttype == Q5_0:
+        b = raw.reshape(-1, 22)  # fp16 d, 32 high bits, 16 bytes of low nibbles
+        qh = b[:, 2:6].copy().view(np.uint32)[:, 0]
+        qs = b[:, 6:22]
+        low = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int16)
+        high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16) << 4
+        return (low | high).astype(np.int8) - 16, _f16(b[:, :2]), None
+    if ttype == Q4_K:
+        # fp16 d and dmin, 8 six-bit scales and mins packed in 12 bytes, 128 bytes of nibbles: chunk c of 32 bytes
+        # holds sub-block 2c in its low nibbles and 2c+1 in its high ones
+        b = raw.reshape(-1, 144)
+        s = b[:, 4:16].astype(np.uint16)
+        sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+        mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+        qs = b[:, 16:144].reshape(-1, 4, 32)
+        q = np.stack([qs & 0xF, qs >> 4], axis=2).reshape(-1, 256).astype(np.int8)
+        return q, _f16(b[:, 0:2]) * sc, _f16(b[:, 2:4]) * mn
+    # Q6_K: 128 bytes of low nibbles, 64 of 2-bit pairs, 16 int8 scales (one per 16 values), fp16 d; each half of
+    # 128 values is four quarters: quarter k takes its low 4 bits from ql (bytes 64h+32(k%2).., low nibble for k < 2)
+    # and its top 2 from bits 2k of qh (bytes 32h..)
+    b = raw.reshape(-1, 210)
+    ql = b[:, 0:128].reshape(-1, 2, 2, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 32)
+    low = np.concatenate([ql & 0xF, ql >> 4], axis=2)  # (n, half, quarter, 32)
+    high = np.stack([(qh >> (2 * k)) & 3 for k in range(4)], axis=2)
+    q = ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8).reshape(-1, 256)
+    return q, _f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32), None
 
 
 class Linear:
     """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
 
-    Blocks of int values with one scale (Q4_0, Q5_0, Q8_0) are split at load into two planes, int8 values (out, in)
-    and float32 scales (out, in/32): Q8_0 in the same bytes, 4- and 5-bit ones in 8 bits a value. A matrix-vector
-    product then reads int8 values and one scale per 32 instead of taking every block apart bit by bit. The k-quants
-    (Q4_K, Q5_K, Q6_K) stay packed and are dequantized by gguf's Tensor ops in the kernel."""
+    Q4_0, Q5_0, Q8_0, Q4_K and Q6_K are split at load into planes (see _planes): int8 values (out, in) and float32
+    scales (and Q4_K's offsets) per group of 16 or 32 values. Q8_0 keeps its size, the others take 8 bits a value
+    and 1 or 2 floats a group. A matrix-vector product then reads int8 values and a scale per group instead of
+    taking every block apart bit by bit. Other types stay packed and are dequantized by gguf's Tensor ops in the
+    kernel."""
 
     def __init__(self, t: GGUFTensor, device: str):
         self.shape, self.ttype = t.shape, t.ttype
-        self.raw = self.w = self.qs = self.d = None
-        if t.ttype in (Q4_0, Q5_0, Q8_0):
-            q, d = _planes(t.ttype, t.raw().numpy())
+        self.raw = self.w = self.qs = self.d = self.m = None
+        if t.ttype in PLANE_TYPES:
+            q, d, m = _planes(t.ttype, t.raw().numpy())
             out, inner = self.shape
+            self.groups = inner * d.shape[1] // q.shape[1]
             self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
-            self.d = Tensor(d.reshape(out, inner // 32), device=device).realize()
+            self.d = Tensor(np.ascontiguousarray(d).reshape(out, self.groups), device=device).realize()
+            if m is not None:
+                self.m = Tensor(np.ascontiguousarray(m).reshape(out, self.groups), device=device).realize()
         elif t.quantized:
             self.raw = t.raw().to(device).realize()
         else:
@@ -129,8 +158,11 @@ class Linear:
             return self.w
         if self.qs is not None:
             out, inner = self.shape
-            return (self.qs.cast(dtypes.float32).reshape(out, inner // 32, 32) *
-                    self.d.reshape(out, inner // 32, 1)).reshape(out, inner)
+            g = self.groups
+            w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * self.d.reshape(out, g, 1)
+            if self.m is not None:
+                w = w - self.m.reshape(out, g, 1)
+            return w.reshape(out, inner)
         return dequantize(self.ttype, self.raw, self.shape)
 
     def __call__(self, x: Tensor) -> Tensor:
