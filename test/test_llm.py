@@ -222,3 +222,55 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
     if m is not None:
         got = got - m[:, :, None]
     np.testing.assert_allclose(got.reshape(64, block), want, rtol=1e-6, atol=1e-6)
+
+
+# ---- sampling -------------------------------------------------------------------------------------------------------
+def test_sampling_filters_keep_the_right_tokens_and_draw_by_probability():
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.sampling import Sampler, SamplingParams
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal(1000).astype(np.float32) * 3
+    order = np.argsort(-logits)
+    t = Tensor(logits)
+    assert Sampler(SamplingParams())(t, []) == int(order[0])  # temperature 0: the argmax
+    # the repetition penalty can move the argmax off a repeated token
+    pen = Sampler(SamplingParams(repeat_penalty=1e6))(t, [int(order[0])])
+    assert pen == int(order[1])
+    # top-k: every draw among the k best; top-p: among the smallest set holding p of the mass; min-p likewise
+    s = Sampler(SamplingParams(temperature=1.0, top_k=5, seed=3))
+    assert {s(t, []) for _ in range(40)} <= set(order[:5].tolist())
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    nucleus = order[:int(np.searchsorted(np.cumsum(probs[order]), 0.9) + 1)]
+    assert len(nucleus) > 2
+    s = Sampler(SamplingParams(temperature=1.0, top_p=0.9, seed=4))
+    drawn = [s(t, []) for _ in range(60)]
+    assert set(drawn) <= set(nucleus.tolist()) and len(set(drawn)) > 1
+    s = Sampler(SamplingParams(temperature=1.0, min_p=0.2, seed=5))
+    assert all(probs[i] >= 0.2 * probs.max() for i in (s(t, []) for _ in range(40)))
+    # the draw follows the softmax: two tokens of logits 0 and log 3 come out about 1:3
+    two = Tensor(np.array([0.0, np.log(3.0)], np.float32))
+    s = Sampler(SamplingParams(temperature=1.0, seed=6))
+    ones = sum(s(two, []) for _ in range(400))
+    assert 250 < ones < 350
+    # a seed repeats its draws
+    a, b = Sampler(SamplingParams(temperature=1.0, seed=7)), Sampler(SamplingParams(temperature=1.0, seed=7))
+    assert [a(t, []) for _ in range(5)] == [b(t, []) for _ in range(5)]
+    with pytest.raises(ValueError, match="out of range"):
+        Sampler(SamplingParams(top_p=0.0))
+
+
+def test_generate_streams_its_text_and_stops_at_a_stop_string(tmp_path):
+    from tinygrad.apps.llm.generate import generate
+    from tinygrad.apps.llm.sampling import SamplingParams
+    path, _ = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    tok = Tokenizer.from_gguf(kv)
+    model = Transformer(kv, tensors, max_context=32)
+    full = generate(model, tok, [2], 8, SamplingParams())
+    assert full.text == tok.decode(full.ids) and len(full.ids) >= 2
+    # stop at the text of the second generated token: the text ends before it, and the stream shows exactly that
+    stop = tok.decode(full.ids[:2])[len(tok.decode(full.ids[:1])):]
+    shown = []
+    res = generate(model, tok, [2], 8, SamplingParams(), stop=[stop], on_text=shown.append)
+    assert res.text == full.text[:full.text.find(stop)] and "".join(shown) == res.text

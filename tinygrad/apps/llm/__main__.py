@@ -1,4 +1,5 @@
-"""`python -m tinygrad.apps.llm --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--json]`
+"""`python -m tinygrad.apps.llm --model PATH --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]
+[--top-p P] [--min-p P] [--repeat-penalty R] [--stop TEXT] [--seed S] [--json]`
 
 Prints the generated text as it is made; with --json, one JSON object as the last line instead: prompt_ids (as fed
 to the model, BOS included), ids (the generated ones), text, prefill_tok_s, decode_tok_s. `--logits-for IDS_JSON`
@@ -17,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", default="", help="the prompt text")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--top-k", type=int, default=0, help="0: off")
+    ap.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    ap.add_argument("--min-p", type=float, default=0.0, help="0: off")
+    ap.add_argument("--repeat-penalty", type=float, default=1.0, help="1: off")
+    ap.add_argument("--stop", action="append", default=[], help="stop at this text (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--logits-for", metavar="IDS_JSON", help="print the final-position logits for these token ids")
@@ -25,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tinygrad.apps.llm.generate import generate
     from tinygrad.apps.llm.model import Transformer
+    from tinygrad.apps.llm.sampling import SamplingParams
     from tinygrad.apps.llm.tokenizer import Tokenizer
     from tinygrad.nn.state_gguf import gguf_tensors
     kv, tensors = gguf_tensors(args.model)
@@ -38,9 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         logits = model.forward(ids, 0).numpy()
         print(json.dumps([round(float(v), 5) for v in logits]))
         return 0
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.repeat_penalty, seed=args.seed)
+    try:
+        params.check()
+    except ValueError as e:
+        ap.error(str(e))
     prompt_ids = tok.encode(args.prompt)
     on_text = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    res = generate(model, tok, prompt_ids, args.max_tokens, args.temperature, args.seed, on_text)
+    res = generate(model, tok, prompt_ids, args.max_tokens, params, args.stop, on_text)
     if args.json:
         print(json.dumps({"prompt_ids": res.prompt_ids, "ids": res.ids, "text": res.text,
                           "prefill_tok_s": round(res.prefill_tok_s, 3), "decode_tok_s": round(res.decode_tok_s, 3)},
