@@ -274,3 +274,78 @@ def test_generate_streams_its_text_and_stops_at_a_stop_string(tmp_path):
     shown = []
     res = generate(model, tok, [2], 8, SamplingParams(), stop=[stop], on_text=shown.append)
     assert res.text == full.text[:full.text.find(stop)] and "".join(shown) == res.text
+
+
+# ---- the HTTP server --------------------------------------------------------------------------------------------------
+def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_ones(tmp_path):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from tinygrad.apps.llm.generate import generate
+    from tinygrad.apps.llm.sampling import SamplingParams
+    from tinygrad.apps.llm.server import LLMServer, chat_prompt
+    path, _ = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    tok = Tokenizer.from_gguf(kv)
+    model = Transformer(kv, tensors, max_context=48)
+    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    def post(route, body, raw=None):
+        data = raw if raw is not None else json.dumps(body).encode()
+        req = urllib.request.Request(base + route, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.headers.get("Content-Type"), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type"), e.read().decode()
+
+    # what greedy generation gives for each prompt, computed directly (the server must give the same)
+    want = {p: generate(model, tok, tok.encode(p), 5, SamplingParams()).text for p in ("t1", "t2 t3")}
+    chat_ids = tok.encode(chat_prompt([{"role": "user", "content": "t4"}]), special=True)
+    want_chat = generate(model, tok, chat_ids, 5, SamplingParams()).text
+    results = {}
+
+    def client(i):
+        p = ("t1", "t2 t3")[i % 2]
+        if i % 3 == 0:
+            st, ct, body = post("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0, "stream": True})
+            events = [ln[6:] for ln in body.split("\n") if ln.startswith("data: ")]
+            assert ct == "text/event-stream" and events[-1] == "[DONE]"
+            text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+            results[i] = (st, p, text, json.loads(events[-2])["choices"][0]["finish_reason"])
+        elif i % 3 == 1:
+            st, ct, body = post("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0})
+            out = json.loads(body)
+            results[i] = (st, p, out["choices"][0]["text"], out["choices"][0]["finish_reason"])
+            assert out["usage"]["prompt_tokens"] == len(tok.encode(p))
+        else:
+            st, ct, body = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "t4"}],
+                                                         "max_tokens": 5, "temperature": 0})
+            out = json.loads(body)
+            results[i] = (st, "chat", out["choices"][0]["message"]["content"], out["choices"][0]["finish_reason"])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(results) == 6
+    for st, p, text, finish in results.values():
+        assert st == 200 and finish in ("stop", "length")
+        assert text == (want_chat if p == "chat" else want[p])
+    # bad requests: 4xx with a JSON error, and the server still serves
+    for route, body, raw, code in [("/v1/completions", None, b"{not json", 400),
+                                   ("/v1/completions", {"prompt": 3}, None, 400),
+                                   ("/v1/completions", {"prompt": "t1", "max_tokens": 0}, None, 400),
+                                   ("/v1/completions", {"prompt": "t1", "top_p": 2}, None, 400),
+                                   ("/v1/chat/completions", {"messages": [{"role": "x"}]}, None, 400),
+                                   ("/v1/nothing", {}, None, 404)]:
+        st, ct, text = post(route, body, raw)
+        assert st == code and ct == "application/json" and "message" in json.loads(text)["error"]
+    st, _, body = post("/v1/completions", {"prompt": "t1", "max_tokens": 5, "temperature": 0})
+    assert st == 200 and json.loads(body)["choices"][0]["text"] == want["t1"]
+    srv.shutdown()
+    srv.server_close()

@@ -4,11 +4,14 @@
 Prints the generated text as it is made; with --json, one JSON object as the last line instead: prompt_ids (as fed
 to the model, BOS included), ids (the generated ones), text, prefill_tok_s, decode_tok_s. `--logits-for IDS_JSON`
 prints the final-position logits for the given ids (a JSON list) as a JSON list, for testing against a reference.
+`--chat` is an interactive conversation in the model's turn format; `--serve PORT` an OpenAI-style HTTP server
+(`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -27,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--logits-for", metavar="IDS_JSON", help="print the final-position logits for these token ids")
     ap.add_argument("--context", type=int, default=4096, help="the most positions the KV cache holds")
+    ap.add_argument("--chat", action="store_true", help="an interactive chat (a line of input a turn)")
+    ap.add_argument("--serve", type=int, metavar="PORT", help="an OpenAI-style HTTP server on this port")
     args = ap.parse_args(argv)
 
     from tinygrad.apps.llm.generate import generate
@@ -50,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         params.check()
     except ValueError as e:
         ap.error(str(e))
+    if args.serve is not None:
+        from tinygrad.apps.llm.server import serve
+        serve(model, tok, args.serve, name=os.path.basename(args.model))
+        return 0
+    if args.chat:
+        return _chat(model, tok, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)
     on_text = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     res = generate(model, tok, prompt_ids, args.max_tokens, params, args.stop, on_text)
@@ -60,6 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write("\n")
     return 0
+
+
+def _chat(model, tok, params, max_tokens: int) -> int:
+    """A conversation on stdin/stdout in the model's turn format, the whole history re-read each turn."""
+    from tinygrad.apps.llm.generate import generate
+    from tinygrad.apps.llm.server import chat_prompt
+    messages = []
+    while True:
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            sys.stdout.write("\n")
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line})
+        ids = tok.encode(chat_prompt(messages), special=True)
+        res = generate(model, tok, ids, max_tokens, params, on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": res.text})
 
 
 if __name__ == "__main__":

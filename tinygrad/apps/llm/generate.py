@@ -18,6 +18,7 @@ class Result:
     prefill_tok_s: float = 0.0
     decode_tok_s: float = 0.0
     ttft_s: float = 0.0
+    finish: str = "length"  # "stop": EOS or a stop string; "length": max_tokens or the context's end
 
 
 def generate(model: Transformer, tok: Tokenizer, prompt_ids: list[int], max_tokens: int,
@@ -40,12 +41,13 @@ def generate(model: Transformer, tok: Tokenizer, prompt_ids: list[int], max_toke
     while True:
         res.ids.append(nxt)
         history.append(nxt)
-        if nxt == tok.eos:
+        if nxt == tok.eos or nxt in tok.end_ids:
+            res.finish = "stop"
             break
         text += stream.feed(nxt)
         cut = min((text.find(s) for s in stop if s in text), default=-1)
         if cut >= 0:
-            text, stopped = text[:cut], True
+            text, stopped, res.finish = text[:cut], True, "stop"
             break
         # what can be shown: all but a tail that could still grow into a stop string
         hold = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)

@@ -45,6 +45,9 @@ class Tokenizer:
         # the texts split out before SentencePiece, longest first (ties: lower id first)
         order = sorted(range(len(self.tokens)), key=lambda i: (-len(self.tokens[i]), i))
         self.user_texts = [(self.tokens[i], i) for i in order if self.types[i] == USER_DEFINED and self.tokens[i]]
+        # control tokens that end the model's turn as EOS does (Gemma's <end_of_turn>)
+        self.end_ids = {self.ids[t] for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>") if t in self.ids and
+                        self.types[self.ids[t]] == CONTROL}
         self.control_texts = [(self.tokens[i], i) for i in order if self.types[i] == CONTROL and self.tokens[i]]
 
     @classmethod
