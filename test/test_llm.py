@@ -207,7 +207,8 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
     from tinygrad.nn.state_gguf import dequantize
     rng = np.random.default_rng(ttype)
     raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
-    f16 = lambda: np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)  # noqa: E731
+    def f16():
+        return np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)
     # the fp16 fields: scales at the start (Q4_K: d and dmin), at the end for Q6_K
     if ttype == 14:
         raw[:, 208:210] = f16()
@@ -224,7 +225,7 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
     np.testing.assert_allclose(got.reshape(64, block), want, rtol=1e-6, atol=1e-6)
 
 
-# ---- sampling -------------------------------------------------------------------------------------------------------
+# ---- sampling ---------------------------------------------------------------------------------------------------
 def test_sampling_filters_keep_the_right_tokens_and_draw_by_probability():
     from tinygrad import Tensor
     from tinygrad.apps.llm.sampling import Sampler, SamplingParams
@@ -276,7 +277,7 @@ def test_generate_streams_its_text_and_stops_at_a_stop_string(tmp_path):
     assert res.text == full.text[:full.text.find(stop)] and "".join(shown) == res.text
 
 
-# ---- the HTTP server --------------------------------------------------------------------------------------------------
+# ---- the HTTP server -------------------------------------------------------------------------------------------
 def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_ones(tmp_path):
     import threading
     import urllib.error
