@@ -350,3 +350,12 @@ def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_
     assert st == 200 and json.loads(body)["choices"][0]["text"] == want["t1"]
     srv.shutdown()
     srv.server_close()
+
+
+def test_cli_names_what_it_cannot_load(tmp_path, capsys):
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"# not a model")
+    for path in (str(bad), str(tmp_path / "missing.gguf")):
+        with pytest.raises(SystemExit) as e:
+            llm_main(["--model", path, "--prompt", "hi"])
+        assert e.value.code == 2 and "can't load" in capsys.readouterr().err

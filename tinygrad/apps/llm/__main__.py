@@ -38,10 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     from tinygrad.apps.llm.model import Transformer
     from tinygrad.apps.llm.sampling import SamplingParams
     from tinygrad.apps.llm.tokenizer import Tokenizer
+    from tinygrad.nn.state_file import CheckpointError
     from tinygrad.nn.state_gguf import gguf_tensors
-    kv, tensors = gguf_tensors(args.model)
-    tok = Tokenizer.from_gguf(kv)
-    model = Transformer(kv, tensors, max_context=args.context)
+    try:
+        kv, tensors = gguf_tensors(args.model)
+        tok = Tokenizer.from_gguf(kv)
+        model = Transformer(kv, tensors, max_context=args.context)
+    except (OSError, CheckpointError, ValueError, KeyError) as e:
+        ap.error(f"can't load {args.model}: {e}")
     if args.logits_for is not None:
         ids = json.loads(args.logits_for)
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < model.cfg.vocab
