@@ -359,3 +359,20 @@ def test_cli_names_what_it_cannot_load(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             llm_main(["--model", path, "--prompt", "hi"])
         assert e.value.code == 2 and "can't load" in capsys.readouterr().err
+
+
+def test_chunked_jitted_prefill_matches_one_pass(tmp_path):
+    path, w = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    ids = [int(i) for i in np.random.default_rng(3).integers(3, VOCAB, 40)]
+    plain = Transformer(kv, tensors, max_context=48)
+    want = plain.forward(ids[:20], 0, jit=False).numpy()
+    want2 = plain.forward(ids[20:40], 20, jit=False).numpy()  # a second prompt piece after the first
+    chunked = Transformer(kv, tensors, max_context=48)
+    for _ in range(3):  # the third call replays the captured chunks
+        np.testing.assert_allclose(chunked.forward(ids[:20], 0).numpy(), want, rtol=1e-4, atol=1e-4)
+        # 20 tokens at 20: a 16-chunk, then the context's last 4 positions (no chunk fits) in one plain step
+        np.testing.assert_allclose(chunked.forward(ids[20:40], 20).numpy(), want2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(want, _ref_forward(w, ids[:20]), rtol=2e-4, atol=2e-4)
+    with pytest.raises(ValueError, match="vocabulary"):
+        chunked.forward([VOCAB], 0)

@@ -82,6 +82,8 @@ class Config:
 
 
 Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 2, 6, 8, 12, 14
+# the prompt's chunk sizes, each one jitted prefill step
+PREFILL_CHUNKS = (16, 64)
 PLANE_TYPES = (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K)
 
 
@@ -223,15 +225,34 @@ class Transformer:
                        Tensor.zeros(*shape, device=self.device).contiguous().realize()) for _ in range(cfg.layers)]
         bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
         self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device) for b in bases}
-        # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels
+        # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels; prefill
+        # goes in chunks of PREFILL_CHUNKS tokens the same way (the last one padded), the logits from its last row
         from tinygrad.engine.jit import TinyJit
         from tinygrad.shape.symbolic import Variable
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
-        self._decode = TinyJit(lambda x, start_pos: self._run(x, start_pos, 1).realize())
+        self._decode = TinyJit(lambda x, start_pos: self._head(self._layers(x, start_pos, 1)[0:1]).realize())
+        self._chunks = {c: (Variable(f"chunk_pos{c}", 0, self.max_context - c),
+                            TinyJit(lambda x, start_pos, c=c: self._layers(x, start_pos, c).realize()))
+                        for c in PREFILL_CHUNKS if c <= self.max_context}
+        self._head_jit = TinyJit(lambda h: self._head(h).realize())
 
     def embed(self, ids: list[int]) -> Tensor:
-        """The embedding rows of `ids`, each dequantized from its own blocks."""
+        """The embedding rows of `ids`, each dequantized from its own blocks (on the host, from the mapped file, for
+        the types with planes: a few rows of a 262,144-row table are not worth a kernel)."""
         cfg, t = self.cfg, self.embd
+        if any(not 0 <= i < cfg.vocab for i in ids):
+            raise ValueError(f"token ids must be below the vocabulary's {cfg.vocab}, got {ids}")
+        if t.ttype in PLANE_TYPES:
+            vals, nbytes = t.block
+            row_bytes = cfg.dim // vals * nbytes
+            table = np.frombuffer(t.src.mv, dtype=np.uint8, count=t.nbytes, offset=t.where)
+            rows = []
+            for i in ids:
+                q, d, m = _planes(t.ttype, table[i * row_bytes:(i + 1) * row_bytes])
+                row = q.astype(np.float32).reshape(d.shape[0], d.shape[1], -1) * d[:, :, None]
+                rows.append((row - m[:, :, None] if m is not None else row).reshape(-1))
+            out = Tensor(np.stack(rows), device=self.device)
+            return out * math.sqrt(cfg.dim) if cfg.family.embed_scale else out
         if not t.quantized:
             rows = t.load().to(self.device)[Tensor(ids)].cast(dtypes.float32)
         else:
@@ -251,12 +272,37 @@ class Transformer:
         if start_pos < 0 or start_pos + n > self.max_context:
             raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
         x = self.embed(ids).realize()
-        if jit and n == 1 and start_pos >= 1:
+        if not jit:
+            return self._head(self._layers(x, start_pos, n)[n - 1:n])
+        if n == 1 and start_pos >= 1:
             return self._decode(x, self.start_pos.bind(start_pos))
-        return self._run(x, start_pos, n)
+        # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
+        # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
+        pos, h = start_pos, None
+        xs = x.numpy()
+        while pos < start_pos + n:
+            left = start_pos + n - pos
+            fits = [c for c in self._chunks if pos + c <= self.max_context]
+            if not fits:  # the context's last few positions: one step of its own size
+                return self._head(self._layers(x[pos - start_pos:], pos, left)[left - 1:left])
+            whole = [c for c in fits if c <= left]
+            c = max(whole) if whole else min(fits)
+            part = xs[pos - start_pos:pos - start_pos + c]
+            if len(part) < c:
+                part = np.concatenate([part, np.zeros((c - len(part), part.shape[1]), np.float32)])
+            var, fn = self._chunks[c]
+            h = fn(Tensor(part, device=self.device), var.bind(pos))
+            last = min(c, left) - 1
+            pos += min(c, left)
+        return self._head_jit(h[last:last + 1].contiguous().realize())
 
-    def _run(self, x: Tensor, start_pos, n: int) -> Tensor:
-        """The layers on embeddings x (n, dim) at positions start_pos.. (an int, or the bound Variable)."""
+    def _head(self, h: Tensor) -> Tensor:
+        """The logits (vocab,) of one hidden state (1, dim)."""
+        return self.output(_rms(h, self.output_norm, self.cfg.eps)).reshape(self.cfg.vocab)
+
+    def _layers(self, x: Tensor, start_pos, n: int) -> Tensor:
+        """The layers on embeddings x (n, dim) at positions start_pos.. (an int, or a bound Variable): the hidden
+        states (n, dim)."""
         cfg, fam = self.cfg, self.cfg.family
         end = start_pos + n
         # causal mask (and the sliding window's) over the cached positions 0..end-1, (n, end)
@@ -303,5 +349,4 @@ class Transformer:
             if fam.post_norms:
                 f = _rms(f, L["post_ffw_norm"], cfg.eps)
             x = (x + f).realize()
-        last = _rms(x[n - 1:n], self.output_norm, cfg.eps)
-        return self.output(last).reshape(cfg.vocab)
+        return x
