@@ -22,6 +22,12 @@ end: that reassociates the reduction (as PyTorch's vectorised sums do); elementw
 On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` splits a reduced dim across threads
 of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
 kernel clamps its out-of-range threads and gates their stores rather than returning early.
+
+A matmul-shaped kernel with the TC or SMEM Opt is lowered by `_lower_tc` instead (codegen/tensor_cores.py describes
+the kernel): a block of warps per output tile, operand slices staged in shared memory (COPY_ASYNC where they allow
+it, else loads and stores), tensor-core WMMA uops on `ldmatrix` fragments or a tile of FMAs per thread, and the
+accumulators through the kernel's elementwise tail to the stores, by the same `_lower_ast` and `_store` as the
+other kernels (each tiled dim's copies are offsets from the thread's base row or column).
 """
 from itertools import product
 

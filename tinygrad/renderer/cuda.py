@@ -134,6 +134,8 @@ def _round_narrow(val: float, dt: DType) -> float:
 class CUDALanguage(GPULanguage):
     """CUDA C, compiled by NVRTC with no headers."""
     name = "CUDA"
+    # mma.sync m16n8k16 for half and bfloat16, and cp.async: sm_80 and later (ops_cuda.py checks the GPU)
+    tensor_cores = ("m16n8k16", "cp.async")
     vec_ops_prelude = VEC_OPS_PRELUDE
     bitcast_prelude = BITCAST_PRELUDE
     kernel_prefix = 'extern "C" __global__ void '

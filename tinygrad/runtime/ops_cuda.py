@@ -23,7 +23,7 @@ import sys
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
-from tinygrad.renderer.cuda import CUDARenderer
+from tinygrad.renderer.cuda import CUDALanguage, CUDARenderer
 from tinygrad.renderer.gpu import launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
@@ -213,8 +213,8 @@ class CUDADevice(Compiled):
         self.sms = a(16)  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
         # the renderer takes the linearizer's tiles and 16-byte vectors (codegen/heuristic_gpu.py picks them)
-        # mma.sync m16n8k16 for half and bfloat16, and cp.async, came with sm_80
-        tcs = ("m16n8k16", "cp.async") if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
+        # the renderer's matrix instructions and asynchronous copies came with sm_80
+        tcs = CUDALanguage.tensor_cores if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs)
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
