@@ -7,6 +7,7 @@ device, and otherwise copied to the host once; its tensors then come out on its 
 """
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -61,6 +62,13 @@ class CheckpointBytes:
             self.mv: memoryview = Device[self.device].map()
         else:
             raise TypeError(f"a checkpoint is a file path or a uint8 Tensor of the file, not {type(src).__name__}")
+
+    def release_pages(self) -> None:
+        """Let the OS drop the mapped file's pages from memory (a read-only map: the next access reads them from the
+        file again), for a caller that has copied what it keeps. Nothing for bytes not mapped from a file."""
+        mm = getattr(self.mv, "obj", None) if self.disk else None
+        if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            mm.madvise(mmap.MADV_DONTNEED)
 
     @classmethod
     def in_memory(cls, data: bytes, name: str, device: str | None = None) -> CheckpointBytes:

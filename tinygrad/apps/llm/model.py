@@ -235,6 +235,9 @@ class Transformer:
                             TinyJit(lambda x, start_pos, c=c: self._layers(x, start_pos, c).realize()))
                         for c in PREFILL_CHUNKS if c <= self.max_context}
         self._head_jit = TinyJit(lambda h: self._head(h).realize())
+        # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
+        # it again, a few pages a token)
+        self.embd.src.release_pages()
 
     def embed(self, ids: list[int]) -> Tensor:
         """The embedding rows of `ids`, each dequantized from its own blocks (on the host, from the mapped file, for
