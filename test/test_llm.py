@@ -203,7 +203,7 @@ def test_cli_json_and_logits_for(tmp_path, capsys):
 @pytest.mark.parametrize("ttype,nbytes,block", [(2, 18, 32), (6, 22, 32), (8, 34, 32), (12, 144, 256), (14, 210, 256)])
 def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
     from tinygrad import Tensor
-    from tinygrad.apps.llm.model import _planes
+    from tinygrad.apps.llm.model import _planes, plane_values
     from tinygrad.nn.state_gguf import dequantize
     rng = np.random.default_rng(ttype)
     raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
@@ -216,13 +216,8 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
         raw[:, :2] = f16()
         if ttype == 12:
             raw[:, 2:4] = f16()
-    q, d, m = _planes(ttype, raw.reshape(-1))
     want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * block,)).numpy().reshape(64, block)
-    got = q.astype(np.float32).reshape(64, d.shape[1], -1) * d[:, :, None] if d.ndim == 2 else \
-        q.astype(np.float32) * d[:, None]
-    if m is not None:
-        got = got - m[:, :, None]
-    np.testing.assert_allclose(got.reshape(64, block), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(plane_values(*_planes(ttype, raw.reshape(-1))), want, rtol=1e-6, atol=1e-6)
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------------

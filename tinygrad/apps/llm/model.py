@@ -130,6 +130,12 @@ def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return q, _f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32), None
 
 
+def plane_values(q: np.ndarray, d: np.ndarray, m: np.ndarray | None) -> np.ndarray:
+    """The float32 values (n, values a block) that planes from _planes stand for."""
+    v = q.astype(np.float32).reshape(d.shape[0], d.shape[1], -1) * d[:, :, None]
+    return (v - m[:, :, None] if m is not None else v).reshape(q.shape[0], -1)
+
+
 class Linear:
     """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
 
@@ -230,7 +236,7 @@ class Transformer:
         from tinygrad.engine.jit import TinyJit
         from tinygrad.shape.symbolic import Variable
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
-        self._decode = TinyJit(lambda x, start_pos: self._head(self._layers(x, start_pos, 1)[0:1]).realize())
+        self._decode = TinyJit(lambda x, start_pos: self._head(self._layers(x, start_pos, 1)).realize())
         self._chunks = {c: (Variable(f"chunk_pos{c}", 0, self.max_context - c),
                             TinyJit(lambda x, start_pos, c=c: self._layers(x, start_pos, c).realize()))
                         for c in PREFILL_CHUNKS if c <= self.max_context}
@@ -239,9 +245,9 @@ class Transformer:
         # it again, a few pages a token)
         self.embd.src.release_pages()
 
-    def embed(self, ids: list[int]) -> Tensor:
-        """The embedding rows of `ids`, each dequantized from its own blocks (on the host, from the mapped file, for
-        the types with planes: a few rows of a 262,144-row table are not worth a kernel)."""
+    def embed(self, ids: list[int]) -> np.ndarray:
+        """The embedding rows of `ids` (n, dim) on the host, each dequantized from its own blocks (from the mapped
+        file, for the types with planes: a few rows of a 262,144-row table are not worth a kernel)."""
         cfg, t = self.cfg, self.embd
         if any(not 0 <= i < cfg.vocab for i in ids):
             raise ValueError(f"token ids must be below the vocabulary's {cfg.vocab}, got {ids}")
@@ -249,24 +255,19 @@ class Transformer:
             vals, nbytes = t.block
             row_bytes = cfg.dim // vals * nbytes
             table = np.frombuffer(t.src.mv, dtype=np.uint8, count=t.nbytes, offset=t.where)
-            rows = []
-            for i in ids:
-                q, d, m = _planes(t.ttype, table[i * row_bytes:(i + 1) * row_bytes])
-                row = q.astype(np.float32).reshape(d.shape[0], d.shape[1], -1) * d[:, :, None]
-                rows.append((row - m[:, :, None] if m is not None else row).reshape(-1))
-            out = Tensor(np.stack(rows), device=self.device)
-            return out * math.sqrt(cfg.dim) if cfg.family.embed_scale else out
-        if not t.quantized:
-            rows = t.load().to(self.device)[Tensor(ids)].cast(dtypes.float32)
+            rows = np.stack([plane_values(*_planes(t.ttype, table[i * row_bytes:(i + 1) * row_bytes])).reshape(-1)
+                             for i in ids])
+        elif not t.quantized:
+            rows = t.load().to(self.device)[Tensor(ids)].cast(dtypes.float32).numpy()
         else:
             vals, nbytes = t.block
             row_bytes = cfg.dim // vals * nbytes
             raw = t.raw()
             rows = Tensor.stack(*[dequantize(t.ttype, raw[i * row_bytes:(i + 1) * row_bytes].to(self.device),
-                                             (cfg.dim,)) for i in ids], dim=0)
+                                             (cfg.dim,)) for i in ids], dim=0).numpy()
         if cfg.family.embed_scale:
-            rows = rows * math.sqrt(cfg.dim)
-        return rows
+            rows = rows * np.float32(math.sqrt(cfg.dim))
+        return rows.astype(np.float32)
 
     def forward(self, ids: list[int], start_pos: int, jit: bool = True) -> Tensor:
         """The logits (vocab,) after `ids` at positions start_pos.. (the KV cache holds the ones before). A single
@@ -274,20 +275,20 @@ class Transformer:
         n = len(ids)
         if start_pos < 0 or start_pos + n > self.max_context:
             raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
-        x = self.embed(ids).realize()
+        xs = self.embed(ids)
         if not jit:
-            return self._head(self._layers(x, start_pos, n)[n - 1:n])
+            return self._head(self._layers(Tensor(xs, device=self.device), start_pos, n)[n - 1:n])
         if n == 1 and start_pos >= 1:
-            return self._decode(x, self.start_pos.bind(start_pos))
+            return self._decode(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
         # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
         # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
         pos, h = start_pos, None
-        xs = x.numpy()
         while pos < start_pos + n:
             left = start_pos + n - pos
             fits = [c for c in self._chunks if pos + c <= self.max_context]
             if not fits:  # the context's last few positions: one step of its own size
-                return self._head(self._layers(x[pos - start_pos:], pos, left)[left - 1:left])
+                x = Tensor(xs[pos - start_pos:], device=self.device)
+                return self._head(self._layers(x, pos, left)[left - 1:left])
             whole = [c for c in fits if c <= left]
             c = max(whole) if whole else min(fits)
             part = xs[pos - start_pos:pos - start_pos + c]
