@@ -45,10 +45,12 @@ class Tokenizer:
         # the texts split out before SentencePiece, longest first (ties: lower id first)
         order = sorted(range(len(self.tokens)), key=lambda i: (-len(self.tokens[i]), i))
         self.user_texts = [(self.tokens[i], i) for i in order if self.types[i] == USER_DEFINED and self.tokens[i]]
+        # ... and with the control tokens among them, for encode(special=True)
+        self.special_texts = [(self.tokens[i], i) for i in order if self.types[i] in (USER_DEFINED, CONTROL) and
+                              self.tokens[i]]
         # control tokens that end the model's turn as EOS does (Gemma's <end_of_turn>)
         self.end_ids = {self.ids[t] for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>") if t in self.ids and
                         self.types[self.ids[t]] == CONTROL}
-        self.control_texts = [(self.tokens[i], i) for i in order if self.types[i] == CONTROL and self.tokens[i]]
 
     @classmethod
     def from_gguf(cls, kv: dict[str, Any]) -> Tokenizer:
@@ -80,9 +82,7 @@ class Tokenizer:
         """`text` as [(piece, None) of raw text, or (text, id) of a special token], each special text split out of
         every raw piece in turn, longest first."""
         parts: list[tuple[str, int | None]] = [(text, None)] if text else []
-        texts = self.user_texts + (self.control_texts if special else [])
-        texts.sort(key=lambda x: (-len(x[0]), x[1]))
-        for tok, tid in texts:
+        for tok, tid in (self.special_texts if special else self.user_texts):
             nxt: list[tuple[str, int | None]] = []
             for piece, pid in parts:
                 if pid is not None or tok not in piece:
