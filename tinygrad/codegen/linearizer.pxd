@@ -76,6 +76,7 @@ cdef class Linearizer:
     cdef object _lower_leaf(self, object op, tuple combo, bint post)
     cdef object _leaf_scalar(self, object op, object idx, object valid)
     cdef void _store(self, object mb, tuple combo, object val)
+    cdef void _lower_loops(self)
     cdef object _lower_tc(self)
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)

@@ -390,10 +390,16 @@ cdef class Linearizer:
         if self.tc is not None:
             self._lane = None
             self._lower_tc()
-            if DEBUG >= 6:
-                from tinygrad.codegen.uops import print_uops
-                print(print_uops(self.uops))
-            return self
+        else:
+            self._lower_loops()
+        if DEBUG >= 6:
+            from tinygrad.codegen.uops import print_uops
+            print(print_uops(self.uops))
+        return self
+
+    cdef void _lower_loops(self):
+        """The kernel as loops (or the GPU grid) over its dims, tiles of copies and vector lanes: see the module
+        docstring."""
         full = self.full_shape
         self._lane = Variable("_lane", 0, self.vector_width - 1) if self.vector_axis != -1 else None
         # the loop index of each dim (None where the loop would have one step: a size-1 or fully expanded dim)
@@ -431,10 +437,6 @@ cdef class Linearizer:
         for lp in reversed(loops):
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)
-        if DEBUG >= 6:
-            from tinygrad.codegen.uops import print_uops
-            print(print_uops(self.uops))
-        return self
 
     cdef void _grid_indices(self, list global_axes):
         """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
