@@ -25,7 +25,7 @@ from tinygrad.codegen.uops import UOps
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.cuda import HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDARenderer
+from tinygrad.renderer.cuda import _MMA_TYPES, HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDARenderer
 from tinygrad.renderer.gpu_plan import VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
 
@@ -172,7 +172,7 @@ def _emulate_mma(src: str) -> str:
     if "tg_smem_addr" not in src:
         return src
     src = src.replace(MMA_PRELUDE, "")
-    for name, ty in (("m16n8k16_f16", "f16"), ("m16n8k16_bf16", "bf16")):
+    for name, ty in _MMA_TYPES.items():
         src = src.replace(MMA_FN.format(name=name, ty=ty), "")
     return src.replace(VEC_PRELUDE, VEC_PRELUDE + _MMA_EMU)
 
