@@ -371,3 +371,21 @@ def test_chunked_jitted_prefill_matches_one_pass(tmp_path):
     np.testing.assert_allclose(want, _ref_forward(w, ids[:20]), rtol=2e-4, atol=2e-4)
     with pytest.raises(ValueError, match="vocabulary"):
         chunked.forward([VOCAB], 0)
+
+
+# ---- the tokenizer's compact vocabulary --------------------------------------------------------------------------
+def test_vocab_finds_what_a_dict_finds():
+    """Vocab against a dict built in id order, on texts with repeats (the last id wins) and a table small enough
+    for long probe chains."""
+    from tinygrad.apps.llm.tokenizer import Vocab
+    rng = np.random.default_rng(4)
+    alphabet = ["a", "b", S, "é", "😀", "\n", " "]
+    texts = ["".join(rng.choice(alphabet, rng.integers(0, 5))) for _ in range(300)]
+    v, want = Vocab(texts), {t: i for i, t in enumerate(texts)}
+    assert len(v) == len(texts) and [v.text(i) for i in range(len(texts))] == texts
+    assert all(v.raw(i) == t.encode() for i, t in enumerate(texts))
+    for t in set(texts) | {"zz", "a" * 9, S + "x"}:
+        assert v.get(t) == want.get(t) and (t in v) == (t in want), t
+    with pytest.raises(KeyError):
+        v["zz"]
+    assert len(Vocab([])) == 0 and Vocab([]).get("a") is None

@@ -13,14 +13,88 @@ From the metadata: the tokens' texts (`tokenizer.ggml.tokens`), their scores and
 
 Decoding joins the tokens' texts (U+2581 back to spaces, byte tokens as bytes); `StreamDecoder` gives text as ids
 arrive without ever splitting a UTF-8 character.
+
+Storage: a vocabulary of 262,144 tokens as Python objects (a list of str, a dict from text to id, a list of float
+scores) takes ~50 MB; `Vocab` keeps the texts as one UTF-8 blob with offsets and finds ids through a hash table in
+numpy arrays (~10 MB), with the same results.
 """
 from __future__ import annotations
 
 import heapq
 from typing import Any
 
+import numpy as np
+
 SPACE = "\u2581"
+SPACE_UTF8 = SPACE.encode("utf-8")
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+class Vocab:
+    """Token texts by id and ids by text, in a few flat arrays: `vocab.text(i)`, `vocab.raw(i)` (its UTF-8 bytes),
+    `vocab[text]` / `vocab.get(text)` / `text in vocab` (of texts that appear twice, the last id, as a dict built
+    in id order would keep), `len(vocab)`.
+
+    The lookup is open addressing over a table twice the vocabulary's size (so probe chains stay short): slot
+    `hash(text) & mask` and those after it hold ids; a slot holding -1 ends the chain. Python's str hash is
+    salted per process, which is fine for a table built in the process that uses it."""
+
+    def __init__(self, texts: list[str]):
+        n = len(texts)
+        # one text's bytes at a time for the lengths, and one big encode for the blob: no list of 262,144 bytes
+        # objects, whose freed small blocks would stay in the process's heap
+        self.blob = "".join(texts).encode("utf-8", "surrogatepass")
+        self._offsets = np.zeros(n + 1, np.int64)
+        lengths = (len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        np.cumsum(np.fromiter(lengths, np.int64, n), out=self._offsets[1:])
+        self._hashes = np.fromiter(map(hash, texts), np.int64, n)
+        size = 1 << max(3, (2 * n - 1).bit_length())
+        self._mask = size - 1
+        self._table = np.full(size, -1, np.int32)
+        # insert all at once, a round per probe step: of the ids that reach a free slot together the highest takes
+        # it and the rest move on; ids of equal texts share a chain, so the highest (the last) is found first
+        pending = np.arange(n - 1, -1, -1)
+        slot = self._hashes[pending] & self._mask
+        while pending.size:
+            free = np.flatnonzero(self._table[slot] < 0)
+            taken, first = np.unique(slot[free], return_index=True)
+            self._table[taken] = pending[free[first]]
+            stay = np.ones(pending.size, bool)
+            stay[free[first]] = False
+            pending, slot = pending[stay], (slot[stay] + 1) & self._mask
+        # memoryviews: indexing one from Python gives a plain int, several times faster than a numpy scalar
+        self._off, self._hash, self._slots = (memoryview(a) for a in (self._offsets, self._hashes, self._table))
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def raw(self, tid: int) -> bytes:
+        return self.blob[self._off[tid]:self._off[tid + 1]]
+
+    def text(self, tid: int) -> str:
+        return self.raw(tid).decode("utf-8", "surrogatepass")
+
+    def get(self, text: str, default: int | None = None) -> int | None:
+        # the hot path of encoding (a lookup per candidate pair): attributes read once, text compared as bytes
+        h = hash(text)
+        mask, slots, hashes, off = self._mask, self._slots, self._hash, self._off
+        s = h & mask
+        tid = slots[s]
+        while tid >= 0:
+            if hashes[tid] == h and self.blob[off[tid]:off[tid + 1]] == text.encode("utf-8", "surrogatepass"):
+                return tid
+            s = (s + 1) & mask
+            tid = slots[s]
+        return default
+
+    def __getitem__(self, text: str) -> int:
+        tid = self.get(text)
+        if tid is None:
+            raise KeyError(text)
+        return tid
+
+    def __contains__(self, text: str) -> bool:
+        return self.get(text) is not None
 
 
 class Tokenizer:
@@ -29,28 +103,31 @@ class Tokenizer:
     def __init__(self, tokens: list[str], scores: list[float] | None = None, types: list[int] | None = None,
                  bos: int | None = None, eos: int | None = None, unk: int | None = None, add_bos: bool = True,
                  add_space_prefix: bool = False):
-        self.tokens = list(tokens)
-        self.scores = list(scores) if scores is not None else [0.0] * len(tokens)
-        self.types = list(types) if types is not None else [NORMAL] * len(tokens)
-        if not len(self.tokens) == len(self.scores) == len(self.types):
-            raise ValueError(f"a vocabulary of {len(self.tokens)} tokens with {len(self.scores)} scores and "
-                             f"{len(self.types)} types")
+        n = len(tokens)
+        # float64: the scores compare exactly as the given Python floats do (GGUF's float32 ones fit)
+        self.scores = np.asarray(scores if scores is not None else np.zeros(n), np.float64)
+        self.types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int32)
+        if not n == len(self.scores) == len(self.types):
+            raise ValueError(f"a vocabulary of {n} tokens with {len(self.scores)} scores and {len(self.types)} types")
+        self.vocab = self.ids = Vocab(tokens)
+        self._score = memoryview(self.scores)
         self.bos, self.eos, self.unk = bos, eos, unk
         self.add_bos, self.add_space_prefix = add_bos, add_space_prefix
-        self.ids = {t: i for i, t in enumerate(self.tokens)}
         self.byte_ids = {}
-        for i, (t, ty) in enumerate(zip(self.tokens, self.types)):
-            if ty == BYTE and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+        for i in np.flatnonzero(self.types == BYTE).tolist():
+            t = self.vocab.text(i)
+            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
                 self.byte_ids[int(t[3:5], 16)] = i
         # the texts split out before SentencePiece, longest first (ties: lower id first)
-        order = sorted(range(len(self.tokens)), key=lambda i: (-len(self.tokens[i]), i))
-        self.user_texts = [(self.tokens[i], i) for i in order if self.types[i] == USER_DEFINED and self.tokens[i]]
+        ids = np.flatnonzero(np.isin(self.types, (USER_DEFINED, CONTROL))).tolist()
+        special = sorted(((t, i) for t, i in ((self.vocab.text(i), i) for i in ids) if t),
+                         key=lambda ti: (-len(ti[0]), ti[1]))
+        self.user_texts = [(t, i) for t, i in special if self.types[i] == USER_DEFINED]
         # ... and with the control tokens among them, for encode(special=True)
-        self.special_texts = [(self.tokens[i], i) for i in order if self.types[i] in (USER_DEFINED, CONTROL) and
-                              self.tokens[i]]
+        self.special_texts = special
         # control tokens that end the model's turn as EOS does (Gemma's <end_of_turn>)
-        self.end_ids = {self.ids[t] for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>") if t in self.ids and
-                        self.types[self.ids[t]] == CONTROL}
+        ends = (self.vocab.get(t) for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>"))
+        self.end_ids = {i for i in ends if i is not None and self.types[i] == CONTROL}
 
     @classmethod
     def from_gguf(cls, kv: dict[str, Any]) -> Tokenizer:
@@ -109,16 +186,17 @@ class Tokenizer:
         alive = [True] * len(syms)
         merged_from: dict[str, tuple[str, str]] = {}
         heap: list[tuple[float, int, int, str, str]] = []
+        lookup, score = self.vocab.get, self._score
 
         def push(left: int) -> None:
             right = nxt[left]
             if left < 0 or right < 0:
                 return
             joined = syms[left] + syms[right]
-            tid = self.ids.get(joined)
+            tid = lookup(joined)
             if tid is not None:
                 # highest score first; the leftmost of equal scores
-                heapq.heappush(heap, (-self.scores[tid], left, right, syms[left], syms[right]))
+                heapq.heappush(heap, (-score[tid], left, right, syms[left], syms[right]))
 
         for i in range(len(syms) - 1):
             push(i)
@@ -165,14 +243,15 @@ class Tokenizer:
     # ---- decoding ----
     def token_bytes(self, tid: int) -> bytes:
         """The bytes token `tid` stands for in text (control tokens: none)."""
-        if not 0 <= tid < len(self.tokens):
-            raise ValueError(f"token id {tid} is outside the vocabulary of {len(self.tokens)}")
+        if not 0 <= tid < len(self.vocab):
+            raise ValueError(f"token id {tid} is outside the vocabulary of {len(self.vocab)}")
         ty = self.types[tid]
         if ty == BYTE:
-            return bytes([int(self.tokens[tid][3:5], 16)])
+            return bytes([int(self.vocab.text(tid)[3:5], 16)])
         if ty in (CONTROL, UNKNOWN, UNUSED):
             return b""
-        return self.tokens[tid].replace(SPACE, " ").encode("utf-8")
+        # U+2581's UTF-8 bytes can't occur inside another character's: replacing them in the bytes is exact
+        return self.vocab.raw(tid).replace(SPACE_UTF8, b" ")
 
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
