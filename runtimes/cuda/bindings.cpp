@@ -87,6 +87,9 @@ PYBIND11_MODULE(_cuda, m) {
            }),
            py::arg("device"), py::arg("name"), py::arg("image"))
       .def_property_readonly("num_regs", &CudaProgram::num_regs)
+      .def_property("dynamic_shared", &CudaProgram::dynamic_shared, &CudaProgram::set_dynamic_shared,
+                    "Bytes of dynamic shared memory every launch gives the kernel (0: none; its `extern __shared__`"
+                    " array). Setting it above 48 KB opts the kernel in; RuntimeError where the device has less.")
       .def_property_readonly("max_threads_per_block", &CudaProgram::max_threads_per_block)
       .def_property_readonly(
           "params",

@@ -81,6 +81,8 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 // cuFuncGetAttribute (CUfunction_attribute)
 inline constexpr int CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
 inline constexpr int CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
+// cuFuncSetAttribute: how much dynamic shared memory launches may ask for (above 48 KB a kernel must opt in)
+inline constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 // flags
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
@@ -158,6 +160,7 @@ struct DriverApi {
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name) = nullptr;
   CUresult (*cuModuleUnload)(CUmodule module) = nullptr;
   CUresult (*cuFuncGetAttribute)(int* value, int attribute, CUfunction function) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction function, int attribute, int value) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                              unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream,
                              void** params, void** extra) = nullptr;

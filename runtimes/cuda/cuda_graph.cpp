@@ -52,7 +52,7 @@ KernelNodeParams CudaGraph::node_params(Launch& l) const {
   p.blockDimX = l.dims.local[0];
   p.blockDimY = l.dims.local[1];
   p.blockDimZ = l.dims.local[2];
-  p.sharedMemBytes = 0;
+  p.sharedMemBytes = static_cast<unsigned>(l.program->dynamic_shared());
   p.kernelParams = nullptr;
   p.extra = l.packed_size != 0 ? l.extra : nullptr;  // the driver copies the packed arguments into the node
   return p;

@@ -149,11 +149,22 @@ void CudaProgram::enqueue(const KernelArg* args, size_t nargs, const LaunchDims&
   ctx_->make_current();
   // The driver copies the packed arguments before returning, so scratch_ is free again afterwards.
   CUresult r = ctx_->api().cuLaunchKernel(function_, dims.global[0], dims.global[1], dims.global[2], dims.local[0],
-                                          dims.local[1], dims.local[2], 0, ctx_->stream(), nullptr,
+                                          dims.local[1], dims.local[2], static_cast<unsigned>(dynamic_shared_),
+                                          ctx_->stream(), nullptr,
                                           size != 0 ? extra : nullptr);
   if (r != CUDA_SUCCESS)
     ctx_->fail("cuLaunchKernel", r, "launching " + name_ + " with grid " + dims_text(dims.global) + " block " +
                                         dims_text(dims.local));
+}
+
+void CudaProgram::set_dynamic_shared(int bytes) {
+  if (bytes < 0) throw UsageError("kernel " + name_ + ": dynamic shared memory must be at least 0 bytes");
+  ctx_->make_current();
+  CUresult r = ctx_->api().cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+  if (r != CUDA_SUCCESS)
+    ctx_->fail("cuFuncSetAttribute", r,
+               "giving kernel " + name_ + " " + std::to_string(bytes) + " bytes of dynamic shared memory");
+  dynamic_shared_ = bytes;
 }
 
 void CudaProgram::launch(const KernelArg* args, size_t nargs, const LaunchDims* dims) {

@@ -44,6 +44,11 @@ class CudaProgram final : public Program {
   // driver rejects a buffer larger than the parameters (as CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES). Pointers take 8
   // bytes, ints 4 (or 8 for a 64-bit parameter). Throws tg::UsageError like launch().
   void pack(const KernelArg* args, size_t nargs, std::vector<std::uint8_t>& out) const;
+  // Makes every later launch give the kernel `bytes` of dynamic shared memory (an `extern __shared__` array), opting
+  // in with cuFuncSetAttribute where that is above the default 48 KB. Throws tg::RuntimeError with the driver's
+  // error where the device cannot give that much (CUDA_ERROR_INVALID_VALUE).
+  void set_dynamic_shared(int bytes);
+  int dynamic_shared() const noexcept { return dynamic_shared_; }
   // Throws tg::UsageError unless every dimension is at least 1 and within the kernel's and the device's limits.
   void check_dims(const LaunchDims& dims) const;
 
@@ -66,6 +71,7 @@ class CudaProgram final : public Program {
   bool layout_known_ = false;
   int max_threads_ = 0;
   int num_regs_ = 0;
+  int dynamic_shared_ = 0;
   std::uint32_t max_grid_[3] = {}, max_block_[3] = {};  // the device's limits, read once
   std::vector<std::uint8_t> scratch_;  // packed arguments of the launch in progress (launches are serialised)
   CUevent timing_[2] = {nullptr, nullptr};

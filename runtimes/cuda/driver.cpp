@@ -106,6 +106,7 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
   resolve(boot, "cuModuleGetFunction", &api->cuModuleGetFunction, v, true);
   resolve(boot, "cuModuleUnload", &api->cuModuleUnload, v, true);
   resolve(boot, "cuFuncGetAttribute", &api->cuFuncGetAttribute, v, true);
+  resolve(boot, "cuFuncSetAttribute", &api->cuFuncSetAttribute, v, true);
   resolve(boot, "cuLaunchKernel", &api->cuLaunchKernel, v, true);
   resolve(boot, "cuStreamCreate", &api->cuStreamCreate, v, true);
   resolve(boot, "cuStreamDestroy", &api->cuStreamDestroy, v, true);

@@ -38,6 +38,7 @@
   X(cuModuleGetFunction, cuModuleGetFunction_v2000)                                                              \
   X(cuModuleUnload, cuModuleUnload_v2000)                                                                        \
   X(cuFuncGetAttribute, cuFuncGetAttribute_v2020)                                                                \
+  X(cuFuncSetAttribute, cuFuncSetAttribute_v9000)                                                                \
   X(cuLaunchKernel, cuLaunchKernel_v4000)                                                                        \
   X(cuStreamCreate, cuStreamCreate_v2000)                                                                        \
   X(cuStreamDestroy, cuStreamDestroy_v4000)                                                                      \
@@ -125,6 +126,7 @@ TG_CHECK_FIELD(kern)
 TG_CHECK_FIELD(ctx)
 #undef TG_CHECK_FIELD
 
+static_assert(t::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
 static_assert(t::CUDA_SUCCESS == CUDA_SUCCESS && t::CUDA_ERROR_INVALID_VALUE == CUDA_ERROR_INVALID_VALUE);
 static_assert(t::CUDA_ERROR_OUT_OF_MEMORY == CUDA_ERROR_OUT_OF_MEMORY);
 static_assert(t::CUDA_ERROR_NOT_INITIALIZED == CUDA_ERROR_NOT_INITIALIZED);

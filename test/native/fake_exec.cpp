@@ -92,6 +92,15 @@ CUresult f_cuFuncGetAttribute(int* v, int attr, CUfunction f) {
   else return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
+CUresult f_cuFuncSetAttribute(CUfunction f, int attr, int v) {
+  FAKE_ENTER("cuFuncSetAttribute", {u(f), static_cast<std::uint64_t>(attr), static_cast<std::uint64_t>(v)});
+  auto it = s.functions.find(u(f));
+  if (it == s.functions.end()) return CUDA_ERROR_INVALID_HANDLE;
+  // an H100's opt-in limit per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+  if (attr != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || v < 0 || v > 232448) return CUDA_ERROR_INVALID_VALUE;
+  it->second.dynamic_shared_max = v;
+  return CUDA_SUCCESS;
+}
 CUresult f_cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
   FAKE_ENTER("cuFuncGetParamInfo", {u(f), index});
   auto it = s.functions.find(u(f));
@@ -110,6 +119,7 @@ CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (std::uint64_t{bx} * by * bz > static_cast<std::uint64_t>(it->second.sig.max_threads))
     return CUDA_ERROR_INVALID_VALUE;
+  if (smem > static_cast<unsigned>(it->second.dynamic_shared_max)) return CUDA_ERROR_INVALID_VALUE;
   State::Node n;
   n.func = u(f);
   unsigned dims[6] = {gx, gy, gz, bx, by, bz};
@@ -288,6 +298,7 @@ void add_exec_entry_points(std::map<std::string, void*>& table) {
   table["cuModuleGetFunction"] = reinterpret_cast<void*>(&f_cuModuleGetFunction);
   table["cuModuleUnload"] = reinterpret_cast<void*>(&f_cuModuleUnload);
   table["cuFuncGetAttribute"] = reinterpret_cast<void*>(&f_cuFuncGetAttribute);
+  table["cuFuncSetAttribute"] = reinterpret_cast<void*>(&f_cuFuncSetAttribute);
   table["cuFuncGetParamInfo"] = reinterpret_cast<void*>(&f_cuFuncGetParamInfo);
   table["cuLaunchKernel"] = reinterpret_cast<void*>(&f_cuLaunchKernel);
   table["cuStreamCreate"] = reinterpret_cast<void*>(&f_cuStreamCreate);

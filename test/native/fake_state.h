@@ -57,6 +57,7 @@ struct State {
   struct Function {
     std::uint64_t module;
     KernelSignature sig;
+    int dynamic_shared_max = 48 * 1024;  // cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
   };
   struct Node {
     std::uint64_t func = 0;

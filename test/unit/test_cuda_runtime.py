@@ -571,12 +571,30 @@ def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
 def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
     from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
     dims = ((5, 1, 1), (256, 1, 1))
-    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True)
-    assert unpack_lib(pack_lib(b"CUBIN", None)) == (b"CUBIN", None, False)
-    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False)
+    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0)
+    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0)
+    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728)
+    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0)
     old = b"TGCUDA1\0" + struct.pack("<6I", 5, 1, 1, 256, 1, 1) + b"CUBIN"  # the layout before the flag
-    assert unpack_lib(old) == (b"CUBIN", dims, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, False, 0)
+    old = b"TGCUDA2\0" + struct.pack("<7I", 5, 1, 1, 256, 1, 1, 1) + b"CUBIN"  # before dynamic shared memory
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 0)
+
+
+def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake):
+    from tinygrad.runtime.ops_cuda import CUDAProgram, pack_lib
+    image, _ = _cuda.nvrtc_compile(KERNEL, "k", ["--gpu-architecture=sm_90"])
+    dims = ((4, 1, 1), (64, 1, 1))
+    prg = CUDAProgram(cuda, "k", pack_lib(image, dims, shared=96 * 1024))
+    assert prg.native.dynamic_shared == 96 * 1024
+    buf = _cuda.DeviceBuffer(cuda._dev, 64)
+    prg(buf, buf, 3, 4)
+    cuda.synchronize()
+    assert calls("cuFuncSetAttribute")[-1][1][1:] == (8, 96 * 1024)  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+    assert calls("cuLaunchKernel")[-1][1][7] == 96 * 1024  # sharedMemBytes
+    # more than the device gives a block: the driver's own error, named
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_VALUE"):
+        CUDAProgram(cuda, "k", pack_lib(image, dims, shared=300 * 1024))
 
 
 def test_reductions_launch_what_the_gpu_holds_and_elementwise_kernels_their_whole_grid(cuda):

@@ -25,7 +25,8 @@ from tinygrad.codegen.uops import UOps
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.cuda import _MMA_TYPES, HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDARenderer
+from tinygrad.renderer.cuda import _MMA_TYPES, HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDALanguage, CUDARenderer
+from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes
 from tinygrad.renderer.gpu_plan import VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
 
@@ -193,6 +194,9 @@ def _compile(kernels: list[Kernel]) -> list:
                 nint += 1
         body = _emulate_mma(src).replace(HALF_PRELUDE, "").replace(f" {m.group(1)}(", f" tg_kernel{k}(")
         body = body.replace('extern "C" ', "")
+        # dynamic shared memory: an array of the size the launch would give (static: one block runs at a time)
+        body = body.replace(CUDALanguage.dynamic_shared.format(DYNAMIC_SHARED),
+                            f"static unsigned char {DYNAMIC_SHARED}[{dynamic_shared_bytes(src)}] __align__(16);")
         together = "true" if "__syncthreads" in src else "false"
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"

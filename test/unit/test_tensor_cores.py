@@ -1,6 +1,8 @@
 """Tensor-core kernels (the TC Opt, codegen/tensor_cores.py): which kernels take them, and their results, checked by
 running the rendered CUDA on the host (test_gpu_codegen's harness, with mma.sync emulated across each warp's threads)
 against numpy and against the same kernel without tensor cores."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,9 +11,11 @@ from test_gpu_codegen import Kernel, _run, pytestmark  # noqa: F401 - pytestmark
 
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
+from tinygrad.codegen.heuristic_gpu import TC_PREFERENCE
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
 from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS, smem_bytes
 from tinygrad.codegen.uops import UOps
+from tinygrad.renderer.gpu import dynamic_shared_bytes
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                        global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16", "cp.async"))
@@ -149,6 +153,27 @@ def test_random_shapes_match_the_plain_kernel(mt, nt, kt, cfg, asy, seed):
     got, ref = _run([tc, plain])
     _check(got, ref.astype(np.float32).reshape(got.shape))
     _check(got, a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_tiles_past_48kb_take_dynamic_shared_memory():
+    # 128x256x32 in 3 stages: 72 KB of staged slices, 8 warps, on a device that lets a block have 227 KB
+    big = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.bk, c.stages) == (128, 256, 32, 3)))
+    assert smem_bytes(TC_CONFIGS[big]) > 48 * 1024
+    a, b = _h(128, 96), _h(96, 264, seed=1)  # N a multiple of a chunk (cp.async), not of the tile
+    with pytest.raises(ValueError, match="more shared memory than the device gives"):
+        Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, big)], lopts=TC)
+    wide = dataclasses.replace(TC, shared_max=227 * 1024)
+    k = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, big)], lopts=wide)
+    assert k.lin.tc.asynchronous and k.lin.tc.stages == 3 and k.lin.local_size == (256, 1, 1)
+    assert dynamic_shared_bytes(k.src) == smem_bytes(TC_CONFIGS[big]) and k.src.count("__shared__") == 1
+    small = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, SMALL)], lopts=wide)
+    assert dynamic_shared_bytes(small.src) == 0  # what fits 48 KB stays static
+    got, = _run([k])
+    _check(got, a.astype(np.float32) @ b.astype(np.float32))
+    # the heuristic's first choice needs 64 KB: taken where the device gives it, else the 48 KB tile
+    x, y = _t(_h(2048, 64)), _t(_h(64, 1024, seed=1))
+    pick = [Kernel(x @ y, lopts=lo).lin.applied_opts[0].amt for lo in (wide, TC)]
+    assert pick == [TC_PREFERENCE[0], TC_PREFERENCE[1]] and smem_bytes(TC_CONFIGS[pick[0]]) > 48 * 1024
 
 
 @pytest.mark.parametrize("lopts", [TC, SYNC])

@@ -49,8 +49,10 @@ GROUP_MIN_INPUTS = 256
 GROUP = 16
 # tensor-core configs (indices into codegen/tensor_cores.TC_CONFIGS) in order of preference, and the fewest blocks
 # the chosen one may leave (an H100 has 132 multiprocessors). Measured on the H100 (4096^3 fp16, TFLOP/s, a@b and
-# a@b.T): 128x128x32 in 2 stages 294/276, in 3 stages 278/274, 128x64x32 in 4 stages 265/257, 64x64 219/212
-TC_PREFERENCE = (0, 4, 3, 5, 6, 7, 8)
+# a@b.T, one run): 128x128x32 in 4 stages (64 KB, dynamic shared memory) 319/314, in 2 stages 308/289, in 3 stages
+# 302/292, 128x128x64 in 3 stages 305/312, 128x256x32 (8 warps) 273/273, 128x64x32 in 4 stages 283/273, 64x64
+# 250/215. Where a block gets only 48 KB, the 4-stage tile does not fit and the 2-stage one is next.
+TC_PREFERENCE = (14, 0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
 # matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)
 TC_MIN_DIM = 32

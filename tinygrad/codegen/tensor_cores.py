@@ -80,6 +80,14 @@ TC_CONFIGS = (
     TCConfig(256, 128, 16, 4, 2, 3),
     TCConfig(128, 128, 32, 2, 2, 3),
     TCConfig(128, 256, 32, 2, 4),
+    # past 48 KB: dynamic shared memory (LinearizerOptions.shared_max)
+    TCConfig(128, 128, 32, 2, 2, 4),
+    TCConfig(128, 256, 32, 2, 4, 3),
+    TCConfig(256, 128, 32, 4, 2, 3),
+    TCConfig(128, 256, 32, 2, 4, 4),
+    TCConfig(256, 128, 32, 4, 2, 4),
+    TCConfig(128, 128, 64, 2, 2, 3),
+    TCConfig(128, 256, 64, 2, 4, 3),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -114,8 +122,6 @@ SIMT_CONFIGS = (
 
 # A staged slice is rows of 16-byte chunks; chunk c of row i is stored at chunk c ^ swizzle(i) of its row, so that the
 # eight rows an ldmatrix reads at one chunk (or a 16-byte copy writes) fall in distinct banks (see swizzle)
-# the static shared memory a kernel may declare (CUDA's limit without opting in to more)
-SMEM_MAX = 48 * 1024
 # the grid's y and z hold at most this many blocks
 GRID_YZ_MAX = 65535
 
@@ -285,8 +291,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
-    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > SMEM_MAX:
-        return None, f"config {cfg} needs more shared memory than a kernel declares"
+    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > lin.opts.shared_max:
+        return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
             return None, f"config {cfg}: thread tiles that do not divide the block tile"

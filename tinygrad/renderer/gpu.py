@@ -15,7 +15,9 @@ each block's threads splitting the reduction and combining with warp shuffles; f
 grid splits it and the last block to finish combines the blocks' results. Such a kernel is correct for any grid (and
 any block of whole warps); the launch it was written for is given on its first line (`// tinygrad launch:
 grid=(..) block=(..)`, then `persistent` for the reductions, which the runtime launches with no more blocks than the
-GPU holds at once), and the compiler keeps it with the binary.
+GPU holds at once), and the compiler keeps it with the binary. A kernel whose shared arrays outgrow what a language
+may declare statically (CUDA: 48 KB) gets one dynamic array instead, and a line `// tinygrad dynamic shared memory:
+N bytes` that the runtime launches it with.
 
 Loads and stores whose index runs along such a loop (the loop's flat index plus an offset fixed for the loop)
 move 16 bytes at a time: the loop's body is written for one element, and runs over the lanes of whole vectors
@@ -41,6 +43,10 @@ from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
 from tinygrad.renderer.gpu_plan import VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
 
 LAUNCH_MARKER = "// tinygrad launch:"
+SHARED_MARKER = "// tinygrad dynamic shared memory:"
+_SHARED_RE = re.compile(r"^// tinygrad dynamic shared memory: (\d+) bytes$", re.M)
+# the name of a kernel's dynamic shared array (its DEFINE_LOCALs are slices of it)
+DYNAMIC_SHARED = "tg_smem"
 _LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
                         re.M)
 
@@ -63,6 +69,10 @@ class GPULanguage(CStyleLanguage):
     vec_ops_prelude = ""              # tg_vec arithmetic, tg_vmax, tg_vload and tg_vstore (for vector uops)
     bitcast_prelude = ""              # tg_bitcast<T>(x) (for BITCAST uops)
     shared_align = "__align__(16) "   # aligns a shared array for 16-byte vector accesses
+    # the most shared memory a kernel may declare statically; a kernel that needs more declares one dynamic array,
+    # `dynamic_shared` formatted with its name, and the launch gives it the bytes (see dynamic_shared_bytes)
+    static_shared_max: int | None = 48 * 1024
+    dynamic_shared = "extern __shared__ __align__(16) unsigned char {}[];"
     tensor_cores: tuple[str, ...] = ()  # the matrix instructions render_wmma spells (codegen/tensor_cores.py)
 
     def block_idx(self, axis: str) -> str:
@@ -136,6 +146,26 @@ def launch_persistent(src: str) -> bool:
     return m is not None and m.group(7) is not None
 
 
+def dynamic_shared_bytes(src: str) -> int:
+    """The bytes of dynamic shared memory a kernel from this renderer must be launched with (0: none)."""
+    m = _SHARED_RE.search(src)
+    return int(m.group(1)) if m else 0
+
+
+def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], int]:
+    """Where each DEFINE_LOCAL lies in the kernel's dynamic shared array (by id; 16-byte aligned offsets) and its
+    total size, or ({}, 0) where the arrays fit static declarations."""
+    offsets, total = {}, 0
+    for u in uops:
+        if u.uop is UOps.DEFINE_LOCAL:
+            offsets[id(u)] = total
+            base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
+            total += -(-u.arg[1] * base.itemsize // 16) * 16
+    if lang.static_shared_max is None or total <= lang.static_shared_max:
+        return {}, 0
+    return offsets, total
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The render loop
 # ---------------------------------------------------------------------------------------------------------------
@@ -152,6 +182,9 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     bx, tx, bdim, gdim = lang.block_idx("x"), lang.thread_idx("x"), lang.block_dim("x"), lang.grid_dim("x")
     r, body, fresh, emit, bind = kw.r, kw.body, kw.fresh, kw.emit, kw.bind
     dts: set[DType] = set()
+    shared_at, shared_total = _shared_layout(lang, uops)
+    if shared_total:
+        emit(lang.dynamic_shared.format(DYNAMIC_SHARED))
     # per open vectorised nest (by the id of its outermost loop): what its closing needs
     open_vec: dict[int, dict] = {}
     hoisted: dict[int, str] = {}  # id of a moved load or store -> the variable standing for its element
@@ -286,7 +319,10 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             local_name, size = u.arg
             base = dt.base if isinstance(dt, PtrDType) else dt
             ctype = lang.buffer_type_map.get(base) or lang.render_dtype(base)
-            emit(f"{lang.shared_prefix}{lang.shared_align}{ctype} {local_name}[{size}];")
+            if id(u) in shared_at:
+                emit(f"{ctype}* {local_name} = ({ctype}*)({DYNAMIC_SHARED} + {shared_at[id(u)]});")
+            else:
+                emit(f"{lang.shared_prefix}{lang.shared_align}{ctype} {local_name}[{size}];")
             r[id(u)] = local_name
         elif op is UOps.SPECIAL:
             # arg = (dim, name, size[, threads per block]): see "SPECIAL uops" in the module docstring
@@ -398,6 +434,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
                                  any(u.uop in async_ops for u in uops))
     persistent = " persistent" if par.mode in ("blocks", "grid") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
+    marker += f"{SHARED_MARKER} {shared_total} bytes\n" if shared_total else ""
     if par.mode == "grid":
         # per module (each kernel is a module of its own): the blocks' partial results and how many are done
         prelude += f"{lang.device_var_prefix}{lang.render_dtype(par.acc.dtype)} tg_part[{par.grid}];\n"

@@ -24,7 +24,7 @@ from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
 from tinygrad.renderer.cuda import CUDALanguage, CUDARenderer
-from tinygrad.renderer.gpu import launch_dims, launch_persistent
+from tinygrad.renderer.gpu import dynamic_shared_bytes, launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph
 
@@ -35,11 +35,12 @@ if _cuda.abi_version() != RUNTIME_ABI_VERSION:
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
 # A compiled kernel as kept in the caches: magic, the launch the renderer wrote it for (grid and block, 6 x uint32,
-# zeros when it has none), 1 if that grid may be lowered to what the GPU holds at once (a persistent reduction),
-# then the CUBIN (or PTX) image. Libraries of the first layout (no flag) still load.
-LIB_MAGIC = b"TGCUDA2\0"
-_HEADER = struct.Struct("<8s7I")
-_OLD_MAGIC, _OLD_HEADER = b"TGCUDA1\0", struct.Struct("<8s6I")
+# zeros when it has none), 1 if that grid may be lowered to what the GPU holds at once (a persistent reduction), the
+# bytes of dynamic shared memory every launch gives it, then the CUBIN (or PTX) image. Libraries of the earlier
+# layouts (no flag; no shared memory) still load.
+LIB_MAGIC = b"TGCUDA3\0"
+_HEADER = struct.Struct("<8s8I")
+_OLD_HEADERS = {b"TGCUDA1\0": struct.Struct("<8s6I"), b"TGCUDA2\0": struct.Struct("<8s7I")}
 _KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
 # resident threads per multiprocessor by compute capability (the CUDA programming guide's table of compute
 # capabilities); every one of them has 64K registers per multiprocessor, in four banks
@@ -59,20 +60,21 @@ def resident_blocks(arch: str, sms: int, block: int, regs: int) -> int:
     return sms * max(1, min(threads // (warps * 32), by_regs, 32))
 
 
-def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None, persistent: bool = False) -> bytes:
+def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None, persistent: bool = False,
+             shared: int = 0) -> bytes:
     grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
-    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent)) + image
+    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent), shared) + image
 
 
-def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool]:
-    """(image, (grid, block) or None, persistent). A bare CUBIN/PTX (no header) is accepted as is."""
-    if lib.startswith(_OLD_MAGIC):
-        _, *dims = _OLD_HEADER.unpack_from(lib)
-        return lib[_OLD_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, False
-    if not lib.startswith(LIB_MAGIC):
-        return lib, None, False
-    _, *dims, persistent = _HEADER.unpack_from(lib)
-    return lib[_HEADER.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(persistent)
+def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool, int]:
+    """(image, (grid, block) or None, persistent, dynamic shared bytes). A bare CUBIN/PTX (no header) is accepted
+    as is."""
+    header = _HEADER if lib.startswith(LIB_MAGIC) else _OLD_HEADERS.get(lib[:8])
+    if header is None:
+        return lib, None, False, 0
+    _, *fields = header.unpack_from(lib)
+    dims, flags = fields[:6], fields[6:] + [0, 0]
+    return lib[header.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(flags[0]), flags[1]
 
 
 def nvrtc_candidates() -> list[str]:
@@ -142,7 +144,7 @@ class CUDACompiler(Compiler):
                 from None
         if log and DEBUG >= 3:
             print(f"NVRTC: {log}")
-        return pack_lib(image, launch_dims(src), launch_persistent(src))
+        return pack_lib(image, launch_dims(src), launch_persistent(src), dynamic_shared_bytes(src))
 
 
 class CUDAProgram:
@@ -155,8 +157,10 @@ class CUDAProgram:
 
     def __init__(self, device: CUDADevice, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
-        image, self.default_dims, persistent = unpack_lib(lib)
+        image, self.default_dims, persistent, shared = unpack_lib(lib)
         self._prg = self.native = device._dev.load_program(name, image)
+        if shared:
+            self._prg.dynamic_shared = shared
         if self.default_dims is not None:
             if persistent:
                 (gx, gy, gz), block = self.default_dims
@@ -216,7 +220,8 @@ class CUDADevice(Compiled):
         # the renderer's matrix instructions and asynchronous copies came with sm_80
         tcs = CUDALanguage.tensor_cores if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
-                                 global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs)
+                                 global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs,
+                                 shared_max=a(97))  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
                          functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)
         if DEBUG >= 1:
