@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from test_state import write_gguf  # test/ is on sys.path (conftest.py)
 
 from tinygrad.apps.llm import StreamDecoder, Tokenizer, Transformer
 from tinygrad.apps.llm.__main__ import main as llm_main
 from tinygrad.nn.state_gguf import gguf_tensors
+from tinygrad.nn.state_gguf_write import write_gguf
 
 # ---- tokenizer ---------------------------------------------------------------------------------------------------
 S = "\u2581"

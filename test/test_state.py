@@ -1,7 +1,8 @@
 """tinygrad.nn.state: state dicts, the DISK device, and the safetensors, torch and GGUF loaders.
 
-Oracles: PyTorch (torch.save writes the checkpoints, its tensors are the expected values), a safetensors file and a
-GGUF file written byte by byte here from the format specs, and numpy dequantizers written from the GGUF spec.
+Oracles: PyTorch (torch.save writes the checkpoints, its tensors are the expected values), a safetensors file written
+byte by byte here from the format spec, GGUF files from tinygrad.nn.state_gguf_write (and, where installed, from the
+reference `gguf` package), and numpy dequantizers written from the GGUF spec.
 """
 import collections
 import io
@@ -29,6 +30,7 @@ from tinygrad.nn.state import (
     safe_save,
     torch_load,
 )
+from tinygrad.nn.state_gguf_write import write_gguf
 from tinygrad.runtime.ops_disk import DiskComputeError
 
 
@@ -438,43 +440,7 @@ def test_torch_load_errors(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# GGUF: a writer and dequantizers written from the spec
-GGUF_SCALAR_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
-                   12: "<d"}
-
-
-def gguf_string(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-def gguf_value(vtype: int, v) -> bytes:
-    if vtype == 8:
-        return gguf_string(v)
-    if vtype == 9:
-        etype, items = v
-        return struct.pack("<IQ", etype, len(items)) + b"".join(gguf_value(etype, x) for x in items)
-    return struct.pack(GGUF_SCALAR_FMT[vtype], v)
-
-
-def write_gguf(kv, tensors, version=3, alignment=32) -> bytes:
-    """kv: [(key, type, value)]; tensors: [(name, dims innermost-first, ggml type, raw bytes)]."""
-    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kv))
-    for key, vtype, v in kv:
-        out += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
-    offsets, pos = [], 0
-    for _, _, _, raw in tensors:
-        offsets.append(pos)
-        pos += -(-len(raw) // alignment) * alignment
-    for (name, dims, ttype, _), off in zip(tensors, offsets):
-        out += gguf_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims) + \
-            struct.pack("<IQ", ttype, off)
-    out += bytes(-len(out) % alignment)
-    for _, _, _, raw in tensors:
-        out += raw + bytes(-len(raw) % alignment)
-    return out
-
-
+# GGUF: files from tinygrad.nn.state_gguf_write, dequantizers written from the spec
 def _f16(raw: np.ndarray) -> np.ndarray:
     return raw.copy().view(np.float16).astype(np.float32)
 
