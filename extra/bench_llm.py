@@ -1,0 +1,301 @@
+"""Gemma 3 270M inference speed and memory: this runtime beside llama.cpp and PyTorch, on the same prompt ids.
+
+Rows: prefill tok/s (the whole prompt in one call), decode tok/s (one token a step, greedy), time to first token
+(the prompt's forward and the first greedy pick; warm, and in the process's first run, which compiles kernels and
+pages weights in), resident memory after the generation and its peak. Columns: this
+runtime (tinygrad.apps.llm, as its CLI runs: the tokenizer held, a 4096-position KV cache, greedy Sampler);
+llama.cpp through llama-cpp-python with `--threads` threads (2 by default), when `llama_cpp` imports here or
+`--llamacpp-python` names an interpreter that has it; PyTorch running a plain greedy Gemma 3 forward with a KV cache
+over the same weights dequantized to float32, when torch imports. Each runs in a process of its own (back to back),
+first once untimed with a few decode steps (kernel compiles, page-ins), then `--runs` times; the best run is shown.
+A last row counts how many of each runtime's greedy tokens equal this runtime's from the start.
+
+    python extra/bench_llm.py --llamacpp-python /work/oracle-venv/bin/python          # CPU, the real file
+    python extra/bench_llm.py --synthetic --device CUDA --json                         # a GPU machine without it
+
+`--synthetic` writes (to a temporary folder) a GGUF with the real file's metadata, tensor shapes and types and
+random blocks (tinygrad/apps/llm/synthetic.py): the same speed, meaningless text.
+
+Imports only the standard library at the top: the llama.cpp worker runs under another venv's interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+import benchlib
+
+DEFAULT_MODEL = "/work/models/gemma-3-270m-Q4_K_M.gguf"
+CONTEXT = 4096  # the CLI's default: its KV cache size is part of the memory row
+WARMUP_DECODE = 8  # a jitted step is captured on its second call: a few more for anything compiled late
+PARAGRAPH = (
+    "The old lighthouse keeper climbed the spiral stairs every evening, carrying a lantern and a notebook. He wrote "
+    "down the colour of the sky, the direction of the wind, and the names of the ships that passed the rocky point. "
+    "Over forty years the notebooks filled three shelves, and when the light was finally automated, the town museum "
+    "asked for them. Scientists later used his careful records to study how storms along the coast had changed "
+    "during the century, and the keeper's grandchildren still visit the point every summer.")
+
+
+def memory_mb() -> tuple[float, float]:
+    """(resident, peak resident) MB of this process, from /proc (Linux)."""
+    vals = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                vals[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return vals.get("VmRSS", math.nan), vals.get("VmHWM", math.nan)
+
+
+def timed_runs(step_prompt, step_one, ids: list[int], n_decode: int, runs: int) -> dict:
+    """Time `runs` generations (after an untimed short one): `step_prompt(ids)` returns the first greedy token,
+    `step_one(token, pos)` the next; the best prefill and decode times of the runs are kept."""
+    def once(steps: int) -> tuple[float, float, list[int]]:
+        t0 = time.perf_counter()
+        tok = step_prompt(ids)
+        t1 = time.perf_counter()
+        out = [tok]
+        for pos in range(len(ids), len(ids) + steps):
+            tok = step_one(tok, pos)
+            out.append(tok)
+        return t1 - t0, time.perf_counter() - t1, out
+    cold = once(WARMUP_DECODE)[0]
+    results = [once(n_decode) for _ in range(runs)]
+    ttft = min(r[0] for r in results)
+    decode = min(r[1] for r in results)
+    rss, peak = memory_mb()
+    return {"prefill_tok_s": len(ids) / ttft, "decode_tok_s": n_decode / decode, "ttft_ms": ttft * 1e3,
+            "cold_ttft_ms": cold * 1e3, "rss_mb": rss, "peak_rss_mb": peak, "ids": results[0][2]}
+
+
+# ---- workers: each prints one tagged JSON line ----
+def worker_tinygrad(args, ids: list[int]) -> dict:
+    from tinygrad.apps.llm.model import Transformer
+    from tinygrad.apps.llm.sampling import Sampler, SamplingParams
+    from tinygrad.apps.llm.tokenizer import Tokenizer
+    from tinygrad.device import Device
+    from tinygrad.nn.state_gguf import gguf_tensors
+    device = Device.DEFAULT if args.device == "CPU" else args.device
+    # what the CLI holds while it generates: the metadata, the tokenizer and the model
+    kv, tensors = gguf_tensors(args.model)
+    tok = Tokenizer.from_gguf(kv)
+    model = Transformer(kv, tensors, device=device, max_context=CONTEXT)
+    sampler = Sampler(SamplingParams())
+    history: list[int] = []
+
+    def step_prompt(prompt):
+        history[:] = list(prompt)
+        return sampler(model.forward(prompt, 0), history)
+
+    def step_one(t, pos):
+        history.append(t)
+        return sampler(model.forward([t], pos), history)
+    res = timed_runs(step_prompt, step_one, ids, args.decode, args.runs)
+    res["label"] = f"tinygrad {device}"
+    res["vocab"] = len(tok.vocab)
+    return res
+
+
+def worker_llamacpp(args, ids: list[int]) -> dict:
+    import llama_cpp
+    import numpy as np
+    gpu = args.device != "CPU"
+    if gpu and not llama_cpp.llama_supports_gpu_offload():
+        raise RuntimeError("this llama-cpp-python is a CPU build: no column for --device " + args.device)
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=CONTEXT, n_threads=args.threads,
+                          n_threads_batch=args.threads, n_gpu_layers=-1 if gpu else 0, logits_all=False,
+                          verbose=False)
+
+    def pick() -> int:
+        # the last position's logits straight from the context (logits_all=False keeps none in llm.scores)
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        return int(np.argmax(logits))
+
+    def step_prompt(prompt):
+        llm.reset()
+        llm.eval(prompt)
+        return pick()
+
+    def step_one(t, pos):
+        llm.eval([t])
+        return pick()
+    res = timed_runs(step_prompt, step_one, ids, args.decode, args.runs)
+    res["label"] = f"llama.cpp {'GPU' if gpu else f'{args.threads} threads'}"
+    return res
+
+
+def worker_torch(args, ids: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    from tinygrad.apps.llm.model import Config
+    from tinygrad.nn.state_gguf import gguf_tensors
+    dev = "cpu" if args.device == "CPU" else "cuda"
+    if dev == "cpu":
+        torch.set_num_threads(args.threads)
+    kv, tensors = gguf_tensors(args.model)
+    cfg = Config.from_gguf(kv, tensors)
+    if cfg.arch != "gemma3":
+        raise RuntimeError(f"the PyTorch column is Gemma 3 only, not {cfg.arch}")
+    # every weight dequantized by tinygrad (on its default device) to float32, then handed to torch
+    w = {n: torch.from_numpy(t.load().numpy().astype(np.float32)).to(dev) for n, t in tensors.items()}
+    model = TorchGemma3(cfg, w, CONTEXT, dev)
+    with torch.inference_mode():
+        res = timed_runs(lambda p: model.greedy(p, 0), lambda t, pos: model.greedy([t], pos), ids, args.decode,
+                         args.runs)
+    res["label"] = f"PyTorch {dev} float32"
+    return res
+
+
+class TorchGemma3:
+    """Gemma 3's forward in PyTorch with a KV cache (as tinygrad/apps/llm/model.py computes it), for the
+    PyTorch column: weights `w` by GGUF name, float32."""
+
+    def __init__(self, cfg, w: dict, context: int, dev: str):
+        import torch
+        self.torch, self.cfg, self.w = torch, cfg, w
+        shape = (context, cfg.kv_heads, cfg.head_dim)
+        self.cache = [(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev)) for _ in range(cfg.layers)]
+        half = torch.arange(cfg.head_dim // 2, device=dev, dtype=torch.float64)
+        pos = torch.arange(context, device=dev, dtype=torch.float64)[:, None]
+        self.rope = {}
+        for base in (cfg.rope_base, cfg.family.local_rope_base):
+            ang = pos * base ** (-2.0 * half / cfg.head_dim)
+            self.rope[base] = (ang.cos().float(), ang.sin().float())
+        self.dev = dev
+
+    def rms(self, x, g):
+        return x * self.torch.rsqrt(x.square().mean(-1, keepdim=True) + self.cfg.eps) * g
+
+    def greedy(self, ids: list[int], start: int) -> int:
+        torch, cfg, w = self.torch, self.cfg, self.w
+        n, end = len(ids), start + len(ids)
+        x = w["token_embd.weight"][torch.tensor(ids, device=self.dev)] * math.sqrt(cfg.dim)
+        qpos = torch.arange(start, end, device=self.dev)[:, None]
+        kpos = torch.arange(end, device=self.dev)[None, :]
+        causal = kpos <= qpos
+        sliding = causal & (kpos > qpos - cfg.window)
+        for i in range(cfg.layers):
+            p = f"blk.{i}."
+            glob = cfg.is_global(i)
+            h = self.rms(x, w[p + "attn_norm.weight"])
+            q = (h @ w[p + "attn_q.weight"].T).view(n, cfg.heads, cfg.head_dim)
+            k = (h @ w[p + "attn_k.weight"].T).view(n, cfg.kv_heads, cfg.head_dim)
+            v = (h @ w[p + "attn_v.weight"].T).view(n, cfg.kv_heads, cfg.head_dim)
+            q, k = self.rms(q, w[p + "attn_q_norm.weight"]), self.rms(k, w[p + "attn_k_norm.weight"])
+            base = cfg.rope_base if glob else cfg.family.local_rope_base
+            cos, sin = (t[start:end, None, :] for t in self.rope[base])
+            d = cfg.head_dim // 2  # NEOX RoPE: dim j turns with dim j + head_dim/2
+            q, k = (torch.cat([a[..., :d] * cos - a[..., d:] * sin, a[..., d:] * cos + a[..., :d] * sin], -1)
+                    for a in (q, k))
+            ck, cv = self.cache[i]
+            ck[start:end], cv[start:end] = k, v
+            rep = cfg.heads // cfg.kv_heads
+            keys = ck[:end].repeat_interleave(rep, 1).permute(1, 2, 0)  # (heads, head_dim, end)
+            vals = cv[:end].repeat_interleave(rep, 1).permute(1, 0, 2)  # (heads, end, head_dim)
+            scores = (q.permute(1, 0, 2) @ keys) / math.sqrt(cfg.head_dim)
+            scores = scores.masked_fill(~(causal if glob else sliding), float("-inf"))
+            att = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(n, -1)
+            x = x + self.rms(att @ w[p + "attn_output.weight"].T, w[p + "post_attention_norm.weight"])
+            h = self.rms(x, w[p + "ffn_norm.weight"])
+            g = torch.nn.functional.gelu(h @ w[p + "ffn_gate.weight"].T, approximate="tanh")
+            f = (g * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+            x = x + self.rms(f, w[p + "post_ffw_norm.weight"])
+        logits = self.rms(x[-1], w["output_norm.weight"]) @ w["token_embd.weight"].T
+        return int(logits.argmax())
+
+
+WORKERS = {"tinygrad": worker_tinygrad, "llamacpp": worker_llamacpp, "torch": worker_torch}
+
+
+# ---- the parent ----
+def prompt_ids(model: str, n: int) -> list[int]:
+    """The paragraph's ids (BOS first), repeated as needed and cut to `n`."""
+    from tinygrad.apps.llm.tokenizer import Tokenizer
+    from tinygrad.nn.state_gguf import gguf_tensors
+    tok = Tokenizer.from_gguf(gguf_tensors(model)[0])
+    ids = tok.encode(PARAGRAPH)
+    while len(ids) < n:
+        ids += tok.encode(" " + PARAGRAPH, add_bos=False)
+    return ids[:n]
+
+
+def table_rows(results: dict) -> list[tuple[str, list[str]]]:
+    ref = results.get("tinygrad", {}).get("ids")
+
+    def cell(r, key, digits):
+        return "-" if r is None or key not in r else f"{r[key]:.{digits}f}"
+
+    def agree(r):
+        if r is None or ref is None or "ids" not in r:
+            return "-"
+        same = next((i for i, (a, b) in enumerate(zip(r["ids"], ref)) if a != b), min(len(r["ids"]), len(ref)))
+        return f"{same}/{len(ref)}"
+    rows = [("prefill tok/s", "prefill_tok_s", 1), ("decode tok/s", "decode_tok_s", 1),
+            ("time to first token ms", "ttft_ms", 1), ("first run's (cold) time to first token ms", "cold_ttft_ms", 1),
+            ("resident MB after generation", "rss_mb", 0),
+            ("peak resident MB", "peak_rss_mb", 0)]
+    out = [(name, [cell(r, key, d) for r in results.values()]) for name, key, d in rows]
+    return out + [("greedy ids equal to tinygrad's", [agree(r) for r in results.values()])]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="a Gemma 3 GGUF file")
+    ap.add_argument("--synthetic", action="store_true", help="time a synthetic file of the 270M model's shapes")
+    ap.add_argument("--device", default="CPU", type=str.upper, help="CPU (default) or CUDA")
+    ap.add_argument("--prompt-tokens", type=benchlib.positive(int), default=100)
+    ap.add_argument("--decode", type=benchlib.positive(int), default=128, help="decode steps timed")
+    ap.add_argument("--runs", type=benchlib.positive(int), default=2, help="timed runs; the best is shown")
+    ap.add_argument("--threads", type=benchlib.positive(int), default=2, help="llama.cpp's and PyTorch's CPU threads")
+    ap.add_argument("--llamacpp-python", metavar="PATH", type=benchlib.interpreter,
+                    help="an interpreter with llama-cpp-python (default: this one, if it has it)")
+    ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch column")
+    ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    ap.add_argument("--ids", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        benchlib.emit(WORKERS[args.worker](args, json.loads(args.ids)))
+        return
+    import importlib.util
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.synthetic:
+            from tinygrad.apps.llm.synthetic import write_gemma3_270m
+            args.model = write_gemma3_270m(os.path.join(tmp, "gemma3-270m-synthetic.gguf"))
+        elif not os.path.exists(args.model):
+            raise RuntimeError(f"{args.model} does not exist (pass --model PATH, or --synthetic)")
+        ids = prompt_ids(args.model, args.prompt_tokens)
+        columns = {"tinygrad": sys.executable}
+        llamacpp = args.llamacpp_python or (sys.executable if importlib.util.find_spec("llama_cpp") else None)
+        if llamacpp:
+            columns["llamacpp"] = llamacpp
+        if not args.no_torch and importlib.util.find_spec("torch"):
+            columns["torch"] = sys.executable
+        common = ["--model", args.model, "--device", args.device, "--decode", str(args.decode), "--runs",
+                  str(args.runs), "--threads", str(args.threads), "--ids", json.dumps(ids)]
+        results, notes = {}, []
+        for name, python in columns.items():
+            try:
+                results[name] = benchlib.run_worker(python, [os.path.abspath(__file__), "--worker", name, *common],
+                                                    timeout=1800)
+            except RuntimeError as e:
+                notes.append(f"{name}: {str(e).splitlines()[-1]}")
+    title = (f"{'synthetic ' if args.synthetic else ''}{os.path.basename(args.model)}, {len(ids)}-token prompt, "
+             f"{args.decode} decode steps, greedy, best of {args.runs} ({args.device})")
+    if args.json:
+        print(json.dumps({"title": title, "machine": benchlib.machine_line(), "prompt_ids": ids,
+                          "results": results, "notes": notes}))
+        return
+    print(benchlib.machine_line())
+    benchlib.print_table(title, [r["label"] for r in results.values()], table_rows(results))
+    for note in notes:
+        print("note:", note)
+
+
+if __name__ == "__main__":
+    benchlib.run_main(main)
