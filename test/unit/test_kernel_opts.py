@@ -1,6 +1,8 @@
 """Kernel optimisations (UPCAST, UNROLL, VECTORIZE): what the heuristic chooses for representative shapes, and
 optimised kernels run against the same kernel without optimisations (bit for bit where nothing is reduced) and
 against numpy."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -36,6 +38,11 @@ THREADED = LinearizerOptions("CLANG", has_local=False, has_shared=False, support
 AVX2 = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
                          max_vector_bytes=32, vector_registers=16)
 PLAIN = LinearizerOptions("CLANG", has_local=False, has_shared=False)
+# the host C renderer's vectors of narrow ints, loaded whole and converted to float vectors (codegen/uops.py)
+NARROW = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
+                           max_vector_bytes=64, vector_registers=32, narrow_vectors=True)
+NARROW_AVX2 = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
+                                max_vector_bytes=32, vector_registers=16, narrow_vectors=True)
 V, U, R = OptOps.VECTORIZE, OptOps.UPCAST, OptOps.UNROLL
 RNG = np.random.default_rng(0)
 
@@ -430,3 +437,160 @@ def test_thread_is_an_opt_the_heuristic_shows_and_a_search_can_set():
             Linearizer(si.ast, THREADED).apply_opt(o)
     with pytest.raises(ValueError):
         Linearizer(si.ast, AVX512).apply_opt(Opt(OptOps.THREAD, 0, 2))  # a device with one thread
+
+
+# ---- narrow vectors: int8 (and other narrow int) buffers read as vectors and converted whole ----
+
+NARROW_INTS = (np.int8, np.uint8, np.int16, np.uint16, np.int32)
+
+
+def ints(shape, dtype, rng=RNG, limit: int = 1 << 20) -> Tensor:
+    """Random ints of `dtype` within +-limit (2**20 by default: every one exactly a float32)."""
+    info = np.iinfo(dtype)
+    lo, hi = max(int(info.min), -limit), min(int(info.max), limit)
+    return Tensor(rng.integers(lo, hi, shape, endpoint=True).astype(dtype)).realize()
+
+
+def grouped_matvec(x: Tensor, q: Tensor, d: Tensor, m: Tensor | None = None) -> Tensor:
+    """A quantized matrix-vector product as the LLM's Linear writes it: a scale (and offset) per group."""
+    out, inner = q.shape
+    g = d.shape[1]
+    w = q.cast(dtypes.float32).reshape(out, g, inner // g) * d.reshape(out, g, 1)
+    if m is not None:
+        w = w - m.reshape(out, g, 1)
+    return (x.reshape(x.shape[0], 1, g, inner // g) * w).sum((-2, -1))
+
+
+def vector_uops(lin, uop) -> set:
+    return {u.dtype for u in lin.uops if u.uop is uop and u.dtype is not None and u.dtype.count > 1}
+
+
+@pytest.mark.parametrize("dtype", NARROW_INTS)
+def test_narrow_int_loads_are_vectors_converted_whole(dtype):
+    q, f = ints((48, 64), dtype), rand(48, 64)
+    dt = dtypes.from_np(np.dtype(dtype))
+    # elementwise: every lane's conversion is exact where the scalar one is, so bit for bit
+    lin = check(q.cast(dtypes.float32) * f, [Opt(V, 1, 16), Opt(U, 0, 2)], lopts=NARROW)
+    assert dt.vec(16) in vector_uops(lin, UOps.LOAD)
+    assert dtypes.float32.vec(16) in vector_uops(lin, UOps.CAST)
+    # narrow ints are extended to int32 before the conversion (what gcc 12 does well)
+    assert (dtypes.int32.vec(16) in vector_uops(lin, UOps.CAST)) == (dt.itemsize < 4)
+    # sums in another order: small values, so float32 rounding of the partial sums stays below atol
+    small = ints((48, 64), dtype, limit=100)
+    check((small.cast(dtypes.float32) * f).sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], lopts=NARROW, atol=1e-3)
+    check(small.cast(dtypes.float32).sum(axis=0), [Opt(V, 1, 8), Opt(R, 0, 4)], lopts=NARROW_AVX2, atol=1e-3)
+
+
+def test_narrow_ints_to_double_and_in_int_arithmetic():
+    q = ints((32, 64), np.int8)
+    lin = check(q.cast(dtypes.float64) * 0.5, [Opt(V, 1, 8)], lopts=NARROW)
+    assert dtypes.float64.vec(8) in vector_uops(lin, UOps.CAST)
+    # float vectors convert whole too
+    lin = check(rand(32, 64).cast(dtypes.float64) * 3, [Opt(V, 1, 8)], lopts=NARROW)
+    assert dtypes.float64.vec(8) in vector_uops(lin, UOps.CAST)
+    # int8 arithmetic stays lane by lane (no int vector ALU): the vector load's lanes are taken apart
+    lin = check(q + q, [Opt(V, 1, 16)], lopts=NARROW)
+    assert dtypes.int8.vec(16) in vector_uops(lin, UOps.LOAD) and UOps.GEP in kinds(lin)
+    check((q * 3).cast(dtypes.float32).sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 2)], lopts=NARROW)
+    u = ints((32, 64), np.uint8)
+    check(u.cast(dtypes.int32).sum(axis=1), [Opt(V, 1, 16)], lopts=NARROW, exact=True)
+
+
+def test_masked_narrow_loads():
+    q = ints((32, 64), np.int8)
+    # a mask along the rows holds for whole vectors along the columns: gated vector loads with a vector of int8
+    # zeros in the others
+    lin = check(q.pad(((2, 2), (0, 0))).cast(dtypes.float32) * 3, [Opt(V, 1, 16)], lopts=NARROW)
+    assert any(u.uop is UOps.LOAD and u.dtype == dtypes.int8.vec(16) and len(u.vin) == 4 for u in lin.uops)
+    # a mask that splits vectors: lane by lane
+    check(q.pad(((0, 0), (3, 5))).cast(dtypes.float32) * 3, [Opt(V, 1, 8)], lopts=NARROW)
+    check(q.flip(1).cast(dtypes.float32).sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 4)], lopts=NARROW)
+
+
+def test_devices_without_narrow_vectors_get_none():
+    # a device that does not opt in (the CUDA renderer) sees int8 lane by lane, as before
+    si, var_vals = last_kernel(ints((48, 64), np.int8).cast(dtypes.float32) * 2)
+    lin = lin_for(si, AVX512, [Opt(V, 1, 16)])
+    assert not vector_uops(lin, UOps.CAST) and dtypes.int8.vec(16) not in vector_uops(lin, UOps.LOAD)
+
+
+def test_quantized_matvec_vectorizes_along_the_group():
+    rng = np.random.default_rng(1)
+    q, d = ints((512, 256), np.int8, rng), rand(512, 8)
+    x = rand(1, 256)
+    got = opts_of(grouped_matvec(x, q, d), NARROW)
+    # vectors along the 32 values of a group (one scale each), a tile of output rows sharing x
+    assert Opt(V, 3, 16) in got and any(o.op is U and o.axis == 1 for o in got)
+    si, var_vals = last_kernel(grouped_matvec(x, q, d))
+    out, lin = run(si, var_vals, NARROW)
+    assert dtypes.int8.vec(16) in vector_uops(lin, UOps.LOAD)
+    want = x.numpy() @ (q.numpy().astype(np.float32).reshape(512, 8, 32) * d.numpy()[:, :, None]).reshape(512, 256).T
+    np.testing.assert_allclose(out.reshape(1, 512), want, rtol=1e-4, atol=1e-3)
+    # with offsets (Q4_K) and a few rows of x (a prefill chunk)
+    check(grouped_matvec(rand(4, 256), ints((64, 256), np.int8, rng), rand(64, 16), rand(64, 16)), lopts=NARROW,
+          rtol=1e-4, atol=1e-3)
+
+
+@st.composite
+def narrow_kernels(draw):
+    dtype = draw(st.sampled_from(NARROW_INTS))
+    rows, cols = draw(st.sampled_from([1, 3, 4, 8])), draw(st.sampled_from([8, 16, 32, 48, 64]))
+    kind = draw(st.sampled_from(["ew", "sum", "matvec", "pad"]))
+    return dtype, rows, cols, kind, draw(st.integers(0, 2 ** 16)), draw(st.data())
+
+
+@settings(max_examples=25, deadline=None)
+@given(narrow_kernels())
+def test_random_narrow_kernels_match_plain_kernels(case):
+    dtype, rows, cols, kind, seed, data = case
+    rng = np.random.default_rng(seed)
+    q = ints((rows, cols), dtype, rng, limit=100)
+    f = Tensor(rng.uniform(-2, 2, (rows, cols)).astype(np.float32)).realize()
+    if kind == "ew":
+        t = q.cast(dtypes.float32) * f + 1
+    elif kind == "sum":
+        t = (q.cast(dtypes.float32) * f).sum(axis=data.draw(st.integers(0, 1)))
+    elif kind == "matvec":
+        t = grouped_matvec(Tensor(rng.uniform(-1, 1, (2, cols)).astype(np.float32)), q,
+                           Tensor(rng.uniform(0, 1, (rows, cols // 8)).astype(np.float32)))
+    else:
+        t = q.pad(((0, 0), (8, 8))).cast(dtypes.float32) * 2
+    si, var_vals = last_kernel(t)
+    lin = Linearizer(si.ast, NARROW)
+    full = lin.full_shape
+    vec_axes = [a for a in range(len(full)) if full[a] % 2 == 0]
+    opts = []
+    if vec_axes:
+        axis = data.draw(st.sampled_from(vec_axes))
+        width = data.draw(st.sampled_from([w for w in (2, 4, 8, 16) if full[axis] % w == 0]))
+        opts.append(Opt(V, axis, width))
+        lin.apply_opt(opts[-1])
+    axis = data.draw(st.integers(0, len(full) - 1))
+    left = full[axis] // lin.upcasts[axis]
+    if left % 2 == 0:
+        opts.append(Opt(R if axis in lin.reduce_axes else U, axis, 2))
+    check((si, var_vals), opts, lopts=NARROW, exact=kind in ("ew", "pad"), rtol=1e-4, atol=1e-3)
+
+
+def test_narrow_vector_kernels_agree_with_every_c_compiler(tmp_path):
+    # the kernels compile with whichever compiler the machine has: each one found here builds the same kernel, and
+    # they agree with the plain kernel
+    import shutil
+
+    from tinygrad.runtime.host_cc import run_cc
+    compilers = {os.path.realpath(p) for p in map(shutil.which, ("gcc", "clang", "clang-14", "cc")) if p}
+    rng = np.random.default_rng(2)
+    si, var_vals = last_kernel(grouped_matvec(rand(2, 128), ints((64, 128), np.int8, rng), rand(64, 4)))
+    want, _ = run(si, var_vals, PLAIN)
+    lin = lin_for(si, NARROW, [Opt(V, 3, 16), Opt(U, 1, 4), Opt(R, 3, 2)])
+    src = ClangRenderer(lin.name, lin.uops)
+    assert "__builtin_convertvector" in src and "tg_reg_signed_char_v16" in src
+    for i, cc in enumerate(sorted(compilers)):
+        out = tmp_path / f"k{i}.so"
+        proc = run_cc(cc, [], src, str(out))
+        assert proc.returncode == 0, f"{cc}: {proc.stderr.decode()}"
+        prg = ClangProgram(lin.name, out.read_bytes())
+        res = si.bufs[0]
+        res.copyin(memoryview(bytearray(res.nbytes)))
+        prg(*[b._buf for b in si.bufs])
+        np.testing.assert_allclose(res.numpy(), want, rtol=1e-5, atol=1e-2, err_msg=cc)

@@ -27,9 +27,10 @@ class LinearizerOptions:
     making (0: no vectors); `vector_registers`: how many such values the target keeps in registers; `threads`:
     how many threads the outermost loop of a large optimised kernel may be split across (a LOOP uop's `arg`);
     `tensor_cores`: the matrix instructions the renderer can emit (keys of `codegen.tensor_cores.TENSOR_CORES`), and
-    "cp.async" where it can copy global memory to shared memory asynchronously (COPY_ASYNC uops); `shared_max`: the
-    most shared memory one block may use, in bytes (CUDA's is 48 KB unless a kernel opts in to more, as the CUDA
-    runtime does for kernels that need it: up to 227 KB on an H100).
+    "cp.async" where it can copy global memory to shared memory asynchronously (COPY_ASYNC uops); `narrow_vectors`:
+    the renderer loads vectors of `codegen.uops.NARROW_VECTOR_DTYPES` and casts them to float vectors lane by lane;
+    `shared_max`: the most shared memory one block may use, in bytes (CUDA's is 48 KB unless a kernel opts in to
+    more, as the CUDA runtime does for kernels that need it: up to 227 KB on an H100).
     """
     device: str = ""
     has_local: bool = True
@@ -42,6 +43,7 @@ class LinearizerOptions:
     threads: int = 1
     tensor_cores: tuple[str, ...] = ()
     shared_max: int = 48 * 1024
+    narrow_vectors: bool = False
 
 
 class OptOps(Enum):

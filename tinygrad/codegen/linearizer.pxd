@@ -64,6 +64,8 @@ cdef class Linearizer:
     cdef int _copies(self, int d)
     cdef list _idx_nodes(self, tuple combo, bint post)
     cdef bint _vec_ok(self, object dtype)
+    cdef bint _vec_load_ok(self, object dtype)
+    cdef object _cast_any(self, object kind, object dtype, object src)
     cdef object _as_vec(self, object v, object dtype)
     cdef object _lane_of(self, object v, int lane)
     cdef object _alu_any(self, object op, object dtype, tuple srcs)

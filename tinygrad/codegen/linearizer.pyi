@@ -4,6 +4,7 @@ from typing import Any
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.codegen.kernel import Opt as Opt
 from tinygrad.codegen.kernel import OptOps as OptOps
+from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES as NARROW_VECTOR_DTYPES
 from tinygrad.codegen.uops import VECTOR_ALU_OPS as VECTOR_ALU_OPS
 from tinygrad.codegen.uops import VECTOR_DTYPES as VECTOR_DTYPES
 from tinygrad.codegen.uops import UOp as UOp

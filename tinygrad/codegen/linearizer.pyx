@@ -32,7 +32,7 @@ other kernels (each tiled dim's copies are offsets from the thread's base row or
 from itertools import product
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
+from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
 from tinygrad.ops import _const_identity, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
@@ -576,6 +576,30 @@ cdef class Linearizer:
             return False
         return dtype in VECTOR_DTYPES and dtype.itemsize * self.vector_width <= self.opts.max_vector_bytes
 
+    cdef bint _vec_load_ok(self, object dtype):
+        """Whether a buffer of `dtype` can be read as whole vectors: VECTOR_DTYPES, and the narrow types where the
+        device widens them in registers (LinearizerOptions.narrow_vectors; a vector of them is never wider than the
+        float32 vector it becomes)."""
+        if self._vec_ok(dtype):
+            return True
+        return dtype in NARROW_VECTOR_DTYPES and getattr(self.opts, "narrow_vectors", False) and \
+            self._vec_ok(dtypes.float32)
+
+    cdef object _cast_any(self, object kind, object dtype, object src):
+        """A CAST or BITCAST of a tile value: one vector CAST where the device converts whole vectors (a narrow or
+        float vector to a VECTOR_DTYPES one, under LinearizerOptions.narrow_vectors), else lane by lane."""
+        if not isinstance(src, tuple) and src.dtype.count == 1:
+            return self._uop(kind, dtype, (src,), None)
+        if kind is UOps.CAST and not isinstance(src, tuple) and getattr(self.opts, "narrow_vectors", False) and \
+                self._vec_ok(dtype) and self._vec_load_ok(src.dtype.scalar()):
+            sdt = src.dtype.scalar()
+            if dtypes.is_int(sdt) and sdt.itemsize < 4:
+                # narrow ints are extended to int32 first, then converted: gcc 12 converts an int8 vector straight
+                # to float lane by lane, but does each of the two steps as one instruction
+                src = self._uop(UOps.CAST, dtypes.int32.vec(self.vector_width), (src,), None)
+            return self._uop(UOps.CAST, dtype.vec(self.vector_width), (src,), None)
+        return tuple([self._uop(kind, dtype, (self._lane_of(src, i),), None) for i in range(self.vector_width)])
+
     cdef object _as_vec(self, object v, object dtype):
         if isinstance(v, tuple):
             return self._uop(UOps.VECTORIZE, dtype.vec(self.vector_width), v, None)
@@ -737,12 +761,7 @@ cdef class Linearizer:
                 dt = self.op_dtypes[id(op)]
                 src = tuple([done[id(s)] for s in op.src])
                 if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
-                    kind = UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST
-                    if all(not isinstance(s, tuple) and s.dtype.count == 1 for s in src):
-                        val = self._uop(kind, op.arg[0], src, None)
-                    else:
-                        val = tuple([self._uop(kind, op.arg[0], (self._lane_of(src[0], i),), None)
-                                     for i in range(self.vector_width)])
+                    val = self._cast_any(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src[0])
                 elif op.op is TernaryOps.MULACC:
                     val = self._alu_any(BinaryOps.ADD, dt, (self._alu_any(BinaryOps.MUL, dt, src[:2]), src[2]))
                 else:
@@ -762,7 +781,7 @@ cdef class Linearizer:
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
             return self._leaf_scalar(op, idx, valid)
         dtype = op.arg.dtype
-        if op.op is BufferOps.LOAD and self._vec_ok(dtype) and lane not in valid.vars():
+        if op.op is BufferOps.LOAD and self._vec_load_ok(dtype) and lane not in valid.vars():
             base = _lane_base(idx, lane)
             if base is not None:
                 # consecutive lanes read consecutive elements: one vector load

@@ -25,7 +25,8 @@ import itertools
 import math
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES
+from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES
+from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 
 # kernels that iterate over fewer elements than this stay plain loops: there is nothing to win
@@ -101,6 +102,7 @@ class _Model:
     @staticmethod
     def _nodes(lin, ops) -> list[_Node]:
         seen: set[int] = set()
+        narrow = getattr(lin.opts, "narrow_vectors", False)
         out = []
         for op in ops:
             if id(op) in seen:
@@ -110,7 +112,13 @@ class _Model:
             if op.op in _LEAVES:
                 is_load = op.op is BufferOps.LOAD
                 contiguous = _unit_dims(op.arg.st) if is_load else frozenset()
-                out.append(_Node(dims, 1 if is_load else 0, dt in VECTOR_DTYPES, is_load, contiguous))
+                vec = dt in VECTOR_DTYPES or (is_load and narrow and dt in NARROW_VECTOR_DTYPES)
+                out.append(_Node(dims, 1 if is_load else 0, vec, is_load, contiguous))
+            elif op.op is UnaryOps.CAST and narrow and dt in VECTOR_DTYPES:
+                # a narrow or float vector converted whole
+                src = lin.op_dtypes[id(op.src[0])]
+                vec = src in VECTOR_DTYPES or src in NARROW_VECTOR_DTYPES
+                out.append(_Node(dims, _cast_cost(src), vec, False, frozenset()))
             elif not isinstance(op.op, ReduceOps):
                 out.append(_Node(dims, _OP_COST.get(op.op, 1), op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES,
                                  False, frozenset()))
@@ -166,6 +174,11 @@ class _Model:
         accs = self.copies(up, [d for d in range(len(up)) if d not in self.reduce and d in self.src_dims], v, w)
         # the accumulators stay in registers, with a few left for the operands of each step
         return copies <= MAX_COPIES and accs <= max(4, self.opts.vector_registers - 4)
+
+
+def _cast_cost(src) -> int:
+    """Instructions of a vector conversion from `src` lanes: narrow ints are extended to int32 first."""
+    return 2 if dtypes.is_int(src) and src.itemsize < 4 else 1
 
 
 def _vector_width(n: int, dtype, opts) -> int:

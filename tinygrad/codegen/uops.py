@@ -17,7 +17,10 @@ None or "aligned". Vector loads and stores move bits unconverted, so a uint16 ve
 the halves' bit patterns (how tensor-core operands move). A LOOP whose `arg` is a number > 1 (only where
 LinearizerOptions.threads allows) may have its iterations split across that many threads: they write disjoint
 outputs, and nothing declared outside the loop is written inside. Only the scalar types in VECTOR_DTYPES are ever
-vectorized; everything else is computed lane by lane in scalars.
+vectorized, with one exception: where LinearizerOptions.narrow_vectors is set, a LOAD may also be a vector of a type
+in NARROW_VECTOR_DTYPES (packed weights: int8 values), and a CAST may turn such a vector (or one of
+VECTOR_DTYPES) into a vector of a VECTOR_DTYPES type with as many lanes, each lane converted as a scalar CAST would
+convert it. Everything else is computed lane by lane in scalars.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ class UOps(Enum):
     LOAD = auto()            # vin = (buffer, index) or (buffer, index, valid, alternative)
     STORE = auto()           # vin = (buffer, index, value) or (buffer, index, value, valid)
     ALU = auto()             # arg = the Unary/Binary/TernaryOp
-    CAST = auto()            # vin = (value,), dtype = the target
+    CAST = auto()            # vin = (value,), dtype = the target (of as many lanes as the value)
     BITCAST = auto()         # vin = (value,), dtype = the target, same size
     PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
     BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
@@ -58,6 +61,10 @@ class UOps(Enum):
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands
 # vectors of one dtype; MAX keeps its NaN-propagating meaning). Everything else is computed lane by lane.
 VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
+# the narrow types a device with LinearizerOptions.narrow_vectors loads as vectors, only to CAST them to VECTOR_DTYPES
+# vectors: quantized weights are read 16 or 64 bytes at a time and widened in registers instead of element by element.
+# NOTE: not half: gcc 12 converts a vector of _Float16 lane by lane, no faster than scalar loads
+NARROW_VECTOR_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32)
 VECTOR_ALU_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, BinaryOps.MAX, UnaryOps.NEG})
 
 

@@ -6,14 +6,15 @@ else gets a named variable.
 
 Vector values (dtypes with `count > 1`, see `tinygrad.codegen.uops`) are GCC/Clang vector extensions: a typedef
 per vector type (alignment lowered to the element's, so a vector can be read at any element index), infix
-arithmetic lane by lane, `v[i]` for a lane, compound literals to build one.
+arithmetic lane by lane, `v[i]` for a lane, compound literals to build one, `__builtin_convertvector` (gcc >= 9,
+clang) to convert one lane by lane.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from tinygrad.codegen.uops import VECTOR_ALU_OPS, UOp, UOps
+from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
 
@@ -151,13 +152,27 @@ class CStyleLanguage:
         return f"{self.render_dtype(dt.scalar()).replace(' ', '_')}_v{dt.count}"
 
     def vector_prelude(self, dt: DType) -> str:
-        """The typedef of vector type `dt`, and the lane-wise max the op table has no infix form for."""
+        """The typedef of vector type `dt`, and for the types arithmetic runs on (VECTOR_DTYPES) the lane-wise max
+        the op table has no infix form for; vectors of narrow types are only loaded and converted."""
         name, scalar = self.vector_type_name(dt), dt.scalar()
+        typedef = (f"typedef {self.render_dtype(scalar)} {name} __attribute__((vector_size({dt.itemsize}), "
+                   f"aligned({scalar.itemsize})));\n")
+        if dtypes.is_int(scalar) and scalar.itemsize < 4:
+            # NOTE: gcc 12 widens a narrow int vector it sees read from memory lane by lane (dozens of
+            # instructions), but one in a register with a single extension: the empty asm puts it in one
+            return typedef + (f"static inline {name} tg_reg_{name}({name} v) {{\n"
+                              "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)\n"
+                              "  __asm__(\"\" : \"+v\"(v));\n"
+                              "#elif defined(__GNUC__) && !defined(__clang__) && defined(__aarch64__)\n"
+                              "  __asm__(\"\" : \"+w\"(v));\n"
+                              "#endif\n"
+                              "  return v;\n}\n")
+        if scalar not in VECTOR_DTYPES:
+            return typedef
         mask = f"tg_mask{scalar.itemsize * 8}_v{dt.count}"
         mask_scalar = {4: "int", 8: "long long"}[scalar.itemsize]
         # NOTE: max(a, b) is a where a is NaN or larger, else b: a bit select on the comparison masks
-        return (f"typedef {self.render_dtype(scalar)} {name} __attribute__((vector_size({dt.itemsize}), "
-                f"aligned({scalar.itemsize})));\n"
+        return (typedef +
                 f"typedef {mask_scalar} {mask} __attribute__((vector_size({dt.itemsize})));\n"
                 f"static inline {name} tg_max_{name}({name} a, {name} b) {{\n"
                 f"  {mask} m = (a != a) | (a > b);\n"
@@ -169,6 +184,13 @@ class CStyleLanguage:
         if op not in VECTOR_ALU_OPS:
             raise NotImplementedError(f"{op} on vectors is not supported by the {type(self).__name__} renderer")
         return self.code_for_op[op](*operands, dt)
+
+    def render_vector_cast(self, x: str, src: DType, dt: DType) -> str:
+        """Vector `x` of type `src` converted lane by lane to vector type `dt` (as many lanes), each lane as a scalar
+        cast would."""
+        if dtypes.is_int(src.scalar()) and src.itemsize // src.count < 4:
+            x = f"tg_reg_{self.vector_type_name(src)}({x})"
+        return f"__builtin_convertvector({x}, {self.render_dtype(dt)})"
 
     def render_vectorize(self, lanes: list[str], dt: DType) -> str:
         return f"(({self.render_dtype(dt)}){{{', '.join(lanes)}}})"
@@ -279,6 +301,8 @@ class KernelWriter:
             self.bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
         elif op is UOps.GEP:
             self.bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
+        elif op is UOps.CAST and dt.count > 1:
+            self.bind(u, lang.render_vector_cast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=True)
         elif op is UOps.CAST:
             self.bind(u, lang.render_cast(r[id(vin[0])], dt), "cast", inline=True)
         elif op is UOps.BITCAST:
