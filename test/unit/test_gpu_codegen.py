@@ -25,7 +25,18 @@ from tinygrad.codegen.uops import UOps
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.cuda import _MMA_TYPES, HALF_PRELUDE, MMA_FN, MMA_PRELUDE, CUDALanguage, CUDARenderer
+from tinygrad.renderer.cuda import (
+    _MMA_TYPES,
+    _WGMMA_TYPES,
+    HALF_PRELUDE,
+    MMA_FN,
+    MMA_PRELUDE,
+    WGMMA_PRELUDE,
+    WGMMA_SIZES,
+    CUDALanguage,
+    CUDARenderer,
+    wgmma_fn,
+)
 from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes
 from tinygrad.renderer.gpu_plan import VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
@@ -165,6 +176,34 @@ template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_f16(tg_vec<unsig
     tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_f16, P, W>(a, b, c); }
 template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_bf16(tg_vec<unsigned short, 8> a,
     tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_bf16, P, W>(a, b, c); }
+// wgmma: each thread computes its own accumulators (rows 16w+g(+8), columns 8j+2q(+1) of its warpgroup's tile)
+// from shared memory read as the hardware reads it: K-major rows of 128 bytes, or N-major atoms of 64 columns by 8
+// rows of K (1024 bytes) ATOMS bytes apart along N, through the 128-byte swizzle of the address
+static const unsigned short* tg_swz(const unsigned short* base, unsigned off) {
+  unsigned long long a = (unsigned long long)base + off;
+  return (const unsigned short*)(a ^ (((a >> 7) & 7) << 4));
+}
+template <float (*CVT)(unsigned short), int N, bool BK, int ATOMS>
+static tg_vec<float, N / 2> tg_wgmma_emu(const unsigned short* a, const unsigned short* b, tg_vec<float, N / 2> c) {
+  unsigned tid = threadIdx.x, w = (tid % 128) / 32, l = tid % 32, g = l / 4, q = l % 4;
+  for (int i = 0; i < N / 2; i++) {
+    unsigned row = 16 * w + g + 8 * ((i % 4) / 2), col = 8 * (i / 4) + 2 * q + i % 2;
+    float s = 0;
+    for (unsigned k = 0; k < 64; k++) {
+      unsigned boff = BK ? col * 128 + k * 2 : (col / 64) * ATOMS + (k / 8) * 1024 + (k % 8) * 128 + (col % 64) * 2;
+      s += CVT(*tg_swz(a, row * 128 + k * 2)) * CVT(*tg_swz(b, boff));
+    }
+    c.e[i] += s;
+  }
+  return c;
+}
+#define TG_WGMMA(N) \
+  template <bool BK, int ATOMS> static tg_vec<float, N / 2> tg_wgmma_f16_n##N(const unsigned short* a, \
+      const unsigned short* b, tg_vec<float, N / 2> c) { return tg_wgmma_emu<tg_mma_f16, N, BK, ATOMS>(a, b, c); } \
+  template <bool BK, int ATOMS> static tg_vec<float, N / 2> tg_wgmma_bf16_n##N(const unsigned short* a, \
+      const unsigned short* b, tg_vec<float, N / 2> c) { return tg_wgmma_emu<tg_mma_bf16, N, BK, ATOMS>(a, b, c); }
+TG_WGMMA(64) TG_WGMMA(128) TG_WGMMA(256)
+static void tg_fence_proxy_async() {}
 """
 
 
@@ -172,9 +211,12 @@ def _emulate_mma(src: str) -> str:
     """`src` with its tensor-core functions replaced by the host emulation."""
     if "tg_smem_addr" not in src:
         return src
-    src = src.replace(MMA_PRELUDE, "")
+    src = src.replace(MMA_PRELUDE, "").replace(WGMMA_PRELUDE, "")
     for name, ty in _MMA_TYPES.items():
         src = src.replace(MMA_FN.format(name=name, ty=ty), "")
+    for name, ty in _WGMMA_TYPES.items():
+        for n in WGMMA_SIZES:
+            src = src.replace(wgmma_fn(name, ty, n), "")
     return src.replace(VEC_PRELUDE, VEC_PRELUDE + _MMA_EMU)
 
 
@@ -196,7 +238,7 @@ def _compile(kernels: list[Kernel]) -> list:
         body = body.replace('extern "C" ', "")
         # dynamic shared memory: an array of the size the launch would give (static: one block runs at a time)
         body = body.replace(CUDALanguage.dynamic_shared.format(DYNAMIC_SHARED),
-                            f"static unsigned char {DYNAMIC_SHARED}[{dynamic_shared_bytes(src)}] __align__(16);")
+                            f"static unsigned char {DYNAMIC_SHARED}[{dynamic_shared_bytes(src)}] __align__(1024);")
         together = "true" if "__syncthreads" in src else "false"
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"

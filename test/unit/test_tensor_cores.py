@@ -176,6 +176,37 @@ def test_tiles_past_48kb_take_dynamic_shared_memory():
     assert pick == [TC_PREFERENCE[0], TC_PREFERENCE[1]] and smem_bytes(TC_CONFIGS[pick[0]]) > 48 * 1024
 
 
+HOPPER = dataclasses.replace(TC, tensor_cores=("m16n8k16", "cp.async", "wgmma"), shared_max=227 * 1024)
+
+
+def _wgmma_config(bm, bn, stages):
+    return TC_CONFIGS.index(next(c for c in TC_CONFIGS if c.wgmma and (c.bm, c.bn, c.stages) == (bm, bn, stages)))
+
+
+def test_wgmma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
+    # B staged N-major (x @ y, y row-major: 64-column atoms) and K-major (x @ w.T); sizes no tile divides
+    a, b, w = _h(192, 96), _h(96, 136, seed=1), _h(200, 96, seed=2)
+    cfg = _wgmma_config(128, 128, 3)
+    nmaj = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=HOPPER)
+    kmaj = Kernel(_t(a) @ _t(w).T, opts=[Opt(OptOps.TC, 0, _wgmma_config(64, 256, 4))], lopts=HOPPER)
+    assert nmaj.lin.local_size == (256, 1, 1) and not nmaj.lin.tc.b_along_k and kmaj.lin.tc.b_along_k
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in nmaj.src and "fence.proxy.async" in nmaj.src
+    bf = Kernel(_t(a.astype(np.float32), dtypes.bfloat16) @ _t(b.astype(np.float32), dtypes.bfloat16),
+                opts=[Opt(OptOps.TC, 0, cfg)], lopts=HOPPER)
+    got_n, got_k, got_bf = _run([nmaj, kmaj, bf])
+    af = a.astype(np.float32)
+    _check(got_n, af @ b.astype(np.float32))
+    _check(got_k, af @ w.astype(np.float32).T)
+    want_bf = af @ b.astype(np.float32)
+    got_bf = (got_bf.view(np.uint16)[:want_bf.size].astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_allclose(got_bf.reshape(want_bf.shape), want_bf, rtol=2e-2, atol=5e-2)
+    # not on a device without it, nor where A is not contiguous along K
+    with pytest.raises(ValueError, match="no wgmma"):
+        Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=dataclasses.replace(TC, shared_max=227 * 1024))
+    with pytest.raises(ValueError, match="A contiguous along K"):
+        Kernel(_t(np.ascontiguousarray(a.T)).T @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=HOPPER)
+
+
 @pytest.mark.parametrize("lopts", [TC, SYNC])
 def test_partial_tiles_of_whole_chunks_copy_asynchronously(lopts):
     # sizes that are multiples of a 16-byte chunk (8 halves) but of no tile: chunks wholly inside or past the end

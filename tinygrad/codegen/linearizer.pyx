@@ -909,7 +909,16 @@ cdef class Linearizer:
         ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a, plan.a_along_k),
                (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b, plan.b_along_k))
         asy = plan.asynchronous
-        if simt:
+        wg = getattr(cfg, "wgmma", False)
+        if wg:
+            # a warpgroup per 64 rows of the tile; one accumulator of BN/2 floats a thread (BN/8 m16n8 tiles)
+            warp, lane = div(tid, c(32)), mod(tid, c(32))
+            grp, quad = div(lane, c(4)), mod(lane, c(4))
+            wg_a = mul(div(tid, c(128)), c(64 * cfg.bk))  # the group's first row of A in a slice
+            acc_wg = self._uop(UOps.DEFINE_ACC, tc.acc.vec(cfg.bn // 2), (), 0.0, False)
+            # B staged N-major: 64-column atoms of BK rows, this far apart
+            b_atoms = cfg.bk * 64 * plan.elem.itemsize
+        elif simt:
             # thread (ty, tx): rows ty*4.. of each group of 4 rows (4*BM/TM apart), columns likewise
             tx, ty = mod(tid, c(cfg.bn // cfg.tn)), div(tid, c(cfg.bn // cfg.tn))
             row_t, col_t = mul(ty, c(4)), mul(tx, c(4))
@@ -955,6 +964,9 @@ cdef class Linearizer:
             # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
             # thread is done with the buffer the next copies overwrite), then the slice stages-1 ahead is started
             self._uop(UOps.ASYNC_WAIT, None, (), stages - 2, False)
+            if wg:
+                # the copies were writes of this thread; wgmma reads through the asynchronous proxy
+                self._uop(UOps.FENCE, None, (), "async_proxy", False)
             self._uop(UOps.BARRIER, None, (), None, False)
             ahead = add(loop, c(stages - 1))
             more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(ktiles)))
@@ -972,7 +984,12 @@ cdef class Linearizer:
                       for op, ax, rows, row0, _, _, _ in ops]
             cur = mod(loop, c(2))
         base_a, base_b = mul(cur, c(size_a)), mul(cur, c(size_b))
-        if simt:
+        if wg:
+            # the whole slice (BK/16 instructions, issued together and waited for) on the group's rows
+            out = self._uop(UOps.WMMA, acc_wg.dtype, (smem_a, add(base_a, wg_a), smem_b, base_b, acc_wg),
+                            (tc.name, (cfg.bn, plan.b_along_k, b_atoms)), False)
+            acc_wg = self._uop(UOps.PHI, acc_wg.dtype, (acc_wg, out, loop), None, False)
+        elif simt:
             for kk in range(cfg.bk):
                 # slices are rows-major: 4 consecutive rows (columns) of one k are one 16-byte read
                 va = [self._uop(UOps.LOAD, f32.vec(4), (smem_a, add(base_a, add(c(kk * cfg.bm + g * gap_m), row_t))),
@@ -1012,7 +1029,13 @@ cdef class Linearizer:
         self._uop(UOps.ENDLOOP, None, (loop,), None, False)
         # the accumulators through the kernel's elementwise tail: each tiled dim's copies are offsets from the
         # thread's base row (column)
-        if simt:
+        if wg:
+            # warp w (of all the block's) holds rows 16w+g and 16w+g+8, columns 8j+2q and 8j+2q+1 of its group
+            off_m = [0, 8]
+            off_n = [(i // 2) * 8 + i % 2 for i in range(cfg.bn // 4)]
+            base_m = add(row0_a, add(mul(warp, c(16)), grp))
+            base_n = add(row0_b, mul(quad, c(2)))
+        elif simt:
             off_m = [(i // 4) * gap_m + i % 4 for i in range(cfg.tm)]
             off_n = [(j // 4) * gap_n + j % 4 for j in range(cfg.tn)]
             base_m, base_n = add(row0_a, row_t), add(row0_b, col_t)
@@ -1032,7 +1055,9 @@ cdef class Linearizer:
         vals = {}
         for cm in range(len(off_m)):
             for cn in range(len(off_n)):
-                if simt:
+                if wg:
+                    vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (acc_wg,), (cn // 2) * 4 + cm * 2 + cn % 2)
+                elif simt:
                     vals[(cm, cn)] = self._uop(UOps.GEP, f32, (accs[cm][cn // 4],), cn % 4)
                 else:
                     vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 2][cn // 2],), (cm % 2) * 2 + cn % 2)
@@ -1054,6 +1079,15 @@ cdef class Linearizer:
         c = lambda v: self._const(v, i32)
         if self.tc.simt:
             return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))), col))
+        if getattr(self.tc.config, "wgmma", False) and not k_major:
+            # wgmma's N-major layout: atoms of 64 columns (128 bytes) by BK rows of K, one after another; in an
+            # atom, chunk c of row k at chunk c ^ (k % 8) (the 128-byte swizzle)
+            bk = self.tc.config.bk
+            atom = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.DIV, i32, (col, c(64))), c(bk * 64)))
+            chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (
+                self._alu(BinaryOps.MOD, i32, (col, c(64))), c(8))), self._alu(BinaryOps.MOD, i32, (row, c(8)))))
+            return self._alu(BinaryOps.ADD, i32, (atom, self._alu(BinaryOps.ADD, i32, (
+                self._alu(BinaryOps.MUL, i32, (row, c(64))), self._alu(BinaryOps.MUL, i32, (chunk, c(8)))))))
         per_line, chunks = swizzle(row_elems)
         line = self._alu(BinaryOps.DIV, i32, (row, c(per_line))) if per_line > 1 else row
         sw = self._alu(BinaryOps.MOD, i32, (line, c(chunks)))

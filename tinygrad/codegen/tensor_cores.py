@@ -14,6 +14,10 @@ so that reads and writes of a warp hit distinct banks, each warp computing a (BM
 fragments read out of shared memory with `ldmatrix` (transposing where a slice is staged with M or N contiguous),
 and the accumulators run through the kernel's elementwise tail (casts, bias, activations) to the stores.
 
+On Hopper (sm_90a) the wgmma configs stage 64-wide slices of K the way the tensor cores read them themselves (A's
+rows of K, B's rows of K or 64-column atoms of it, all in the 128-byte swizzle), and a warpgroup of 4 warps issues
+a slice's four k16 steps for 64 rows by BN columns from shared memory, without ldmatrix or operand registers.
+
 >>> c = TC_CONFIGS[0]
 >>> (c.bm, c.bn, c.bk, c.threads, c.stages)
 (128, 128, 32, 128, 2)
@@ -46,6 +50,11 @@ class TensorCore:
 TENSOR_CORES = {
     "m16n8k16": (TensorCore("m16n8k16_f16", 16, 8, 16, dtypes.float16, dtypes.float32),
                  TensorCore("m16n8k16_bf16", 16, 8, 16, dtypes.bfloat16, dtypes.float32)),
+    # Hopper (sm_90a): wgmma.mma_async, a warpgroup (4 warps) multiplying a 64 x 16 slice of A by a 16 x BN slice of
+    # B, both read by the tensor cores straight from shared memory; the accumulator is laid out as BN/8 m16n8 tiles
+    # per warp (warp w of the group holding rows 16w..16w+15). See TCConfig.wgmma.
+    "wgmma": (TensorCore("wgmma_f16", 64, 8, 16, dtypes.float16, dtypes.float32),
+              TensorCore("wgmma_bf16", 64, 8, 16, dtypes.bfloat16, dtypes.float32)),
 }
 
 
@@ -58,10 +67,13 @@ class TCConfig:
     wm: int
     wn: int
     stages: int = 2  # slices in flight where both operands are copied asynchronously (else 2: see TCPlan)
+    # Hopper's wgmma: WM warpgroups (4 warps each) along M, each a 64 x BN tile; BK = 64, so that a staged row of K
+    # (or a 64-wide atom of a slice staged N-major) is the 128 bytes of the hardware's 128-byte swizzle
+    wgmma: bool = False
 
     @property
     def threads(self) -> int:
-        return 32 * self.wm * self.wn
+        return 32 * self.wm * self.wn * (4 if self.wgmma else 1)
 
 
 # the TC Opt's amount picks one of these (the heuristic takes the first that fits; BEAM tries them all)
@@ -88,6 +100,11 @@ TC_CONFIGS = (
     TCConfig(256, 128, 32, 4, 2, 4),
     TCConfig(128, 128, 64, 2, 2, 3),
     TCConfig(128, 256, 64, 2, 4, 3),
+    # Hopper: wgmma on slices staged by cp.async (dynamic shared memory; two 128x128 blocks fit a multiprocessor)
+    TCConfig(128, 128, 64, 2, 1, 3, wgmma=True),
+    TCConfig(128, 256, 64, 2, 1, 3, wgmma=True),
+    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True),
+    TCConfig(64, 256, 64, 1, 1, 4, wgmma=True),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -291,11 +308,22 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
+    if getattr(cfg, "wgmma", False):
+        if "wgmma" not in kinds:
+            return None, f"config {cfg}: the device has no wgmma (Hopper, sm_90a)"
+        # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
+        if not asynchronous or not a_k or cfg.bk != 64 or cfg.bn % 64 or cfg.bn > 256:
+            return None, f"config {cfg}: wgmma takes A contiguous along K and both operands copied asynchronously"
+        if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
+            return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
     if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > lin.opts.shared_max:
         return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
             return None, f"config {cfg}: thread tiles that do not divide the block tile"
+    elif getattr(cfg, "wgmma", False):
+        if cfg.bm != 64 * cfg.wm or cfg.wn != 1:
+            return None, f"config {cfg}: a warpgroup computes 64 rows of the tile, all its columns"
     elif cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or cfg.bk % 16:
         return None, f"config {cfg}: warps that do not divide the tile"
     for rows in (cfg.bm, cfg.bn):
@@ -304,6 +332,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
         return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
+    kinds = ("wgmma",) if getattr(cfg, "wgmma", False) else tuple(k for k in kinds if k != "wgmma")
     tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"

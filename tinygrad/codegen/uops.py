@@ -51,11 +51,16 @@ class UOps(Enum):
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
     WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg =
     #                          (the TensorCore's name (codegen/tensor_cores.py), which half of B's registers: 0 or 1
-    #                          where they hold two fragments, else None), dtype = C's; each thread passes its part
+    #                          where they hold two fragments, else None), dtype = C's; each thread passes its part.
+    #                          A warpgroup's (wgmma) multiplies a whole staged slice read from shared memory: vin =
+    #                          (A's local, index, B's local, index, C), arg = (name, (BN, B staged K-major, bytes
+    #                          between B's 64-column atoms where it is not)), C = the thread's BN/2 accumulators
     COPY_ASYNC = auto()      # 16 bytes global -> shared without registers: vin = (local, index, global, index[, valid])
     #                          (zeros where not valid); both addresses 16-byte aligned; lands by ASYNC_WAIT
     ASYNC_COMMIT = auto()    # the COPY_ASYNCs this thread issued since the last commit form one group
     ASYNC_WAIT = auto()      # wait until at most `arg` of this thread's committed groups are still in flight
+    FENCE = auto()           # arg "async_proxy": this thread's shared-memory writes (its landed COPY_ASYNCs
+    #                          included) are seen by the tensor cores' own reads of shared memory (Hopper's wgmma)
 
 
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands

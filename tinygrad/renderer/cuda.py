@@ -111,6 +111,51 @@ MMA_FN = """template <int P, int W> __device__ __forceinline__ tg_vec<float, 4> 
 """
 _MMA_TYPES = {"m16n8k16_f16": "f16", "m16n8k16_bf16": "bf16"}
 
+# Hopper's wgmma (sm_90a): a warpgroup multiplies a 64-wide slice of K of A (its 64 rows, staged K-major) by B's (BN
+# columns, staged K-major or in N-major atoms), both read by the tensor cores from shared memory through 64-bit
+# descriptors: start address, leading and stride byte offsets (16-byte units; K-major: 1024 bytes between 8-row
+# groups; N-major: ATOMS bytes between 64-column atoms, 1024 between 8-row groups of K), the 128-byte swizzle. The
+# slice's four k16 steps advance the descriptors by 32 bytes along a K-major row, or by two 8-row groups of an atom.
+# The accumulators are fenced around the asynchronous instructions, which are waited for before returning.
+WGMMA_PRELUDE = """__device__ __forceinline__ unsigned long long tg_wgmma_desc(const void* p, unsigned lbo,
+    unsigned sbo) {
+  return (unsigned long long)((tg_smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void tg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+"""
+WGMMA_SIZES = (64, 128, 256)
+
+
+def wgmma_fn(name: str, ty: str, n: int) -> str:
+    """The CUDA function for one slice of wgmma `name` (operand type `ty`) with N = `n` columns."""
+    regs = n // 2
+    outs = ",".join(f"%{i}" for i in range(regs))
+    operands = ", ".join(f'"+f"(c.e[{i}])' for i in range(regs))
+    return (f"template <bool BK, int ATOMS> __device__ __forceinline__ tg_vec<float, {regs}> tg_{name}_n{n}(\n"
+            f"    const unsigned short* a, const unsigned short* b, tg_vec<float, {regs}> c) {{\n"
+            f"  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+            f"#pragma unroll\n"
+            f"  for (int i = 0; i < {regs}; i++) asm volatile(\"\" : \"+f\"(c.e[i]) :: \"memory\");\n"
+            f"  unsigned long long da = tg_wgmma_desc(a, 16, 1024), db = tg_wgmma_desc(b, BK ? 16 : ATOMS, 1024);\n"
+            f"#pragma unroll\n"
+            f"  for (int s = 0; s < 4; s++) {{\n"
+            f"    unsigned long long das = da + 2 * s, dbs = db + (BK ? 2 * s : 128 * s);\n"
+            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n\"\n"
+            f"      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, "
+            f"p, 1, 1, 0, %{regs + 3};\\n}}\\n\"\n"
+            f"      : {operands}\n"
+            f"      : \"l\"(das), \"l\"(dbs), \"r\"(1), \"n\"(BK ? 0 : 1));\n"
+            f"  }}\n"
+            f"  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
+            f"  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+            f"#pragma unroll\n"
+            f"  for (int i = 0; i < {regs}; i++) asm volatile(\"\" : \"+f\"(c.e[i]) :: \"memory\");\n"
+            f"  return c;\n}}\n")
+
+
+_WGMMA_TYPES = {"wgmma_f16": "f16", "wgmma_bf16": "bf16"}
+
 _NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 _ROUND = {dtypes.float16: "tg_f16_round", dtypes.bfloat16: "tg_bf16_round"}
 _TO_BITS = {dtypes.float16: "tg_f32_to_f16", dtypes.bfloat16: "tg_f32_to_bf16"}
@@ -136,6 +181,7 @@ class CUDALanguage(GPULanguage):
     name = "CUDA"
     # mma.sync m16n8k16 for half and bfloat16, and cp.async: sm_80 and later (ops_cuda.py checks the GPU)
     tensor_cores = ("m16n8k16", "cp.async")
+    hopper_tensor_cores = ("wgmma",)  # sm_90 (compiled for sm_90a)
     vec_ops_prelude = VEC_OPS_PRELUDE
     bitcast_prelude = BITCAST_PRELUDE
     kernel_prefix = 'extern "C" __global__ void '
@@ -223,10 +269,18 @@ class CUDALanguage(GPULanguage):
         bounds = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
         return f"{self.kernel_prefix}{bounds}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
 
-    def render_wmma(self, name: str, operands: list[str], part: int | None) -> str:
+    def render_wmma(self, name: str, operands: list[str], part) -> str:
+        if name in _WGMMA_TYPES:
+            (n, b_k, atoms), (a, ai, b, bi, c) = part, operands
+            return f"tg_{name}_n{n}<{'true' if b_k else 'false'}, {atoms}>({a}+{ai}, {b}+{bi}, {c})"
         if name not in _MMA_TYPES:
             raise NotImplementedError(f"CUDA has no tensor core {name}")
         return f"tg_mma_{name}<{part or 0}, {8 if part is not None else 4}>({', '.join(operands)})"
+
+    def render_proxy_fence(self, kind: str) -> str:
+        if kind != "async_proxy":
+            raise NotImplementedError(f"CUDA has no {kind} fence")
+        return "tg_fence_proxy_async()"
 
     def render_copy_async(self, dst: str, src: str, src_idx: str, valid: str | None) -> str:
         # NOTE: where the copy is off, the buffer's own start is read from (nothing is, with a size of 0)
@@ -246,7 +300,10 @@ class CUDALanguage(GPULanguage):
     def wmma_prelude(self, names: set[str], copies: bool) -> str:
         if not names and not copies:
             return ""
-        return MMA_PRELUDE + "".join(MMA_FN.format(name=n, ty=_MMA_TYPES[n]) for n in sorted(names))
+        mma = [n for n in sorted(names) if n in _MMA_TYPES]
+        wg = [n for n in sorted(names) if n in _WGMMA_TYPES]
+        return MMA_PRELUDE + "".join(MMA_FN.format(name=n, ty=_MMA_TYPES[n]) for n in mma) + \
+            (WGMMA_PRELUDE if wg else "") + "".join(wgmma_fn(n, _WGMMA_TYPES[n], s) for n in wg for s in WGMMA_SIZES)
 
     def render_shuffle_down(self, val: str, offset: str) -> str:
         return f"__shfl_down_sync(0xffffffffu, {val}, {offset})"

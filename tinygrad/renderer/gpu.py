@@ -72,7 +72,8 @@ class GPULanguage(CStyleLanguage):
     # the most shared memory a kernel may declare statically; a kernel that needs more declares one dynamic array,
     # `dynamic_shared` formatted with its name, and the launch gives it the bytes (see dynamic_shared_bytes)
     static_shared_max: int | None = 48 * 1024
-    dynamic_shared = "extern __shared__ __align__(16) unsigned char {}[];"
+    # (1024-byte aligned, as are the arrays in it: the granule of the tensor cores' 128-byte swizzle)
+    dynamic_shared = "extern __shared__ __align__(1024) unsigned char {}[];"
     tensor_cores: tuple[str, ...] = ()  # the matrix instructions render_wmma spells (codegen/tensor_cores.py)
 
     def block_idx(self, axis: str) -> str:
@@ -119,6 +120,10 @@ class GPULanguage(CStyleLanguage):
     def render_async_wait(self, pending: int) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no asynchronous copies")
 
+    def render_proxy_fence(self, kind: str) -> str:
+        """A FENCE uop: this thread's shared-memory writes seen by the `kind` reads ("async_proxy": wgmma's)."""
+        raise NotImplementedError(f"{type(self).__name__} has no {kind} fence")
+
     def wmma_prelude(self, names: set[str], copies: bool) -> str:
         """What render_wmma's expressions for the tensor cores `names` need declared (after the vector types), and
         the asynchronous copies where the kernel has them (`copies`)."""
@@ -153,14 +158,14 @@ def dynamic_shared_bytes(src: str) -> int:
 
 
 def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], int]:
-    """Where each DEFINE_LOCAL lies in the kernel's dynamic shared array (by id; 16-byte aligned offsets) and its
+    """Where each DEFINE_LOCAL lies in the kernel's dynamic shared array (by id; 1024-byte aligned offsets) and its
     total size, or ({}, 0) where the arrays fit static declarations."""
     offsets, total = {}, 0
     for u in uops:
         if u.uop is UOps.DEFINE_LOCAL:
             offsets[id(u)] = total
             base = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
-            total += -(-u.arg[1] * base.itemsize // 16) * 16
+            total += -(-u.arg[1] * base.itemsize // 1024) * 1024
     if lang.static_shared_max is None or total <= lang.static_shared_max:
         return {}, 0
     return offsets, total
@@ -389,6 +394,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(lang.render_async_commit() + ";")
         elif op is UOps.ASYNC_WAIT:
             emit(lang.render_async_wait(u.arg) + ";")
+        elif op is UOps.FENCE:
+            emit(lang.render_proxy_fence(u.arg) + ";")
         elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
             bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
                  "frag", inline=False)

@@ -138,7 +138,11 @@ class CUDACompiler(Compiler):
         self._setup()
         m = _KERNEL_NAME.search(src)
         try:
-            image, log = _cuda.nvrtc_compile(src, m.group(1) if m else "kernel", self.options, self.ptx)
+            options = self.options
+            if "wgmma.mma_async" in src and not self.ptx:
+                # Hopper's arch-specific instructions need the "a" target (sm_90a), which only sm_90 runs
+                options = [o + "a" if o.startswith("--gpu-architecture=sm_90") else o for o in options]
+            image, log = _cuda.nvrtc_compile(src, m.group(1) if m else "kernel", options, self.ptx)
         except RuntimeError as e:
             raise CompileError(f"NVRTC failed to compile a kernel for {self.arch}:\n{e}\n--- source ---\n{src}") \
                 from None
@@ -218,7 +222,10 @@ class CUDADevice(Compiled):
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
         # the renderer takes the linearizer's tiles and 16-byte vectors (codegen/heuristic_gpu.py picks them)
         # the renderer's matrix instructions and asynchronous copies came with sm_80
-        tcs = CUDALanguage.tensor_cores if int(re.sub(r"\D", "", self.arch)) >= 80 else ()
+        cc = int(re.sub(r"\D", "", self.arch))
+        tcs = CUDALanguage.tensor_cores if cc >= 80 else ()
+        # wgmma: Hopper only (sm_90a code runs on sm_90 and nothing else)
+        tcs += CUDALanguage.hopper_tensor_cores if cc == 90 else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs,
                                  shared_max=a(97))  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
