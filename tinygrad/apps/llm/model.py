@@ -174,7 +174,18 @@ class Linear:
         return dequantize(self.ttype, self.raw, self.shape)
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x @ self.weight().T
+        if self.qs is None:
+            return x @ self.weight().T
+        # the planes keep their groups as a dim of the sum: each group's scale is one value for a run of consecutive
+        # values, so the kernel reads whole vectors of int8 values along the group and one scale per group, where a
+        # flat (out, in) weight would index the scale by division for every value
+        out, inner = self.shape
+        g = self.groups
+        w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * self.d.reshape(out, g, 1)
+        if self.m is not None:
+            w = w - self.m.reshape(out, g, 1)
+        lead = x.shape[:-1]
+        return (x.reshape(*lead, 1, g, inner // g) * w).sum((-2, -1))
 
 
 def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
