@@ -28,6 +28,9 @@ _refused: set[str] = set()
 # paths whose header was read and found a cache's (see _may_use), and the lock for reading one
 _verified: set[str] = set()
 _verify_lock = threading.Lock()
+# paths whose content this process has checked (PRAGMA quick_check reads the whole file, ~0.1 s for a cache of
+# 400 MB: too slow for every thread's connection, and a cold start opens one in each compile worker)
+_checked: set[str] = set()
 
 
 def cache_path() -> pathlib.Path:
@@ -88,14 +91,17 @@ def _retry_busy(fn, tries: int = 5):
 
 
 def _open(path: str) -> sqlite3.Connection:
-    """A connection to the cache at `path` in WAL mode, checked. A busy database (SQLITE_BUSY raised at once by a
-    journal-mode change that another process's first write races) is retried for half a second."""
+    """A connection to the cache at `path` in WAL mode, its content checked on the process's first connection
+    (damage found later shows as errors, see _damaged). A busy database (SQLITE_BUSY raised at once by a journal-mode
+    change that another process's first write races) is retried for half a second."""
     for attempt in range(10):
         conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA journal_mode=WAL")
-            _fetch_one(conn, "PRAGMA quick_check(1)", ())
+            if path not in _checked:
+                _fetch_one(conn, "PRAGMA quick_check(1)", ())
+                _checked.add(path)
             return conn
         except sqlite3.OperationalError:
             conn.close()

@@ -245,3 +245,26 @@ def test_the_cache_file_is_never_opened_beside_a_live_connection(db, monkeypatch
     t.start()
     t.join()
     assert got == [b"value"]
+
+
+def test_the_file_is_checked_once_per_process_not_per_thread(db, monkeypatch):
+    # PRAGMA quick_check reads the whole file: a cold start's compile workers each open a connection, and a check per
+    # connection cost seconds on a big cache
+    import threading
+    checks = []
+    real = diskcache._fetch_one
+
+    def counted(conn, sql, args):
+        if "quick_check" in sql:
+            checks.append(sql)
+        return real(conn, sql, args)
+    monkeypatch.setattr(diskcache, "_fetch_one", counted)
+    diskcache.diskcache_put("t", "key", b"value")
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(diskcache.diskcache_get("t", "key"))) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert got == [b"value"] * 3
+    assert len(checks) <= 1
