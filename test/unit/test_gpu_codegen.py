@@ -198,12 +198,13 @@ static tg_vec<float, N / 2> tg_wgmma_emu(const unsigned short* a, const unsigned
   return c;
 }
 #define TG_WGMMA(N) \
-  template <bool BK, int ATOMS> static tg_vec<float, N / 2> tg_wgmma_f16_n##N(const unsigned short* a, \
+  template <bool BK, int ATOMS, int WAIT> static tg_vec<float, N / 2> tg_wgmma_f16_n##N(const unsigned short* a, \
       const unsigned short* b, tg_vec<float, N / 2> c) { return tg_wgmma_emu<tg_mma_f16, N, BK, ATOMS>(a, b, c); } \
-  template <bool BK, int ATOMS> static tg_vec<float, N / 2> tg_wgmma_bf16_n##N(const unsigned short* a, \
+  template <bool BK, int ATOMS, int WAIT> static tg_vec<float, N / 2> tg_wgmma_bf16_n##N(const unsigned short* a, \
       const unsigned short* b, tg_vec<float, N / 2> c) { return tg_wgmma_emu<tg_mma_bf16, N, BK, ATOMS>(a, b, c); }
 TG_WGMMA(64) TG_WGMMA(128) TG_WGMMA(256)
 static void tg_fence_proxy_async() {}
+template <int R> static tg_vec<float, R> tg_wgmma_wait_all(tg_vec<float, R> c) { return c; }
 """
 
 

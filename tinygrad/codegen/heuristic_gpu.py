@@ -52,8 +52,8 @@ GROUP = 16
 # a@b.T, one run): 128x128x32 in 4 stages (64 KB, dynamic shared memory) 319/314, in 2 stages 308/289, in 3 stages
 # 302/292, 128x128x64 in 3 stages 305/312, 128x256x32 (8 warps) 273/273, 128x64x32 in 4 stages 283/273, 64x64
 # 250/215. Where a block gets only 48 KB, the 4-stage tile does not fit and the 2-stage one is next. On Hopper, wgmma
-# comes first (same run; PyTorch 690/665): 128x256x64 in 4 stages 433/437, in 3 stages 423/431, 128x128x64 420/424,
-# 64x256x64 340/347.
+# comes first (PyTorch 706/718 in the same run): 128x256x64 in 4 stages 448/449, in 3 stages 426/426, 128x128x64
+# 414/419, 64x256x64 308/321.
 TC_PREFERENCE = (23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
 # matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)

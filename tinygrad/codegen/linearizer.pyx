@@ -945,9 +945,12 @@ cdef class Linearizer:
                 a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
             if not plan.b_along_k:
                 b_r, b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
+        # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
+        # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
+        lag = 1 if wg else 0
         if asy:
-            # the first stages-1 slices in flight, a group each (empty past the end, so every step commits one)
-            for st_i in range(stages - 1):
+            # the first stages-1-lag slices in flight, a group each (empty past the end, so every step commits one)
+            for st_i in range(stages - 1 - lag):
                 if st_i < ktiles:
                     for op, ax, rows, row0, smem, size, lay in ops:
                         self._tc_stage(self._tc_copy(op, ax, rows, row0, c(st_i * cfg.bk), None, True), smem,
@@ -963,12 +966,12 @@ cdef class Linearizer:
         if asy:
             # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
             # thread is done with the buffer the next copies overwrite), then the slice stages-1 ahead is started
-            self._uop(UOps.ASYNC_WAIT, None, (), stages - 2, False)
+            self._uop(UOps.ASYNC_WAIT, None, (), stages - 2 - lag, False)
             if wg:
                 # the copies were writes of this thread; wgmma reads through the asynchronous proxy
                 self._uop(UOps.FENCE, None, (), "async_proxy", False)
             self._uop(UOps.BARRIER, None, (), None, False)
-            ahead = add(loop, c(stages - 1))
+            ahead = add(loop, c(stages - 1 - lag))
             more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(ktiles)))
             buf = mod(ahead, c(stages))
             for op, ax, rows, row0, smem, size, lay in ops:
@@ -985,9 +988,10 @@ cdef class Linearizer:
             cur = mod(loop, c(2))
         base_a, base_b = mul(cur, c(size_a)), mul(cur, c(size_b))
         if wg:
-            # the whole slice (BK/16 instructions, issued together and waited for) on the group's rows
+            # the whole slice (BK/16 instructions issued together) on the group's rows; the previous slice's are
+            # waited for (every group has, once past the next barrier: its buffer is then refilled)
             out = self._uop(UOps.WMMA, acc_wg.dtype, (smem_a, add(base_a, wg_a), smem_b, base_b, acc_wg),
-                            (tc.name, (cfg.bn, plan.b_along_k, b_atoms)), False)
+                            (tc.name, (cfg.bn, plan.b_along_k, b_atoms, lag)), False)
             acc_wg = self._uop(UOps.PHI, acc_wg.dtype, (acc_wg, out, loop), None, False)
         elif simt:
             for kk in range(cfg.bk):
@@ -1027,6 +1031,8 @@ cdef class Linearizer:
             self._uop(UOps.BARRIER, None, (), None, False)
         self._close_scope()
         self._uop(UOps.ENDLOOP, None, (loop,), None, False)
+        if wg:
+            acc_wg = self._uop(UOps.WMMA, acc_wg.dtype, (acc_wg,), (tc.name, ("wait", cfg.bn)), False)
         # the accumulators through the kernel's elementwise tail: each tiled dim's copies are offsets from the
         # thread's base row (column)
         if wg:

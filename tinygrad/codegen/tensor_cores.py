@@ -105,6 +105,7 @@ TC_CONFIGS = (
     TCConfig(128, 256, 64, 2, 1, 3, wgmma=True),
     TCConfig(128, 256, 64, 2, 1, 4, wgmma=True),
     TCConfig(64, 256, 64, 1, 1, 4, wgmma=True),
+    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -312,7 +313,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         if "wgmma" not in kinds:
             return None, f"config {cfg}: the device has no wgmma (Hopper, sm_90a)"
         # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
-        if not asynchronous or not a_k or cfg.bk != 64 or cfg.bn % 64 or cfg.bn > 256:
+        # (three buffers at least: one being copied, one read, one still read by the last slice's instructions)
+        if not asynchronous or not a_k or cfg.bk != 64 or cfg.bn % 64 or cfg.bn > 256 or stages < 3:
             return None, f"config {cfg}: wgmma takes A contiguous along K and both operands copied asynchronously"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"

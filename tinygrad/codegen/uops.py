@@ -54,7 +54,8 @@ class UOps(Enum):
     #                          where they hold two fragments, else None), dtype = C's; each thread passes its part.
     #                          A warpgroup's (wgmma) multiplies a whole staged slice read from shared memory: vin =
     #                          (A's local, index, B's local, index, C), arg = (name, (BN, B staged K-major, bytes
-    #                          between B's 64-column atoms where it is not)), C = the thread's BN/2 accumulators
+    #                          between B's 64-column atoms where it is not, slices left in flight)), C = the thread's
+    #                          BN/2 accumulators; vin = (C,), arg = (name, ("wait", BN)): C once none is in flight
     COPY_ASYNC = auto()      # 16 bytes global -> shared without registers: vin = (local, index, global, index[, valid])
     #                          (zeros where not valid); both addresses 16-byte aligned; lands by ASYNC_WAIT
     ASYNC_COMMIT = auto()    # the COPY_ASYNCs this thread issued since the last commit form one group

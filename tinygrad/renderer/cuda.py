@@ -116,13 +116,20 @@ _MMA_TYPES = {"m16n8k16_f16": "f16", "m16n8k16_bf16": "bf16"}
 # descriptors: start address, leading and stride byte offsets (16-byte units; K-major: 1024 bytes between 8-row
 # groups; N-major: ATOMS bytes between 64-column atoms, 1024 between 8-row groups of K), the 128-byte swizzle. The
 # slice's four k16 steps advance the descriptors by 32 bytes along a K-major row, or by two 8-row groups of an atom.
-# The accumulators are fenced around the asynchronous instructions, which are waited for before returning.
+# The accumulators are fenced around the asynchronous instructions; WAIT groups (slices) may still be in flight on
+# return, and tg_wgmma_wait_all waits for the last before the accumulators are read.
 WGMMA_PRELUDE = """__device__ __forceinline__ unsigned long long tg_wgmma_desc(const void* p, unsigned lbo,
     unsigned sbo) {
   return (unsigned long long)((tg_smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void tg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+template <int R> __device__ __forceinline__ tg_vec<float, R> tg_wgmma_wait_all(tg_vec<float, R> c) {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < R; i++) asm volatile("" : "+f"(c.e[i]) :: "memory");
+  return c;
+}
 """
 WGMMA_SIZES = (64, 128, 256)
 
@@ -132,7 +139,8 @@ def wgmma_fn(name: str, ty: str, n: int) -> str:
     regs = n // 2
     outs = ",".join(f"%{i}" for i in range(regs))
     operands = ", ".join(f'"+f"(c.e[{i}])' for i in range(regs))
-    return (f"template <bool BK, int ATOMS> __device__ __forceinline__ tg_vec<float, {regs}> tg_{name}_n{n}(\n"
+    return (f"template <bool BK, int ATOMS, int WAIT> __device__ __forceinline__ tg_vec<float, {regs}> "
+            f"tg_{name}_n{n}(\n"
             f"    const unsigned short* a, const unsigned short* b, tg_vec<float, {regs}> c) {{\n"
             f"  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
             f"#pragma unroll\n"
@@ -148,7 +156,7 @@ def wgmma_fn(name: str, ty: str, n: int) -> str:
             f"      : \"l\"(das), \"l\"(dbs), \"r\"(1), \"n\"(BK ? 0 : 1));\n"
             f"  }}\n"
             f"  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
-            f"  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+            f"  asm volatile(\"wgmma.wait_group.sync.aligned %0;\" :: \"n\"(WAIT) : \"memory\");\n"
             f"#pragma unroll\n"
             f"  for (int i = 0; i < {regs}; i++) asm volatile(\"\" : \"+f\"(c.e[i]) :: \"memory\");\n"
             f"  return c;\n}}\n")
@@ -271,8 +279,10 @@ class CUDALanguage(GPULanguage):
 
     def render_wmma(self, name: str, operands: list[str], part) -> str:
         if name in _WGMMA_TYPES:
-            (n, b_k, atoms), (a, ai, b, bi, c) = part, operands
-            return f"tg_{name}_n{n}<{'true' if b_k else 'false'}, {atoms}>({a}+{ai}, {b}+{bi}, {c})"
+            if part[0] == "wait":
+                return f"tg_wgmma_wait_all<{part[1] // 2}>({operands[0]})"
+            (n, b_k, atoms, pending), (a, ai, b, bi, c) = part, operands
+            return f"tg_{name}_n{n}<{'true' if b_k else 'false'}, {atoms}, {pending}>({a}+{ai}, {b}+{bi}, {c})"
         if name not in _MMA_TYPES:
             raise NotImplementedError(f"CUDA has no tensor core {name}")
         return f"tg_mma_{name}<{part or 0}, {8 if part is not None else 4}>({', '.join(operands)})"

@@ -386,7 +386,9 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             kw.depth -= 1
             emit("}")
         elif op is UOps.WMMA:
-            bind(u, lang.render_wmma(u.arg[0], [r[id(v)] for v in vin], u.arg[1]), "wmma", inline=True)
+            # a wait for a warpgroup's accumulators is read lane by lane after it: a variable, not repeated inline
+            wait = isinstance(u.arg[1], tuple) and u.arg[1][0] == "wait"
+            bind(u, lang.render_wmma(u.arg[0], [r[id(v)] for v in vin], u.arg[1]), "wmma", inline=not wait)
         elif op is UOps.COPY_ASYNC:
             emit(lang.render_copy_async(f"{r[id(vin[0])]}+{r[id(vin[1])]}", r[id(vin[2])], r[id(vin[3])],
                                         r[id(vin[4])] if len(vin) > 4 else None) + ";")
