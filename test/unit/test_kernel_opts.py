@@ -347,6 +347,14 @@ def test_large_kernels_split_their_outer_loop_across_threads():
     assert lin_for(small, THREADED).threads == 1, "too small to be worth a second thread"
 
 
+def test_threads_follow_the_cost_not_the_element_count():
+    # as many elements, far more work an element: exp is worth a second thread where an add is not
+    for t, threads in ((rand(64, 2048).exp(), 2), (rand(64, 2048) + 1, 1)):
+        si, var_vals = last_kernel(t)
+        assert lin_for(si, THREADED).threads == threads
+        check((si, var_vals), lopts=THREADED)
+
+
 def test_a_forked_child_runs_threaded_kernels_serially():
     import os
     import time

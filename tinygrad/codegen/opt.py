@@ -44,8 +44,9 @@ MAX_UPCAST = 32
 MAX_UNROLL = 8
 # an unroll must cut the cost per element by this fraction to be taken
 MIN_GAIN = 0.03
-# kernels that iterate over at least this many elements split their outermost loop across threads
-PARALLEL_MIN_WORK = 1 << 20
+# kernels whose cost (instructions, memory traffic counted as the model counts it) is at least this split their
+# outermost loop across threads: starting and joining them costs some 10 us, about 100k instructions
+PARALLEL_MIN_COST = 1 << 18
 # kernels with more output loops than this keep them in dim order (the orders to compare grow factorially)
 MAX_ORDERED = 4
 # bytes read from beyond the first-level cache that cost as much as one instruction
@@ -304,7 +305,12 @@ def global_loop_order(lin) -> list[int]:
 def parallel_threads(lin) -> int:
     """How many threads the outermost output loop of an optimised kernel is split across (1: it is not)."""
     full, threads = lin.full_shape, getattr(lin.opts, "threads", 1)
-    if threads < 2 or math.prod(s if isinstance(s, int) else s.max for s in full) < PARALLEL_MIN_WORK:
+    if threads < 2:
+        return 1
+    work = math.prod(s if isinstance(s, int) else s.max for s in full)
+    # the model's instructions per element: a transcendental elementwise kernel is worth threads at far fewer
+    # elements than a sum
+    if work * _Model(lin).cost(list(lin.upcasts), lin.vector_axis, lin.vector_width) < PARALLEL_MIN_COST:
         return 1
     for d in lin.loop_order:
         if not isinstance(full[d], int):
