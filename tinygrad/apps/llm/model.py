@@ -188,6 +188,12 @@ class Linear:
         return (x.reshape(*lead, 1, g, inner // g) * w).sum((-2, -1))
 
 
+def _gelu(x: Tensor) -> Tensor:
+    """GELU with the tanh approximation, as x * sigmoid(2z) (= x * (1 + tanh z) / 2): one exp2 and one division an
+    element, where Tensor.gelu's tanh, exact near 0 through expm1, takes an exp2, a log2 and two divisions."""
+    return x * ((2 * math.sqrt(2 / math.pi)) * (x + 0.044715 * x * x * x)).sigmoid()
+
+
 def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
 
@@ -340,6 +346,9 @@ class Transformer:
             base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
             cos, sin = (t[start_pos:end] for t in self.rope[base])
             q, k = _rope(q, cos, sin, fam.neox_rope), _rope(k, cos, sin, fam.neox_rope)
+            # NOTE: q made once: fused into the scores, RoPE's two halves are masked reads that the CPU heuristic
+            # can't take as vectors along head_dim
+            q = q.contiguous()
             ck, cv = self.cache[i]
             ck[start_pos:end].assign(k).realize()
             cv[start_pos:end].assign(v).realize()
@@ -352,14 +361,17 @@ class Transformer:
             scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
             mask = causal if glob else sliding
             scores = mask.reshape(1, n, end).where(scores, float("-inf"))
-            att = (scores.softmax(-1) @ vals).permute(1, 0, 2).reshape(n, cfg.heads * cfg.head_dim)
+            # (n, heads, 1, end) @ (heads, end, head_dim): the kernel writes the rows in the order attn_output reads
+            # them, where a permute of (heads, n, head_dim) would make its input a strided view
+            probs = scores.softmax(-1).permute(1, 0, 2).reshape(n, cfg.heads, 1, end)
+            att = (probs @ vals).reshape(n, cfg.heads * cfg.head_dim)
             a = L["attn_output"](att)
             if fam.post_norms:
                 a = _rms(a, L["post_attention_norm"], cfg.eps)
             x = x + a
             h = _rms(x, L["ffn_norm"], cfg.eps)
             g, u = L["ffn_gate"](h), L["ffn_up"](h)
-            act = g.gelu() if fam.gelu else g.silu()
+            act = _gelu(g) if fam.gelu else g.silu()
             f = L["ffn_down"](act * u)
             if fam.post_norms:
                 f = _rms(f, L["post_ffw_norm"], cfg.eps)
