@@ -81,49 +81,6 @@ def _reduce_reads_contiguously(lin) -> bool:
     return True
 
 
-def _flat_reduce_loads(lin) -> bool:
-    """Does every load under the reduce read its reduced dims as one contiguous run (or not at all)? Then the
-    renderer can run the reduction as one flat loop; a load indexed by an outer reduced dim alone (a scale per
-    group of 32 quantized weights) cannot be."""
-    full = lin.full_shape
-    rdims = sorted(d for d in lin.reduce_axes if _bound(full[d]) > 1)
-    for op in lin.reduceop.toposort():
-        if op.op is not BufferOps.LOAD:
-            continue
-        strides = [op.arg.st.real_strides()[d] for d in rdims]
-        if all(isinstance(s, int) and s == 0 for s in strides):
-            continue
-        want = 1
-        for d, s in zip(reversed(rdims), reversed(strides)):
-            if not isinstance(s, int) or s != want:
-                return False
-            want *= _bound(full[d])
-    return True
-
-
-def _row_reduction(lin, outs: list[int]) -> bool:
-    """Is the kernel a matrix-vector product by rows (x @ W.T, dequantized weights included): every load that
-    varies along an output dim reads consecutive elements (or one) along the innermost reduced dim, and none is
-    reused along one output dim while varying along another (as a matmul's operands are)? A register tile then
-    saves no loads, and its threads' rows are far apart; threads splitting each row read it coalesced."""
-    inner = max(lin.reduce_axes)
-    found = False
-    for op in lin.reduceop.toposort():
-        if op.op is not BufferOps.LOAD:
-            continue
-        st = op.arg.st
-        varies = [d for d in outs if not _broadcast(st, d)]
-        if not varies:
-            continue
-        if len(varies) != len(outs):
-            return False
-        s = _stride(st, inner)
-        if not isinstance(s, int) or s not in (0, 1):
-            return False
-        found = found or s == 1
-    return found
-
-
 def uses_grid(lin) -> bool:
     """Does the linearizer map this kernel's output dims to the GPU grid itself (else the renderer plans it)?"""
     if lin.reduceop is None or not lin.reduce_axes:
@@ -132,7 +89,7 @@ def uses_grid(lin) -> bool:
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in lin.reduce_axes)
     inputs = math.prod(_bound(full[d]) for d in lin.reduce_axes)
     if outputs <= RENDERER_MAX_OUTPUTS and inputs >= RENDERER_MIN_INPUTS:
-        return not (outputs < GRID_MIN_OUTPUTS or (_reduce_reads_contiguously(lin) and _flat_reduce_loads(lin)))
+        return not (outputs < GRID_MIN_OUTPUTS or _reduce_reads_contiguously(lin))
     return True
 
 
@@ -189,7 +146,7 @@ def gpu_opts(lin) -> list[Opt]:
             return [tile]
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in red)
     rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
-    if lin.opts.has_shared and rdims and (outputs < GROUP_BELOW_THREADS or _row_reduction(lin, outs)) and \
+    if lin.opts.has_shared and rdims and outputs < GROUP_BELOW_THREADS and \
             math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
         # too few outputs to fill the GPU (a matrix-vector product): a thread per output, each output's reduction
         # split across GROUP threads of a block, and wide blocks. Memory-bound, so what counts is loads in flight:
