@@ -539,6 +539,21 @@ def test_quantized_matvec_vectorizes_along_the_group():
           rtol=1e-4, atol=1e-3)
 
 
+def test_a_scale_indexed_by_division_is_one_load_a_vector():
+    # the flat form of a quantized weight: the scale's index is k // 32, the same for all 16 lanes of a vector along
+    # k, which the model counts as one scalar load (as the linearizer makes it), not 16
+    rng = np.random.default_rng(3)
+    q, d, x = ints((256, 256), np.int8, rng), rand(256, 8), rand(1, 256)
+    w = (q.cast(dtypes.float32).reshape(256, 8, 32) * d.reshape(256, 8, 1)).reshape(256, 256)
+    si, var_vals = last_kernel(x @ w.T)
+    opts = choose_opts(Linearizer(si.ast, NARROW))
+    assert Opt(V, 2, 16) in opts and any(o.op is U and o.axis == 1 and o.amt >= 8 for o in opts)
+    lin = check((si, var_vals), lopts=NARROW, rtol=1e-4, atol=1e-3)
+    # one scalar load of the scale per row of the tile (buffer 2: out, x, scales, values)
+    scale_loads = [u for u in lin.uops if u.uop is UOps.LOAD and u.vin[0].arg[0] == 2]
+    assert len(scale_loads) == lin.upcasts[1] and all(u.dtype == dtypes.float32 for u in scale_loads)
+
+
 @st.composite
 def narrow_kernels(draw):
     dtype = draw(st.sampled_from(NARROW_INTS))

@@ -28,6 +28,7 @@ from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
+from tinygrad.shape.symbolic import NumNode, Variable
 
 # kernels that iterate over fewer elements than this stay plain loops: there is nothing to win
 MIN_WORK = 1024
@@ -58,11 +59,12 @@ _LEAVES = (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA)
 
 
 class _Node:
-    """What the cost model needs of one AST node."""
-    __slots__ = ("dims", "cost", "vec_ok", "is_load", "contiguous")
+    """What the cost model needs of one AST node (and a load's ShapeTracker)."""
+    __slots__ = ("dims", "cost", "vec_ok", "is_load", "contiguous", "st")
 
-    def __init__(self, dims, cost, vec_ok, is_load, contiguous):
+    def __init__(self, dims, cost, vec_ok, is_load, contiguous, st=None):
         self.dims, self.cost, self.vec_ok, self.is_load, self.contiguous = dims, cost, vec_ok, is_load, contiguous
+        self.st = st
 
 
 def _unit_dims(st) -> frozenset[int]:
@@ -99,6 +101,7 @@ class _Model:
         self.loads = _loads(lin)
         self.outputs = [d for d in range(len(self.full)) if d not in self.reduce]
         self._traffic: dict[tuple[int, ...], int] = {}
+        self._lane_free: dict[tuple[int, int, int], bool] = {}
 
     @staticmethod
     def _nodes(lin, ops) -> list[_Node]:
@@ -114,7 +117,7 @@ class _Model:
                 is_load = op.op is BufferOps.LOAD
                 contiguous = _unit_dims(op.arg.st) if is_load else frozenset()
                 vec = dt in VECTOR_DTYPES or (is_load and narrow and dt in NARROW_VECTOR_DTYPES)
-                out.append(_Node(dims, 1 if is_load else 0, vec, is_load, contiguous))
+                out.append(_Node(dims, 1 if is_load else 0, vec, is_load, contiguous, op.arg.st if is_load else None))
             elif op.op is UnaryOps.CAST and narrow and dt in VECTOR_DTYPES:
                 # a narrow or float vector converted whole
                 src = lin.op_dtypes[id(op.src[0])]
@@ -131,7 +134,7 @@ class _Model:
     def _cost_of(self, nodes: list[_Node], up: list[int], v: int, w: int) -> int:
         total = 0
         for nd in nodes:
-            if v not in nd.dims:
+            if v not in nd.dims or (nd.is_load and self.lane_free(nd, v, w)):
                 per = nd.cost
             elif nd.is_load:
                 # a vector load, or a scalar load per lane and the lanes put together
@@ -141,6 +144,27 @@ class _Model:
                 per = nd.cost if nd.vec_ok else (nd.cost + 1) * w
             total += per * self.copies(up, nd.dims, v, w)
         return total
+
+    def lane_free(self, nd: _Node, v: int, w: int) -> bool:
+        """Whether load `nd` reads one element for all `w` lanes of a vector along dim `v` (vectors start at multiples
+        of `w`): a scale per group of 32 values, indexed by division, is one scalar load a vector of 16."""
+        key = (id(nd), v, w)
+        hit = self._lane_free.get(key)
+        if hit is None:
+            lane = Variable("_lane", 0, w - 1)
+            idxs = []
+            for d, s in enumerate(nd.st.shape):
+                size = s if isinstance(s, int) else s.max
+                if d == v:
+                    idxs.append(Variable(f"_v{d}", 0, size // w - 1) * w + lane if size > w else lane)
+                else:
+                    idxs.append(Variable(f"_i{d}", 0, size - 1) if size > 1 else NumNode(0))
+            idx, valid = nd.st.expr_idxs(idxs)
+            # as the linearizer finds it: each lane's index simplified on its own, equal lanes loaded once
+            lanes = {(str(idx.substitute({lane: NumNode(i)})), str(valid.substitute({lane: NumNode(i)})))
+                     for i in range(w)}
+            hit = self._lane_free[key] = len(lanes) == 1
+        return hit
 
     def cost(self, up: list[int], v: int, w: int) -> float:
         """Instructions per element of the iteration space for upcasts `up` and vector dim `v` of width `w`: the
