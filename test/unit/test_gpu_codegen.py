@@ -487,6 +487,26 @@ def test_opts_with_symbolic_dims_and_misaligned_vectors():
 # --- GROUP: a reduction split across the threads of a block, combined through shared memory ------------------------
 
 
+def test_grouptop_and_nolocals_match_numpy():
+    # GROUPTOP: each of a group's threads sums a run of consecutive steps (here of a column sum, strided); NOLOCALS:
+    # blocks of one thread
+    a, x, w = _rand(96, 40, seed=33), _rand(1, 256, seed=34), _rand(256, 1100, seed=35)
+    top = Kernel(_t(a).sum(axis=0), opts=[Opt(OptOps.GROUPTOP, 0, 8)])
+    top_mv = Kernel(_t(x) @ _t(w), opts=[Opt(OptOps.GROUPTOP, 2, 16), Opt(OptOps.LOCAL, 1, 8)])
+    alone = Kernel(_t(x) @ _t(w), opts=[Opt(OptOps.NOLOCALS, 0, 0)])
+    assert top.lin.group_top and top.lin.local_size[2] == 8 and alone.lin.local_size == (1, 1, 1)
+    # the loop variable of a GROUPTOP thread starts at its run: group index times the steps of a run
+    got = _run([top, top_mv, alone])
+    np.testing.assert_allclose(got[0], a.sum(axis=0), rtol=1e-5, atol=1e-5)
+    for g in got[1:]:
+        np.testing.assert_allclose(g.reshape(1, 1100), x @ w, rtol=1e-4, atol=1e-4)
+    lin = Linearizer(top.si.ast, CUDA)
+    lin.apply_opt(Opt(OptOps.NOLOCALS, 0, 0))
+    for bad in (Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.GROUP, 0, 8), Opt(OptOps.NOLOCALS, 0, 0)):
+        with pytest.raises(ValueError, match="NOLOCALS"):
+            lin.apply_opt(bad)
+
+
 def test_heuristic_groups_a_matvec_down_columns():
     x, w = _rand(1, 512, seed=31), _rand(512, 1100, seed=32)
     k = Kernel(_t(x) @ _t(w))

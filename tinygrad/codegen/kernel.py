@@ -52,7 +52,11 @@ class OptOps(Enum):
     UNROLL = auto()      # a reduced dimension: `amt` consecutive reduction steps per loop step
     VECTORIZE = auto()   # any dimension: `amt` consecutive elements as the lanes of one vector (innermost)
     LOCAL = auto()       # an output dimension on a GPU: `amt` threads of a block along it (the block's shape)
-    GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory)
+    GROUP = auto()       # a reduced dimension on a GPU: split across `amt` threads of a block (shared memory),
+    #                      thread t taking the steps t, t + amt, ... (neighbouring threads read neighbouring elements)
+    GROUPTOP = auto()    # GROUP with each thread taking one run of consecutive steps (a strided reduction's threads
+    #                      then read along its rows)
+    NOLOCALS = auto()    # the kernel on the GPU grid keeps one thread a block (no LOCAL, no GROUP; axis/amt unused)
     THREAD = auto()      # an output dimension on a CPU: its loop, made the outermost, split across `amt` threads
     TC = auto()          # a matmul on tensor cores, block tile `tensor_cores.TC_CONFIGS[amt]` (`axis` unused: 0)
     SMEM = auto()        # a float32 matmul's block tile `tensor_cores.SIMT_CONFIGS[amt]` staged in shared memory

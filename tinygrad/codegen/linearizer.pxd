@@ -24,6 +24,10 @@ cdef class Linearizer:
     # GROUP: the reduced dim whose steps are split across `group` threads of a block (-1: none)
     cdef readonly int group_axis
     cdef readonly int group
+    # GROUPTOP: each of the group's threads takes a run of consecutive steps (GROUP: every group-th step)
+    cdef readonly bint group_top
+    # NOLOCALS: blocks of one thread
+    cdef readonly bint no_locals
     # the threads' position in the block and the store gate of a grouped kernel (None otherwise)
     cdef object _group_idx
     cdef object _base_id

@@ -125,6 +125,8 @@ cdef class Linearizer:
         self.local_dims = {}
         self.group_axis = -1
         self.group = 1
+        self.group_top = False
+        self.no_locals = False
         self.thread_axis = -1
         self.tc = None
         self._tc_limits = None
@@ -178,9 +180,20 @@ cdef class Linearizer:
             raise ValueError(f"{opt}: axis {opt.axis} has the symbolic size {s.render()}")
         left = s // self.upcasts[opt.axis]
         is_reduce = opt.axis in self.reduce_axes
+        if opt.op is OptOps.NOLOCALS:
+            if not self.gpu:
+                raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
+            if self.local_dims or self.group_axis != -1 or self.no_locals:
+                raise ValueError(f"{opt}: the kernel has threads of a block already (LOCAL, GROUP or NOLOCALS)")
+            self.no_locals = True
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         if opt.op is OptOps.LOCAL:
             if not self.gpu:
                 raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
+            if self.no_locals:
+                raise ValueError(f"{opt}: the kernel has NOLOCALS")
             if is_reduce:
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced; only output dims map to threads")
             if opt.axis in self.local_dims:
@@ -205,12 +218,15 @@ cdef class Linearizer:
             self.applied_opts.append(opt)
             self._decided = True
             return self
-        if opt.op is OptOps.GROUP:
+        if opt.op is OptOps.GROUP or opt.op is OptOps.GROUPTOP:
             if not self.gpu or not is_reduce or self.group_axis != -1:
                 raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
+            if self.no_locals:
+                raise ValueError(f"{opt}: the kernel has NOLOCALS")
             if not 2 <= amt <= 64 or left % amt != 0:
                 raise ValueError(f"{opt}: 2 to 64 threads that divide the {left} steps left of axis {opt.axis}")
             self.group_axis, self.group = opt.axis, amt
+            self.group_top = opt.op is OptOps.GROUPTOP
             self.applied_opts.append(opt)
             self._decided = True
             return self
@@ -452,8 +468,11 @@ cdef class Linearizer:
         gmax = list(self.opts.global_max or CUDA_GLOBAL_MAX)
         if grouped:
             gmax[2] = 1  # the block's z dimension holds the group's threads: outputs use x and y
-        plan = plan_grid(steps, gmax, self.opts.local_max or CUDA_LOCAL_MAX, max_threads=1024 // self.group,
-                         target_threads=max(1, TARGET_THREADS // self.group), local=self.local_dims)
+        # NOLOCALS: blocks of one thread
+        plan = plan_grid(steps, gmax, (1, 1, 1) if self.no_locals else self.opts.local_max or CUDA_LOCAL_MAX,
+                         max_threads=1 if self.no_locals else 1024 // self.group,
+                         target_threads=1 if self.no_locals else max(1, TARGET_THREADS // self.group),
+                         local=self.local_dims)
         gsize = [1, 1, 1]
         mapped = set()
         gates = []
@@ -518,7 +537,12 @@ cdef class Linearizer:
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
         self._open_scope()
-        if axis == self.group_axis:
+        if axis == self.group_axis and self.group_top:
+            # GROUPTOP: thread t of the group takes the run of steps t*steps, t*steps+1, ...
+            i32 = dtypes.int32
+            self._var_uops[self._loop_vars[axis]] = self._alu(BinaryOps.ADD, i32, (self._alu(
+                BinaryOps.MUL, i32, (self._group_idx, self._lower_node(steps))), lp))
+        elif axis == self.group_axis:
             # the group's threads take interleaved steps: thread t of the group the steps t, t+group, ...
             i32 = dtypes.int32
             self._var_uops[self._loop_vars[axis]] = self._alu(BinaryOps.ADD, i32, (self._alu(

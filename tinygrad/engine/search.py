@@ -36,6 +36,7 @@ ACTION_AMOUNTS = {
     OptOps.VECTORIZE: (2, 4, 8),
     OptOps.LOCAL: (2, 4, 8, 16, 32, 64, 128, 256),
     OptOps.GROUP: (4, 8, 16, 32),
+    OptOps.GROUPTOP: (4, 8, 16, 32),
     OptOps.THREAD: (2, 4, 8),
 }
 MAX_STEPS = 6
@@ -143,6 +144,8 @@ def _actions(lin) -> list[Opt]:
         acts += [Opt(OptOps.TC, 0, i) for i in range(len(TC_CONFIGS))]
     if getattr(lin.opts, "has_shared", False) and getattr(lin.opts, "has_local", False):
         acts += [Opt(OptOps.SMEM, 0, i) for i in range(len(SIMT_CONFIGS))]
+    if getattr(lin.opts, "has_local", False):
+        acts.append(Opt(OptOps.NOLOCALS, 0, 0))
     return acts
 
 
