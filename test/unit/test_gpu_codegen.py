@@ -487,7 +487,7 @@ def test_opts_with_symbolic_dims_and_misaligned_vectors():
 # --- GROUP: a reduction split across the threads of a block, combined through shared memory ------------------------
 
 
-def test_grouptop_and_nolocals_match_numpy():
+def test_grouptop_nolocals_and_padto_match_numpy():
     # GROUPTOP: each of a group's threads sums a run of consecutive steps (here of a column sum, strided); NOLOCALS:
     # blocks of one thread
     a, x, w = _rand(96, 40, seed=33), _rand(1, 256, seed=34), _rand(256, 1100, seed=35)
@@ -500,6 +500,12 @@ def test_grouptop_and_nolocals_match_numpy():
     np.testing.assert_allclose(got[0], a.sum(axis=0), rtol=1e-5, atol=1e-5)
     for g in got[1:]:
         np.testing.assert_allclose(g.reshape(1, 1100), x @ w, rtol=1e-4, atol=1e-4)
+    # PADTO on the grid: 45 outputs a row padded to 48 and upcast by 4, the reduced 70 padded to 96 and unrolled
+    m, k2 = _rand(33, 70, seed=36), _rand(70, 45, seed=37)
+    pad = Kernel(_t(m) @ _t(k2), opts=[Opt(OptOps.PADTO, 1, 16), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.PADTO, 2, 32),
+                                       Opt(OptOps.UNROLL, 2, 8), Opt(OptOps.LOCAL, 1, 4)])
+    got, = _run([pad])
+    np.testing.assert_allclose(got.reshape(33, 45), m @ k2, rtol=1e-4, atol=1e-4)
     lin = Linearizer(top.si.ast, CUDA)
     lin.apply_opt(Opt(OptOps.NOLOCALS, 0, 0))
     for bad in (Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.GROUP, 0, 8), Opt(OptOps.NOLOCALS, 0, 0)):

@@ -617,3 +617,19 @@ def test_narrow_vector_kernels_agree_with_every_c_compiler(tmp_path):
         res.copyin(memoryview(bytearray(res.nbytes)))
         prg(*[b._buf for b in si.bufs])
         np.testing.assert_allclose(res.numpy(), want, rtol=1e-5, atol=1e-2, err_msg=cc)
+
+
+def test_padto_lets_tiles_divide_odd_sizes():
+    P = OptOps.PADTO
+    # an output dim of 17 padded to 24, upcast by 8; a reduced dim of 50 padded to 64, unrolled by 16; both together
+    a, b, c = rand(17, 50), rand(50, 17), rand(17, 33)
+    lin = check(a @ b, [Opt(P, 1, 8), Opt(U, 1, 8)])
+    assert lin.full_shape[1] == 24
+    check(a @ b, [Opt(P, 2, 16), Opt(R, 2, 16)])
+    check(a @ b, [Opt(P, 0, 4), Opt(P, 2, 32), Opt(U, 0, 4), Opt(R, 2, 8)])
+    check((c.exp() + 1) * 2, [Opt(P, 1, 8), Opt(U, 1, 8)], exact=True)
+    si, _ = last_kernel(a.exp().sum(axis=1))
+    with pytest.raises(ValueError, match="padded terms"):
+        Linearizer(si.ast, AVX512).apply_opt(Opt(P, 1, 64))  # exp(0) = 1 past the end: the sum would change
+    with pytest.raises(ValueError, match="multiple of 5 already"):
+        Linearizer(si.ast, AVX512).apply_opt(Opt(P, 1, 5))

@@ -57,6 +57,9 @@ class OptOps(Enum):
     GROUPTOP = auto()    # GROUP with each thread taking one run of consecutive steps (a strided reduction's threads
     #                      then read along its rows)
     NOLOCALS = auto()    # the kernel on the GPU grid keeps one thread a block (no LOCAL, no GROUP; axis/amt unused)
+    PADTO = auto()       # a dimension's loop runs to the next multiple of `amt` (so that tiles of `amt` divide it):
+    #                      the steps past its end read zeros and store nothing (on a reduced dim only for sums
+    #                      whose padded terms are zero)
     THREAD = auto()      # an output dimension on a CPU: its loop, made the outermost, split across `amt` threads
     TC = auto()          # a matmul on tensor cores, block tile `tensor_cores.TC_CONFIGS[amt]` (`axis` unused: 0)
     SMEM = auto()        # a float32 matmul's block tile `tensor_cores.SIMT_CONFIGS[amt]` staged in shared memory

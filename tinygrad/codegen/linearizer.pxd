@@ -37,6 +37,7 @@ cdef class Linearizer:
     # TC: the tensor-core plan (codegen/tensor_cores.TCPlan; None: none), and per tiled dim the offset of each copy
     cdef readonly object tc
     cdef dict _tc_offsets
+    # dims whose loop runs past their size (a tile's partial end, PADTO) -> the size: loads read 0 and stores skip there
     cdef dict _tc_limits
     cdef dict _tc_bases
     cdef readonly int vector_axis
@@ -87,5 +88,6 @@ cdef class Linearizer:
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)
     cdef object _tc_valid(self, object valid, list nodes)
+    cdef bint _pads_to_zero(self, int axis)
     cdef object _tc_at(self, object r, object k, int rows, bint k_major)
     cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k)

@@ -180,6 +180,25 @@ cdef class Linearizer:
             raise ValueError(f"{opt}: axis {opt.axis} has the symbolic size {s.render()}")
         left = s // self.upcasts[opt.axis]
         is_reduce = opt.axis in self.reduce_axes
+        if opt.op is OptOps.PADTO:
+            if self.upcasts[opt.axis] != 1 or opt.axis == self.group_axis or opt.axis in self.local_dims or \
+                    (self._tc_limits and opt.axis in self._tc_limits):
+                raise ValueError(f"{opt}: pad axis {opt.axis} before any other optimisation of it")
+            if not 2 <= opt.amt <= 256:
+                raise ValueError(f"{opt}: pad to a multiple of 2 to 256")
+            padded = -(-s // opt.amt) * opt.amt
+            if padded == s:
+                raise ValueError(f"{opt}: axis {opt.axis} (size {s}) is a multiple of {opt.amt} already")
+            if is_reduce and not self._pads_to_zero(opt.axis):
+                raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
+                                 "are zero")
+            self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
+            if self._tc_limits is None:
+                self._tc_limits = {}
+            self._tc_limits[opt.axis] = s
+            self.applied_opts.append(opt)
+            self._decided = True
+            return self
         if opt.op is OptOps.NOLOCALS:
             if not self.gpu:
                 raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
@@ -1097,6 +1116,27 @@ cdef class Linearizer:
         for g in self._combos(self.loop_order):
             for root in self.ast:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+
+    cdef bint _pads_to_zero(self, int axis):
+        """Is every term of the kernel's reduction zero past the end of `axis`, where every leaf (load, constant,
+        index) reads 0? Then padding the reduced `axis` leaves the sum as it is."""
+        red = self.reduceop
+        if red is None or red.op is not ReduceOps.SUM:
+            return False
+        zero = {}
+        for op in red.src[0].toposort():
+            if op.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA):
+                z = True
+            elif op.op in (UnaryOps.CAST, UnaryOps.NEG, UnaryOps.SQRT):
+                z = zero[id(op.src[0])]
+            elif op.op is BinaryOps.MUL:
+                z = zero[id(op.src[0])] or zero[id(op.src[1])]
+            elif op.op in (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MAX, TernaryOps.WHERE):
+                z = all(zero[id(x)] for x in op.src[-2:])
+            else:
+                z = False
+            zero[id(op)] = z
+        return zero[id(red.src[0])]
 
     cdef object _tc_at(self, object r, object k, int rows, bint k_major):
         """The element offset of (row `r`, `k`) in a staged slice of `rows` rows (see tensor_cores.slice_elems and

@@ -37,6 +37,7 @@ ACTION_AMOUNTS = {
     OptOps.LOCAL: (2, 4, 8, 16, 32, 64, 128, 256),
     OptOps.GROUP: (4, 8, 16, 32),
     OptOps.GROUPTOP: (4, 8, 16, 32),
+    OptOps.PADTO: (8, 16, 32),
     OptOps.THREAD: (2, 4, 8),
 }
 MAX_STEPS = 6
