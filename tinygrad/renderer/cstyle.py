@@ -188,7 +188,7 @@ class CStyleLanguage:
     def render_vector_cast(self, x: str, src: DType, dt: DType) -> str:
         """Vector `x` of type `src` converted lane by lane to vector type `dt` (as many lanes), each lane as a scalar
         cast would."""
-        if dtypes.is_int(src.scalar()) and src.itemsize // src.count < 4:
+        if dtypes.is_int(src.scalar()) and src.scalar().itemsize < 4:
             x = f"tg_reg_{self.vector_type_name(src)}({x})"
         return f"__builtin_convertvector({x}, {self.render_dtype(dt)})"
 
