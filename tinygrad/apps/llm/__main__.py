@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         model = Transformer(kv, tensors, max_context=args.context)
     except (OSError, CheckpointError, ValueError, KeyError) as e:
         ap.error(f"can't load {args.model}: {e}")
+    # the metadata (its vocabulary lists alone take ~40 MB) and the tensor table have been read into the model and
+    # the tokenizer: nothing needs them while generating
+    del kv, tensors
     if args.logits_for is not None:
         ids = json.loads(args.logits_for)
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < model.cfg.vocab

@@ -244,8 +244,11 @@ class Transformer:
                     layer[n + "_bias"] = load(p + n + ".bias")
             self.layers.append(layer)
         shape = (self.max_context, cfg.kv_heads, cfg.head_dim)
-        self.cache = [(Tensor.zeros(*shape, device=self.device).contiguous().realize(),
-                       Tensor.zeros(*shape, device=self.device).contiguous().realize()) for _ in range(cfg.layers)]
+        # NOTE: allocated, not written: a step reads positions 0..end-1 only, each written before (a padded prefill
+        # chunk writes its padding too), so memory pages of positions never reached are never touched (resident
+        # memory grows with the context used, not the context allowed)
+        self.cache = [(Tensor.empty(*shape, device=self.device).realize(),
+                       Tensor.empty(*shape, device=self.device).realize()) for _ in range(cfg.layers)]
         bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
         self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device) for b in bases}
         # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels; prefill
