@@ -58,6 +58,9 @@ class Sampler:
         params.check()
         self.p = params
         self.seeded = False
+        # greedy picks replay one captured argmax: scheduling it anew took a few times its run time, every token
+        from tinygrad.engine.jit import TinyJit
+        self._argmax = TinyJit(lambda logits: logits.argmax().realize())
 
     def __call__(self, logits: Tensor, history: list[int]) -> int:
         p = self.p
@@ -68,7 +71,7 @@ class Sampler:
                     Tensor(recent, device=logits.device).reshape(-1, 1)).max(axis=0)
             logits = seen.where((logits > 0).where(logits / p.repeat_penalty, logits * p.repeat_penalty), logits)
         if p.temperature == 0:
-            return int(logits.argmax().item())
+            return int(self._argmax(logits.contiguous()).item())
         logits = logits / p.temperature
         keep = None
         if p.top_k and p.top_k < logits.shape[0]:
