@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from tinygrad.dtype import dtypes
+from tinygrad.engine.jit import TinyJit
 from tinygrad.tensor import Tensor
 
 # halvings of the logit range that find top-k's and top-p's thresholds (the range shrinks 2**24 times: below a
@@ -59,7 +60,6 @@ class Sampler:
         self.p = params
         self.seeded = False
         # greedy picks replay one captured argmax: scheduling it anew took a few times its run time, every token
-        from tinygrad.engine.jit import TinyJit
         self._argmax = TinyJit(lambda logits: logits.argmax().realize())
 
     def __call__(self, logits: Tensor, history: list[int]) -> int:
