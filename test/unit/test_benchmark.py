@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tinygrad.benchmark import tinygrad_rows, torch_rows
+from tinygrad.benchmark import numpy_rows, tinygrad_rows, torch_rows
 from tinygrad.benchmark.runner import available, run, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,16 +21,18 @@ def test_rows_on_a_host_device_beside_pytorch():
     for name in ("launch latency, host", "add fp32", "matmul fp32 small", "compile one kernel"):
         assert rows[name]["tinygrad"] > 0, rows[name]
     assert rows["add fp32"]["torch"] > 0 and rows["matmul fp32 small"]["unit"] == "GFLOP/s"
+    # numpy beside them on a host device, where it has the row
+    assert rows["matmul fp32 small"]["numpy"] > 0 and rows["launch latency, host"]["numpy"] is None
     # pinned memory means nothing on a host device: said, not measured
     assert rows["host->device pinned"]["tinygrad"] is None and "host" in rows["host->device pinned"]["error"]
     text = table(res)
-    assert "add fp32" in text and "GB/s" in text and "PyTorch" in text
+    assert "add fp32" in text and "GB/s" in text and "PyTorch" in text and "numpy" in text
 
 
 def test_every_row_has_a_pytorch_twin_or_none_by_name():
     names = [r[0] for r in tinygrad_rows.ROWS]
     assert len(names) == len(set(names))
-    assert set(torch_rows.ROWS) <= set(names)
+    assert set(torch_rows.ROWS) <= set(names) and set(numpy_rows.ROWS) <= set(names)
 
 
 def test_a_failing_row_is_reported_and_the_rest_run(monkeypatch):

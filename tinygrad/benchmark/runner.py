@@ -1,11 +1,11 @@
-"""Runs the benchmark's rows (tinygrad_rows.py, and torch_rows.py beside them) on devices, and lays the results out
-as the terminal table."""
+"""Runs the benchmark's rows (tinygrad_rows.py, and torch_rows.py beside them, and numpy_rows.py on host devices) on
+devices, and lays the results out as the terminal table."""
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from tinygrad.benchmark import tinygrad_rows, torch_rows, workloads
+from tinygrad.benchmark import numpy_rows, tinygrad_rows, torch_rows, workloads
 from tinygrad.device import Device
 
 
@@ -36,7 +36,7 @@ def run(devices: list[str], with_torch: bool = True, progress: bool = False,
         for i, (name, unit, measure) in enumerate(rows):
             if progress:
                 print(f"\r\x1b[K[{device} {i + 1}/{len(rows)}] {name} ...", end="", file=sys.stderr, flush=True)
-            entry: dict[str, Any] = {"unit": unit, "tinygrad": None, "torch": None}
+            entry: dict[str, Any] = {"unit": unit, "tinygrad": None, "torch": None, "numpy": None}
             try:
                 entry["tinygrad"] = round(measure(device, sizes), 3)
             except NotImplementedError as e:
@@ -51,6 +51,12 @@ def run(devices: list[str], with_torch: bool = True, progress: bool = False,
                     pass
                 except Exception as e:
                     entry["torch_error"] = f"{type(e).__name__}: {e}"
+            mine = numpy_rows.ROWS.get(name) if not gpu else None
+            if mine is not None:
+                try:
+                    entry["numpy"] = round(mine(device, sizes), 3)
+                except Exception as e:
+                    entry["numpy_error"] = f"{type(e).__name__}: {e}"
             results[device][name] = entry
     if progress:
         print("\r\x1b[K", end="", file=sys.stderr, flush=True)
@@ -71,9 +77,13 @@ def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
         return f"{v:12.2f}" if isinstance(v, (int, float)) else f"{'-':>12s}"
     lines = []
     for device, rows in results.items():
+        # numpy's column only where it ran (host devices)
+        np_col = any(e.get("numpy") is not None for e in rows.values())
         lines.append(f"{device}")
-        lines.append(f"  {'':28s} {'unit':>8s} {'tinygrad':>12s} {'PyTorch':>12s}")
+        head = f"  {'':28s} {'unit':>8s} {'tinygrad':>12s} {'PyTorch':>12s}"
+        lines.append(head + (f" {'numpy':>12s}" if np_col else ""))
         for name, e in rows.items():
             note = f"  ({e['error']})" if "error" in e else ""
-            lines.append(f"  {name:28s} {e['unit']:>8s} {cell(e['tinygrad'])} {cell(e['torch'])}{note}")
+            extra = f" {cell(e.get('numpy'))}" if np_col else ""
+            lines.append(f"  {name:28s} {e['unit']:>8s} {cell(e['tinygrad'])} {cell(e['torch'])}{extra}{note}")
     return "\n".join(lines)

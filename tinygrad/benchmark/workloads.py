@@ -18,7 +18,7 @@ class Sizes:
 
 GPU_SIZES = Sizes(64 << 20, 256 << 20, 1024, 4096, 8192, (8, 64, 56, 56), (8, 16, 1024, 64))
 # a 4096^2 fp16 matmul would take minutes on two cores
-HOST_SIZES = Sizes(4 << 20, 64 << 20, 256, 512, 2048, (2, 32, 28, 28), (1, 4, 256, 64))
+HOST_SIZES = Sizes(4 << 20, 64 << 20, 1024, 512, 2048, (2, 32, 28, 28), (1, 4, 256, 64))
 
 
 def conv_flops(s: Sizes) -> float:
