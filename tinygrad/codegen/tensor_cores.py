@@ -315,7 +315,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
         # (three buffers at least: one being copied, one read, one still read by the last slice's instructions)
         if not asynchronous or not a_k or cfg.bk != 64 or cfg.bn % 64 or cfg.bn > 256 or stages < 3:
-            return None, f"config {cfg}: wgmma takes A contiguous along K and both operands copied asynchronously"
+            return None, f"config {cfg}: wgmma takes A contiguous along K and both operands copied asynchronously " \
+                "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
     if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > lin.opts.shared_max:
@@ -334,7 +335,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
         return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
-    kinds = ("wgmma",) if getattr(cfg, "wgmma", False) else tuple(k for k in kinds if k != "wgmma")
+    kinds = ("wgmma",) if getattr(cfg, "wgmma", False) else tuple(kind for kind in kinds if kind != "wgmma")
     tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
