@@ -18,7 +18,7 @@ from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
 from tinygrad.renderer.cstyle import ClangRenderer
-from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
+from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram, host_renderer
 from tinygrad.shape.symbolic import Variable
 
 
@@ -68,7 +68,8 @@ def lin_for(si, lopts=AVX512, opts=None) -> Linearizer:
 def run(si, var_vals, lopts=AVX512, opts=None) -> tuple[np.ndarray, Linearizer]:
     """Linearize (heuristic opts unless `opts`), render, compile and run the kernel; its output and linearizer."""
     lin = lin_for(si, lopts, opts)
-    src = ClangRenderer(lin.name, lin.uops)
+    # the renderer for the host compiler: half kernels need its own spelling of half (native or in software)
+    src = host_renderer()(lin.name, lin.uops)
     prg = ClangProgram(lin.name, ClangCompiler().compile(src))
     for b in si.bufs:
         b.ensure_allocated()

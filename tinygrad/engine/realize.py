@@ -173,12 +173,14 @@ class Rendered(NamedTuple):
 
 def _render(dname: str, ast: tuple) -> Rendered:
     """Linearize and render `ast` for device `dname`, or find the result in the disk cache (CACHELEVEL >= 2), keyed
-    by the AST's full text, the device's code-generation options and the version of this code."""
+    by the AST's full text, the device's code-generation options, its compiler and renderer (the host's C differs
+    between compilers: native or software half) and the version of this code."""
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
-    key = f"{dname}\n{dev.linearizer_opts!r}\nNOOPT={NOOPT.value}\nBEAM={BEAM.value}\n{code_version()}\n" \
-        f"{ast_key(ast)}" if CACHELEVEL >= 2 else None
+    renderer = f"{getattr(dev.renderer, '__module__', '')}.{getattr(dev.renderer, '__qualname__', '')}"
+    key = f"{dname}\n{dev.linearizer_opts!r}\n{dev.compiler.cachekey}\n{renderer}\nNOOPT={NOOPT.value}\n" \
+        f"BEAM={BEAM.value}\n{code_version()}\n{ast_key(ast)}" if CACHELEVEL >= 2 else None
     # DEBUG=6 shows the uops, which only linearizing makes
     if key is not None and DEBUG < 6:
         hit = diskcache_get("program", key)

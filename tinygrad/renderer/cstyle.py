@@ -12,6 +12,7 @@ clang) to convert one lane by lane.
 from __future__ import annotations
 
 import math
+import struct
 from typing import Callable
 
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
@@ -22,15 +23,23 @@ from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
 MAX_INLINE = 400
 
 
-def _c_math(name: str) -> Callable[[str, DType], str]:
-    """A libm builtin for float/double; half computes in float."""
+def _c_math(name: str, half: str = "_Float16") -> Callable[[str, DType], str]:
+    """A libm builtin for float/double; half computes in float, its result converted to `half`, the C type of a half
+    value (render_result then rounds it)."""
     def render(x: str, dt: DType) -> str:
         if dt == dtypes.float64:
             return f"__builtin_{name}({x})"
         if dt == dtypes.float16:
-            return f"(_Float16)__builtin_{name}f((float)({x}))"
+            return f"({half})__builtin_{name}f((float)({x}))"
         return f"__builtin_{name}f({x})"
     return render
+
+
+def round_to_half(val: float) -> float:
+    """`val` rounded to half precision (nearest even, inf past 65504), as a Python float."""
+    if math.isnan(val) or math.isinf(val) or abs(val) >= 65520:
+        return val if math.isnan(val) else math.copysign(math.inf, val)
+    return struct.unpack("<e", struct.pack("<e", val))[0]
 
 
 # bfloat16 on the host: buffers hold the 16 bits, registers hold the value as a float, and every bfloat16 result is
@@ -44,6 +53,48 @@ static inline unsigned short tg_f32_to_bf16(float f) {
   return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
 }
 static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+# half for a compiler without a native half type (clang 14 on x86): buffers hold the 16 bits, registers hold the value
+# as a float, and every half result is rounded to half precision (nearest even), as the native type's casts round.
+# The conversions are integer bit manipulation, so they need no header and no compiler support. A double is first
+# rounded to float with round-to-odd, which keeps its rounding to half correct (converting double -> float -> half
+# by nearest twice would round some values wrongly); _Generic picks that path at compile time.
+# NOTE: the text must not name the native type: ops_clang refuses source that does on such a compiler
+SOFT_HALF_PRELUDE = """static inline float tg_f16_to_f32(unsigned short h) {
+  union { unsigned int u; float f; } c;
+  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, exp = ((unsigned int)h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0) {  /* zero or subnormal: man * 2^-24, exact in float */
+    c.f = (float)man * 5.9604644775390625e-8f; c.u |= sign; return c.f;
+  }
+  c.u = sign | (exp == 0x1fu ? 0x7f800000u : (exp + 112u) << 23) | (man << 13);  /* inf/nan keep the payload */
+  return c.f;
+}
+static inline unsigned short tg_f32_to_f16(float f) {
+  union { float f; unsigned int u; } c; c.f = f;
+  unsigned int sign = (c.u >> 16) & 0x8000u, a = c.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  /* nan stays a quiet nan */
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  /* from 65520 (the tie above 65504) on: inf */
+  if (a >= 0x38800000u) {  /* a normal half: rebias the exponent, round the 13 dropped bits to nearest even */
+    unsigned int h = a - 0x38000000u;
+    return (unsigned short)(sign | ((h + 0xfffu + ((h >> 13) & 1u)) >> 13));
+  }
+  unsigned int e = a >> 23;  /* a subnormal half (or zero): round m * 2^(e-126) to an integer, nearest even */
+  if (e < 102u) return (unsigned short)sign;
+  unsigned int m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e, q = m >> shift;
+  unsigned int rem = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+  if (rem > tie || (rem == tie && (q & 1u))) q++;
+  return (unsigned short)(sign | q);
+}
+static inline float tg_f16_round(float f) { return tg_f16_to_f32(tg_f32_to_f16(f)); }
+static inline float tg_f16_from_f64(double d) {
+  union { float f; unsigned int u; } c; c.f = (float)d;
+  if ((double)c.f != d && d == d && !(c.u & 1u)) {  /* inexact and even: the neighbour on d's side is odd */
+    if (__builtin_fabs((double)c.f) > __builtin_fabs(d)) c.u--; else c.u++;
+  }
+  return tg_f16_round(c.f);
+}
+#define tg_f16_cast(x) _Generic((x), double: tg_f16_from_f64, default: tg_f16_round)(x)
 """
 
 
@@ -364,5 +415,62 @@ class ClangLanguage(CStyleLanguage):
     """C for the host compiler (clang or gcc)."""
 
 
+class SoftHalfClangLanguage(ClangLanguage):
+    """C for a host compiler without a native half type (clang 14 on x86): half is stored as its 16 bits and computed
+    in float (SOFT_HALF_PRELUDE), as bfloat16 is, with the same per-op rounding the native type gives. The linearizer
+    never makes vectors of half (codegen/uops.py), so half stays scalar here."""
+    type_map = {**CStyleLanguage.type_map, dtypes.float16: "float"}
+    buffer_type_map = {**CStyleLanguage.buffer_type_map, dtypes.float16: "unsigned short"}
+    code_for_op = {
+        **CStyleLanguage.code_for_op,
+        UnaryOps.EXP2: _c_math("exp2", half="float"),
+        UnaryOps.LOG2: _c_math("log2", half="float"),
+        UnaryOps.SIN: _c_math("sin", half="float"),
+        UnaryOps.SQRT: _c_math("sqrt", half="float"),
+    }
+
+    def _render_const(self, val, dt: DType) -> str:
+        # rounded here, so the literal is the half value itself (a float)
+        if dt == dtypes.float16:
+            return super()._render_const(round_to_half(float(val)), dtypes.float32)
+        return super()._render_const(val, dt)
+
+    def render_cast(self, x: str, dt: DType) -> str:
+        return f"tg_f16_cast({x})" if dt == dtypes.float16 else super().render_cast(x, dt)
+
+    def render_load(self, access: str, buf: DType) -> str:
+        return f"tg_f16_to_f32({access})" if buf == dtypes.float16 else super().render_load(access, buf)
+
+    def render_store(self, val: str, buf: DType) -> str:
+        return f"tg_f32_to_f16({val})" if buf == dtypes.float16 else super().render_store(val, buf)
+
+    def render_result(self, expr: str, dt: DType) -> str:
+        return f"tg_f16_round({expr})" if dt == dtypes.float16 else super().render_result(expr, dt)
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        # a half register holds a float: the bits go through the 16-bit pattern
+        if src == dtypes.float16:
+            x, src = f"tg_f32_to_f16({x})", dtypes.uint16
+        if dt == dtypes.float16:
+            return f"tg_f16_to_f32({super().render_bitcast(x, src, dtypes.uint16)})"
+        return super().render_bitcast(x, src, dt)
+
+    def vector_type_name(self, dt: DType) -> str:
+        if dt.scalar() == dtypes.float16:
+            raise NotImplementedError("vectors of half are not supported without a native half type")
+        return super().vector_type_name(dt)
+
+    def prelude(self, dts: set[DType]) -> str:
+        return (SOFT_HALF_PRELUDE if dtypes.float16 in dts else "") + super().prelude(dts)
+
+
+_CLANG, _SOFT_HALF_CLANG = ClangLanguage(), SoftHalfClangLanguage()
+
+
 def ClangRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
-    return uops_to_cstyle(ClangLanguage(), name, uops)
+    return uops_to_cstyle(_CLANG, name, uops)
+
+
+def soft_half_clang_renderer(name: str, uops: list[UOp]) -> str:
+    """ClangRenderer for a compiler without a native half type (see SoftHalfClangLanguage)."""
+    return uops_to_cstyle(_SOFT_HALF_CLANG, name, uops)

@@ -3,10 +3,11 @@
 Candidates: `CC` alone when it is set; else `clang`, `cc` and `gcc` from PATH, in that order. Each is probed once
 (per compiler binary, remembered in the disk cache) for three things: does it build a shared object from C with the
 kernels' flags at all, does it know `_Float16` (clang 14 on x86 does not; gcc 12 does), and does `-fopenmp` build
-and link (clang without libomp installed does not). The first candidate with `_Float16` wins, so half kernels work
-wherever any compiler on the machine can build them; without one, the first that works at all is used and half
-kernels fail with an error naming the compiler and `CC`. OpenMP is used only where the probe found it, so a threaded
-kernel is compiled once, not tried twice.
+and link (clang without libomp installed does not). The first candidate with `_Float16` wins, so half kernels are
+native wherever any compiler on the machine can build them; without one, the first that works at all is used and
+half kernels are rendered with half in software (16-bit storage, float arithmetic: renderer/cstyle.py's
+SoftHalfClangLanguage). OpenMP is used only where the probe found it, so a threaded kernel is compiled once, not
+tried twice.
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The CLANG device: kernels rendered as C, compiled by the host C compiler, loaded and called from C++.
 
 The compiler is chosen by probing (tinygrad/runtime/host_cc.py): `CC` if set, else the first of clang, cc and gcc
-that builds half-precision kernels; every compile has a time limit (COMPILE_TIMEOUT).
+that builds half-precision kernels; every compile has a time limit (COMPILE_TIMEOUT). Half kernels use the compiler's
+`_Float16` where the probe found it, else half is stored as 16-bit patterns and computed in float
+(renderer/cstyle.py's SoftHalfClangLanguage), so half kernels build with any C compiler.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import tempfile
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Compiled, CompileError, Compiler, MallocAllocator
 from tinygrad.helpers import getenv
-from tinygrad.renderer.cstyle import ClangRenderer
+from tinygrad.renderer.cstyle import ClangRenderer, soft_half_clang_renderer
 from tinygrad.runtime import _cpu
 from tinygrad.runtime.graph import NativeGraph
 from tinygrad.runtime.host_cc import CFLAGS, host_cc, run_cc
@@ -27,6 +29,11 @@ if _cpu.abi_version() != RUNTIME_ABI_VERSION:
 def find_cc() -> str:
     """The path of the C compiler kernels are compiled with (see tinygrad.runtime.host_cc)."""
     return host_cc().path
+
+
+def host_renderer():
+    """The C renderer for the host compiler: native `_Float16` where it has it, else half in software."""
+    return ClangRenderer if host_cc().float16 else soft_half_clang_renderer
 
 
 def _host_threads() -> int:
@@ -100,7 +107,8 @@ def _host_fingerprint() -> str:
     except OSError:
         pass
     cc = host_cc()
-    parts = [cc.path, f"openmp={cc.openmp}", *CFLAGS, platform.machine(), platform.processor(), cpu]
+    parts = [cc.path, f"float16={cc.float16}", f"openmp={cc.openmp}", *CFLAGS, platform.machine(),
+             platform.processor(), cpu]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -142,8 +150,8 @@ class ClangProgram:
 
 class ClangDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
+        super().__init__(device, MallocAllocator, ClangCompiler(), ClangProgram, host_renderer(), graph=NativeGraph)
         self.native = _cpu.Device()
 
 
-__all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "CFLAGS", "find_cc"]
+__all__ = ["ClangDevice", "ClangCompiler", "ClangProgram", "CompileError", "CFLAGS", "find_cc", "host_renderer"]

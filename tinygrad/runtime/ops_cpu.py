@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from tinygrad.device import Allocator, BufferOptions, Compiled
-from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime import _cpu
 from tinygrad.runtime.graph import NativeGraph
-from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram
+from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram, host_renderer
 
 
 class NumpyAllocator(Allocator):
@@ -31,5 +30,5 @@ class NumpyAllocator(Allocator):
 
 class CPUDevice(Compiled):
     def __init__(self, device: str):
-        super().__init__(device, NumpyAllocator(), ClangCompiler(), ClangProgram, ClangRenderer, graph=NativeGraph)
+        super().__init__(device, NumpyAllocator(), ClangCompiler(), ClangProgram, host_renderer(), graph=NativeGraph)
         self.native = _cpu.Device()
