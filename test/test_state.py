@@ -641,3 +641,20 @@ def test_gguf_errors(tmp_path):
         fn.write_bytes(data)
         with pytest.raises(CheckpointError, match=msg):
             gguf_load(fn)
+
+
+def test_released_pages_of_a_mapped_checkpoint_read_back_the_same(tmp_path):
+    # dropping mapped pages (all, or the whole pages inside a range) only lets the OS re-read them from the file
+    import mmap
+
+    from tinygrad.nn.state_file import CheckpointBytes
+    data = np.random.default_rng(0).integers(0, 256, 5 * mmap.PAGESIZE + 123, dtype=np.uint8)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data.tobytes())
+    cb = CheckpointBytes(str(path))
+    assert bytes(cb.mv) == data.tobytes()
+    cb.release_pages(100, 3 * mmap.PAGESIZE)  # a range not on page bounds: only the pages wholly inside go
+    cb.release_pages(0, 10)  # no whole page inside: nothing
+    assert bytes(cb.mv[50:4 * mmap.PAGESIZE]) == data[50:4 * mmap.PAGESIZE].tobytes()
+    cb.release_pages()
+    assert bytes(cb.mv) == data.tobytes()

@@ -63,12 +63,21 @@ class CheckpointBytes:
         else:
             raise TypeError(f"a checkpoint is a file path or a uint8 Tensor of the file, not {type(src).__name__}")
 
-    def release_pages(self) -> None:
+    def release_pages(self, start: int = 0, length: int | None = None) -> None:
         """Let the OS drop the mapped file's pages from memory (a read-only map: the next access reads them from the
-        file again), for a caller that has copied what it keeps. Nothing for bytes not mapped from a file."""
+        file again), for a caller that has copied what it keeps: all of them, or the whole pages inside bytes
+        start..start+length. Nothing for bytes not mapped from a file."""
         mm = getattr(self.mv, "obj", None) if self.disk else None
-        if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        if not (isinstance(mm, mmap.mmap) and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED")):
+            return
+        if length is None:
             mm.madvise(mmap.MADV_DONTNEED)
+            return
+        # only pages wholly inside the range: a page shared with a neighbour's bytes may still be in use
+        lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        hi = (start + length) // mmap.PAGESIZE * mmap.PAGESIZE
+        if hi > lo:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     @classmethod
     def in_memory(cls, data: bytes, name: str, device: str | None = None) -> CheckpointBytes:

@@ -149,7 +149,8 @@ class Linear:
         self.shape, self.ttype = t.shape, t.ttype
         self.raw = self.w = self.qs = self.d = self.m = None
         if t.ttype in PLANE_TYPES:
-            q, d, m = _planes(t.ttype, t.raw().numpy())
+            # read straight from the mapped file (a copy of the blocks first would double the peak while loading)
+            q, d, m = _planes(t.ttype, np.frombuffer(t.src.mv, dtype=np.uint8, count=t.nbytes, offset=t.where))
             out, inner = self.shape
             self.groups = inner * d.shape[1] // q.shape[1]
             self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
@@ -160,6 +161,9 @@ class Linear:
             self.raw = t.raw().to(device).realize()
         else:
             self.w = t.load().to(device).cast(dtypes.float32).realize()
+        # copied out: the file's pages of this matrix need not stay resident while the next ones are read (the peak
+        # while loading is then about one matrix of the file, not all of it)
+        t.src.release_pages(t.where, t.nbytes)
 
     def weight(self) -> Tensor:
         if self.w is not None:
