@@ -35,6 +35,20 @@ def _c_math(name: str, half: str = "_Float16") -> Callable[[str, DType], str]:
     return render
 
 
+def _c_max(half: str = "_Float16") -> Callable[[str, str, DType], str]:
+    """MAX for the host compilers, NaN propagating as PyTorch's maximum does. Floats go through a GNU statement
+    expression that names each operand once: the plain conditional repeats its first operand three times, so a tree
+    of maxes (a reduction's lanes combined) grows exponentially in source and compile time."""
+    names = {dtypes.float64: "double", dtypes.float16: half}
+
+    def render(a: str, b: str, dt: DType) -> str:
+        if not dtypes.is_float(dt):
+            return f"(({a}>{b})?{a}:{b})"
+        t = names.get(dt, "float")
+        return f"({{{t} tg_a = {a}, tg_b = {b}; (tg_a!=tg_a||tg_a>tg_b)?tg_a:tg_b;}})"
+    return render
+
+
 def round_to_half(val: float) -> float:
     """`val` rounded to half precision (nearest even, inf past 65504), as a Python float."""
     if math.isnan(val) or math.isinf(val) or abs(val) >= 65520:
@@ -422,6 +436,7 @@ def uops_to_cstyle(lang: CStyleLanguage, name: str, uops: list[UOp]) -> str:
 
 class ClangLanguage(CStyleLanguage):
     """C for the host compiler (clang or gcc)."""
+    code_for_op = {**CStyleLanguage.code_for_op, BinaryOps.MAX: _c_max()}
 
 
 class SoftHalfClangLanguage(ClangLanguage):
@@ -431,7 +446,8 @@ class SoftHalfClangLanguage(ClangLanguage):
     type_map = {**CStyleLanguage.type_map, dtypes.float16: "float"}
     buffer_type_map = {**CStyleLanguage.buffer_type_map, dtypes.float16: "unsigned short"}
     code_for_op = {
-        **CStyleLanguage.code_for_op,
+        **ClangLanguage.code_for_op,
+        BinaryOps.MAX: _c_max(half="float"),
         UnaryOps.EXP2: _c_math("exp2", half="float"),
         UnaryOps.LOG2: _c_math("log2", half="float"),
         UnaryOps.SIN: _c_math("sin", half="float"),
