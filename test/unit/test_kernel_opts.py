@@ -629,6 +629,8 @@ def test_padto_lets_tiles_divide_odd_sizes():
     check(a @ b, [Opt(P, 2, 16), Opt(R, 2, 16)])
     check(a @ b, [Opt(P, 0, 4), Opt(P, 2, 32), Opt(U, 0, 4), Opt(R, 2, 8)])
     check((c.exp() + 1) * 2, [Opt(P, 1, 8), Opt(U, 1, 8)], exact=True)
+    check(a.relu().sum(axis=1), [Opt(P, 1, 64)])  # where(x > 0, x, 0): 0 where every leaf is 0
+    check((a + 1).sum(axis=1), [Opt(P, 1, 64)])  # constants read 0 past the end too: 0 + 0
     si, _ = last_kernel(a.exp().sum(axis=1))
     with pytest.raises(ValueError, match="padded terms"):
         Linearizer(si.ast, AVX512).apply_opt(Opt(P, 1, 64))  # exp(0) = 1 past the end: the sum would change

@@ -38,7 +38,7 @@ cdef class Linearizer:
     cdef readonly object tc
     cdef dict _tc_offsets
     # dims whose loop runs past their size (a tile's partial end, PADTO) -> the size: loads read 0 and stores skip there
-    cdef dict _tc_limits
+    cdef dict _dim_limits
     cdef dict _tc_bases
     cdef readonly int vector_axis
     cdef readonly int vector_width
@@ -87,7 +87,8 @@ cdef class Linearizer:
     cdef object _lower_tc(self)
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)
-    cdef object _tc_valid(self, object valid, list nodes)
+    cdef object _limits_valid(self, object valid, list nodes)
+    cdef object _apply_opt(self, object opt)
     cdef bint _pads_to_zero(self, int axis)
     cdef object _tc_at(self, object r, object k, int rows, bint k_major)
     cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k)

@@ -129,7 +129,7 @@ cdef class Linearizer:
         self.no_locals = False
         self.thread_axis = -1
         self.tc = None
-        self._tc_limits = None
+        self._dim_limits = None
         self._tc_bases = None
         self._tc_offsets = None
         self._gate = None
@@ -158,6 +158,13 @@ cdef class Linearizer:
             raise RuntimeError("optimisations must be applied before linearize()")
         if not isinstance(opt, Opt):
             raise TypeError(f"apply_opt takes an Opt, got {type(opt).__name__}")
+        self._apply_opt(opt)
+        self.applied_opts.append(opt)
+        self._decided = True
+        return self
+
+    cdef object _apply_opt(self, object opt):
+        """apply_opt's checks and changes for one Opt; apply_opt records it."""
         if self.tc is not None:
             raise ValueError(f"{opt}: the kernel has a block tile in shared memory (TC or SMEM), which takes no other "
                              "Opt")
@@ -169,9 +176,7 @@ cdef class Linearizer:
             if plan is None:
                 raise ValueError(f"{opt}: {why}")
             self.tc = plan
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            return
         full = self.full_shape
         if not 0 <= opt.axis < len(full):
             raise ValueError(f"{opt}: no axis {opt.axis} in the full shape {full}")
@@ -182,7 +187,7 @@ cdef class Linearizer:
         is_reduce = opt.axis in self.reduce_axes
         if opt.op is OptOps.PADTO:
             if self.upcasts[opt.axis] != 1 or opt.axis == self.group_axis or opt.axis in self.local_dims or \
-                    (self._tc_limits and opt.axis in self._tc_limits):
+                    (self._dim_limits and opt.axis in self._dim_limits):
                 raise ValueError(f"{opt}: pad axis {opt.axis} before any other optimisation of it")
             if not 2 <= opt.amt <= 256:
                 raise ValueError(f"{opt}: pad to a multiple of 2 to 256")
@@ -193,21 +198,17 @@ cdef class Linearizer:
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
                                  "are zero")
             self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
-            if self._tc_limits is None:
-                self._tc_limits = {}
-            self._tc_limits[opt.axis] = s
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            if self._dim_limits is None:
+                self._dim_limits = {}
+            self._dim_limits[opt.axis] = s
+            return
         if opt.op is OptOps.NOLOCALS:
             if not self.gpu:
                 raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
             if self.local_dims or self.group_axis != -1 or self.no_locals:
                 raise ValueError(f"{opt}: the kernel has threads of a block already (LOCAL, GROUP or NOLOCALS)")
             self.no_locals = True
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            return
         if opt.op is OptOps.LOCAL:
             if not self.gpu:
                 raise ValueError(f"{opt}: only kernels mapped to a GPU grid have threads of a block")
@@ -222,9 +223,7 @@ cdef class Linearizer:
             if not 1 <= threads <= 1024:
                 raise ValueError(f"{opt}: a block has between 1 and 1024 threads")
             self.local_dims[opt.axis] = threads
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            return
         amt = left if opt.amt == 0 else opt.amt
         if opt.op is OptOps.THREAD:
             cap = getattr(self.opts, "threads", 1) if self.opts is not None else 1
@@ -234,9 +233,7 @@ cdef class Linearizer:
                 raise ValueError(f"{opt}: 2 to {cap} threads (the device's), at most the {left} steps of axis "
                                  f"{opt.axis}")
             self.thread_axis, self.threads = opt.axis, amt
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            return
         if opt.op is OptOps.GROUP or opt.op is OptOps.GROUPTOP:
             if not self.gpu or not is_reduce or self.group_axis != -1:
                 raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
@@ -246,9 +243,7 @@ cdef class Linearizer:
                 raise ValueError(f"{opt}: 2 to 64 threads that divide the {left} steps left of axis {opt.axis}")
             self.group_axis, self.group = opt.axis, amt
             self.group_top = opt.op is OptOps.GROUPTOP
-            self.applied_opts.append(opt)
-            self._decided = True
-            return self
+            return
         if opt.axis == self.group_axis:
             raise ValueError(f"{opt}: axis {opt.axis} is grouped: optimise it before GROUP")
         if amt < 1 or left % amt != 0:
@@ -265,9 +260,6 @@ cdef class Linearizer:
             self.vector_axis = opt.axis
             self.vector_width = amt
         self.upcasts[opt.axis] *= amt
-        self.applied_opts.append(opt)
-        self._decided = True
-        return self
 
     def hand_coded_optimizations(self):
         """Apply the heuristic's choice (`tinygrad.codegen.opt.choose_opts`) unless the device does not support
@@ -818,8 +810,8 @@ cdef class Linearizer:
         idxs = self._idx_nodes(combo, post)
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
         idx, valid = st.expr_idxs(my_idxs)
-        if self._tc_limits:
-            valid = self._tc_valid(valid, idxs)
+        if self._dim_limits:
+            valid = self._limits_valid(valid, idxs)
         lane = self._lane
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
             return self._leaf_scalar(op, idx, valid)
@@ -868,8 +860,8 @@ cdef class Linearizer:
     cdef void _store(self, object mb, tuple combo, object val):
         nodes = self._idx_nodes(combo, True)
         idx, valid = mb.st.expr_idxs(nodes)
-        if self._tc_limits:
-            valid = self._tc_valid(valid, nodes)
+        if self._dim_limits:
+            valid = self._limits_valid(valid, nodes)
         buf = self.buf_uops[mb.idx]
         lane = self._lane
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
@@ -914,11 +906,11 @@ cdef class Linearizer:
         ktiles = -(-size_k // cfg.bk)
         tiles_y, tiles_x = -(-size_m // cfg.bm), -(-size_n // cfg.bn)
         # outputs past the end of M or N (the last tiles of sizes no tile divides) are neither read nor stored
-        self._tc_limits = {}
+        self._dim_limits = {}
         if size_m % cfg.bm:
-            self._tc_limits[m_ax] = size_m
+            self._dim_limits[m_ax] = size_m
         if size_n % cfg.bn:
-            self._tc_limits[n_ax] = size_n
+            self._dim_limits[n_ax] = size_n
         nbatch = 1
         for d in plan.batch:
             nbatch *= full[d]
@@ -1132,7 +1124,8 @@ cdef class Linearizer:
             elif op.op is BinaryOps.MUL:
                 z = zero[id(op.src[0])] or zero[id(op.src[1])]
             elif op.op in (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MAX, TernaryOps.WHERE):
-                z = all(zero[id(x)] for x in op.src[-2:])
+                # the last two sources: WHERE's choices (its first is the condition)
+                z = all(zero[id(x)] for x in op.src[len(op.src) - 2:])
             else:
                 z = False
             zero[id(op)] = z
@@ -1251,9 +1244,10 @@ cdef class Linearizer:
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
-    cdef object _tc_valid(self, object valid, list nodes):
-        """`valid` and the tensor-core tiles' limits (outputs past the end of M or N are not real)."""
-        return Node.ands([valid] + [nodes[d] < lim for d, lim in self._tc_limits.items()])
+    cdef object _limits_valid(self, object valid, list nodes):
+        """`valid` and the dims' limits: past the end of a dim its loop overruns (a tile's partial end, PADTO) there
+        is nothing to read or store."""
+        return Node.ands([valid] + [nodes[d] < lim for d, lim in self._dim_limits.items()])
 
     cdef object _tc_cond(self, object valid, object gate):
         if _is_true(valid):
