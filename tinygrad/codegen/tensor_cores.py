@@ -309,7 +309,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
-    if getattr(cfg, "wgmma", False):
+    wg = getattr(cfg, "wgmma", False)  # SimtConfig has no wgmma
+    if wg:
         if "wgmma" not in kinds:
             return None, f"config {cfg}: the device has no wgmma (Hopper, sm_90a)"
         # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
@@ -324,7 +325,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
             return None, f"config {cfg}: thread tiles that do not divide the block tile"
-    elif getattr(cfg, "wgmma", False):
+    elif wg:
         if cfg.bm != 64 * cfg.wm or cfg.wn != 1:
             return None, f"config {cfg}: a warpgroup computes 64 rows of the tile, all its columns"
     elif cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or cfg.bk % 16:
@@ -335,7 +336,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
         return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
-    kinds = ("wgmma",) if getattr(cfg, "wgmma", False) else tuple(kind for kind in kinds if kind != "wgmma")
+    kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
     tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"

@@ -221,6 +221,11 @@ class GGUFTensor:
     def raw(self) -> Tensor:
         return self.src.raw(self.where, self.nbytes, f"tensor {self.name!r}")
 
+    def host_blocks(self) -> np.ndarray:
+        """The stored bytes as a read-only uint8 array over the checkpoint's own memory (the mapped file): no copy,
+        for host code that takes blocks apart itself."""
+        return np.frombuffer(self.src.mv, dtype=np.uint8, count=self.nbytes, offset=self.where)
+
     def load(self) -> Tensor:
         """What gguf_load gives for this tensor: plain types zero-copy, quantized ones lazily dequantized."""
         if not self.quantized:

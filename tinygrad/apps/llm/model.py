@@ -150,7 +150,7 @@ class Linear:
         self.raw = self.w = self.qs = self.d = self.m = None
         if t.ttype in PLANE_TYPES:
             # read straight from the mapped file (a copy of the blocks first would double the peak while loading)
-            q, d, m = _planes(t.ttype, np.frombuffer(t.src.mv, dtype=np.uint8, count=t.nbytes, offset=t.where))
+            q, d, m = _planes(t.ttype, t.host_blocks())
             out, inner = self.shape
             self.groups = inner * d.shape[1] // q.shape[1]
             self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
@@ -278,7 +278,7 @@ class Transformer:
         if t.ttype in PLANE_TYPES:
             vals, nbytes = t.block
             row_bytes = cfg.dim // vals * nbytes
-            table = np.frombuffer(t.src.mv, dtype=np.uint8, count=t.nbytes, offset=t.where)
+            table = t.host_blocks()
             rows = np.stack([plane_values(*_planes(t.ttype, table[i * row_bytes:(i + 1) * row_bytes])).reshape(-1)
                              for i in ids])
         elif not t.quantized:
