@@ -721,9 +721,10 @@ def test_rendered_kernels_look_like_cuda(kernels):
     # the contiguous load and store move 16 bytes at a time where both pointers are aligned, one element otherwise
     assert "*(const tg_vec<float, 4>*)(data1+" in e and "*(tg_vec<float, 4>*)(data0+" in e
     assert "((unsigned long long)(data1) & 15ull) == 0" in e and "data0[flat0] = tg_st0;" in e
-    r = kernels["reduce_rows"]  # few outputs, long rows: a block per row, combined by warp shuffles
-    assert "__shared__ float tg_red[32];" in r and "__shfl_down_sync(0xffffffffu, acc0, tg_s)" in r
-    assert "__syncthreads();" in r and "if (threadIdx.x == 0) {" in r
+    r = kernels["reduce_rows"]  # few outputs, rows of 75 vectors: a warp per row, combined by shuffles alone
+    assert "tg_red" not in r and "__shfl_down_sync(0xffffffffu, acc0, tg_s)" in r
+    assert "__syncthreads();" not in r and "if ((threadIdx.x&31) == 0) {" in r
+    assert "blockIdx.x*(blockDim.x>>5)+(threadIdx.x>>5)" in r  # the warp's row
     assert "(data1+(ridx0*300))" in r  # each row's own offset, its alignment checked at run time
     assert "__uint_as_float(0xff800000u)" in r  # max starts at -inf
     g = kernels["reduce_all_big"]  # one output: the whole grid, then the last block to finish
