@@ -150,13 +150,7 @@ class Linear:
         self.raw = self.w = self.qs = self.d = self.m = None
         if t.ttype in PLANE_TYPES:
             # read straight from the mapped file (a copy of the blocks first would double the peak while loading)
-            q, d, m = _planes(t.ttype, t.host_blocks())
-            out, inner = self.shape
-            self.groups = inner * d.shape[1] // q.shape[1]
-            self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
-            self.d = Tensor(np.ascontiguousarray(d).reshape(out, self.groups), device=device).realize()
-            if m is not None:
-                self.m = Tensor(np.ascontiguousarray(m).reshape(out, self.groups), device=device).realize()
+            self._set_planes([_planes(t.ttype, t.host_blocks())], device)
         elif t.quantized:
             self.raw = t.raw().to(device).realize()
         else:
@@ -164,6 +158,37 @@ class Linear:
         # copied out: the file's pages of this matrix need not stay resident while the next ones are read (the peak
         # while loading is then about one matrix of the file, not all of it)
         t.src.release_pages(t.where, t.nbytes)
+
+    def _set_planes(self, planes: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], device: str) -> None:
+        """The planes of one matrix, or of several stacked along the output dim (rows of each in turn)."""
+        out, inner = self.shape
+        self.groups = inner * planes[0][1].shape[1] // planes[0][0].shape[1]
+
+        def stack(k: int) -> np.ndarray:
+            parts = [np.ascontiguousarray(p[k]) for p in planes]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.qs = Tensor(stack(0).reshape(out, inner), device=device).realize()
+        self.d = Tensor(stack(1).reshape(out, self.groups), device=device).realize()
+        if planes[0][2] is not None:
+            self.m = Tensor(stack(2).reshape(out, self.groups), device=device).realize()
+
+    @classmethod
+    def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
+        """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
+        kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
+        where their planes differ in group size or offsets (or have none), so they can't share one kernel."""
+        if len({t.shape[1] for t in ts}) != 1 or any(t.ttype not in PLANE_TYPES for t in ts):
+            return None
+        planes = [_planes(t.ttype, t.host_blocks()) for t in ts]
+        if len({(p[0].shape[1] // p[1].shape[1], p[2] is None) for p in planes}) != 1:
+            return None
+        self = cls.__new__(cls)
+        self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
+        self.raw = self.w = self.qs = self.d = self.m = None
+        self._set_planes(planes, device)
+        for t in ts:
+            t.src.release_pages(t.where, t.nbytes)
+        return self
 
     def weight(self) -> Tensor:
         if self.w is not None:
@@ -192,6 +217,12 @@ class Linear:
         return (x.reshape(*lead, 1, g, inner // g) * w).sum((-2, -1))
 
 
+def _split(y: Tensor, sizes: list[int]) -> list[Tensor]:
+    """The outputs of a stacked Linear (n, sum(sizes)) as each matrix's (n, size)."""
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return [y[:, a:a + n] for a, n in zip(starts, sizes)]
+
+
 def _gelu(x: Tensor) -> Tensor:
     """GELU with the tanh approximation, as x * sigmoid(2z) (= x * (1 + tanh z) / 2): one exp2 and one division an
     element, where Tensor.gelu's tanh, exact near 0 through expm1, takes an exp2, a log2 and two divisions."""
@@ -202,23 +233,37 @@ def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
 
 
-def _rope_tables(base: float, head_dim: int, positions: int, device: str) -> tuple[Tensor, Tensor]:
-    """cos and sin of every position's angles, (positions, head_dim/2): a step slices its positions' rows."""
+def _rms_scale(x: Tensor, eps: float) -> Tensor:
+    """RMSNorm's per-row factor, 1 / sqrt(mean(x^2) + eps), (..., 1): `_rms(x, w) == x * w * _rms_scale(x)`."""
+    return (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt()
+
+
+def _normed_linear(lin: Linear, x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """lin(_rms(x, w)), as lin(x * w) * _rms_scale(x): the norm's factor is one number a row, applied to the
+    matrix-vector product's outputs in the kernel that makes them, so its square root is not computed again for
+    every output reading the input (which would make the normed input a kernel of its own)."""
+    return lin(x * w) * _rms_scale(x, eps)
+
+
+def _rope_tables(base: float, head_dim: int, positions: int, device: str, neox: bool) -> tuple[Tensor, Tensor]:
+    """RoPE as x * C + swap(x) * S (see _rope): C and S for every position, (positions, head_dim), a step slicing
+    its positions' rows. C is each pair's cos twice, S its -sin then sin."""
     inv = Tensor([base ** (-2.0 * i / head_dim) for i in range(head_dim // 2)], dtype=dtypes.float32, device=device)
     ang = Tensor.arange(positions, device=device).cast(dtypes.float32).reshape(-1, 1) * inv.reshape(1, -1)
-    return ang.cos().contiguous().realize(), ang.sin().contiguous().realize()
+    cos, sin = ang.cos(), ang.sin()
+    # neox pairs dim i with i + head_dim/2 (the two halves), the others 2i with 2i+1 (neighbours)
+    c, s = (cos.cat(cos, dim=-1), (-sin).cat(sin, dim=-1)) if neox else \
+        (Tensor.stack(cos, cos, dim=-1), Tensor.stack(-sin, sin, dim=-1))
+    return c.reshape(positions, head_dim).contiguous().realize(), s.reshape(positions, head_dim).contiguous().realize()
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
-    """RoPE on x (T, heads, head_dim) with its positions' cos and sin (T, head_dim/2)."""
-    d = x.shape[-1]
-    cos, sin = cos.reshape(cos.shape[0], 1, d // 2), sin.reshape(sin.shape[0], 1, d // 2)
-    if neox:
-        x1, x2 = x[..., :d // 2], x[..., d // 2:]
-        return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
-    xp = x.reshape(*x.shape[:-1], d // 2, 2)
-    x1, x2 = xp[..., 0], xp[..., 1]
-    return Tensor.stack(x1 * cos - x2 * sin, x2 * cos + x1 * sin, dim=-1).reshape(x.shape)
+def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool) -> Tensor:
+    """RoPE on x (T, heads, head_dim) with its positions' rows of the tables (T, head_dim): x * C + swap(x) * S,
+    where swap exchanges the two members of each rotated pair, a flip of a size-2 dim (a view: the rotation is one
+    elementwise kernel, where concatenating the rotated halves would pad them and store each half first)."""
+    t, h, d = x.shape
+    pairs = x.reshape(t, h, 2, d // 2).flip(2) if neox else x.reshape(t, h, d // 2, 2).flip(3)
+    return x * c.reshape(t, 1, d) + pairs.reshape(t, h, d) * s.reshape(t, 1, d)
 
 
 class Transformer:
@@ -238,8 +283,18 @@ class Transformer:
         self.layers = []
         for i in range(cfg.layers):
             p = f"blk.{i}."
-            layer = {n: Linear(tensors[p + n + ".weight"], self.device)
-                     for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+            layer: dict = {}
+            # q, k and v (gate and up) read the same normed input: stacked where their types allow, one kernel
+            for fused, names in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
+                ts = [tensors[p + n + ".weight"] for n in names]
+                both = Linear.stacked(ts, self.device)
+                if both is not None:
+                    layer[fused] = both
+                    layer[fused + "_split"] = [t.shape[0] for t in ts]
+                else:
+                    layer.update({n: Linear(t, self.device) for n, t in zip(names, ts)})
+            for n in ("attn_output", "ffn_down"):
+                layer[n] = Linear(tensors[p + n + ".weight"], self.device)
             norms = ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ())
             for n in norms + (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
                 layer[n] = load(p + n + ".weight")
@@ -254,7 +309,7 @@ class Transformer:
         self.cache = [(Tensor.empty(*shape, device=self.device).realize(),
                        Tensor.empty(*shape, device=self.device).realize()) for _ in range(cfg.layers)]
         bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
-        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device) for b in bases}
+        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device, fam.neox_rope) for b in bases}
         # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels; prefill
         # goes in chunks of PREFILL_CHUNKS tokens the same way (the last one padded), the logits from its last row
         from tinygrad.engine.jit import TinyJit
@@ -326,7 +381,7 @@ class Transformer:
 
     def _head(self, h: Tensor) -> Tensor:
         """The logits (vocab,) of one hidden state (1, dim)."""
-        return self.output(_rms(h, self.output_norm, self.cfg.eps)).reshape(self.cfg.vocab)
+        return _normed_linear(self.output, h, self.output_norm, self.cfg.eps).reshape(self.cfg.vocab)
 
     def _layers(self, x: Tensor, start_pos, n: int) -> Tensor:
         """The layers on embeddings x (n, dim) at positions start_pos.. (an int, or a bound Variable): the hidden
@@ -341,20 +396,28 @@ class Transformer:
         sliding = causal & (kpos > qpos - cfg.window) if cfg.window else causal
         for i, L in enumerate(self.layers):
             glob = cfg.is_global(i)
-            h = _rms(x, L["attn_norm"], cfg.eps)
-            q, k, v = L["attn_q"](h), L["attn_k"](h), L["attn_v"](h)
+            qk = None
+            if "qkv" in L:
+                qkv = _normed_linear(L["qkv"], x, L["attn_norm"], cfg.eps)
+                q, k, v = _split(qkv, L["qkv_split"])
+                # q's heads then k's: one view of the stacked output
+                qk = qkv[:, :(cfg.heads + cfg.kv_heads) * cfg.head_dim].reshape(n, cfg.heads + cfg.kv_heads, -1)
+            else:
+                q, k, v = (_normed_linear(L[n], x, L["attn_norm"], cfg.eps) for n in ("attn_q", "attn_k", "attn_v"))
             if fam.qkv_bias:
                 q, k, v = q + L["attn_q_bias"], k + L["attn_k_bias"], v + L["attn_v_bias"]
             q = q.reshape(n, cfg.heads, cfg.head_dim)
             k = k.reshape(n, cfg.kv_heads, cfg.head_dim)
             v = v.reshape(n, cfg.kv_heads, cfg.head_dim)
             if fam.qk_norm:
-                q, k = _rms(q, L["attn_q_norm"], cfg.eps), _rms(k, L["attn_k_norm"], cfg.eps)
+                # every head's factor of q and k in one kernel, q's heads and k's side by side
+                f = _rms_scale(qk if qk is not None and not fam.qkv_bias else q.cat(k, dim=1), cfg.eps)
+                q = q * f[:, :cfg.heads] * L["attn_q_norm"]
+                k = k * f[:, cfg.heads:] * L["attn_k_norm"]
             base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
-            cos, sin = (t[start_pos:end] for t in self.rope[base])
-            q, k = _rope(q, cos, sin, fam.neox_rope), _rope(k, cos, sin, fam.neox_rope)
-            # NOTE: q made once: fused into the scores, RoPE's two halves are masked reads that the CPU heuristic
-            # can't take as vectors along head_dim
+            c, sn = (t[start_pos:end] for t in self.rope[base])
+            q, k = _rope(q, c, sn, fam.neox_rope), _rope(k, c, sn, fam.neox_rope)
+            # NOTE: q made once: fused into the scores, its norm and rotation would be computed again for every key
             q = q.contiguous()
             ck, cv = self.cache[i]
             ck[start_pos:end].assign(k).realize()
@@ -375,9 +438,11 @@ class Transformer:
             a = L["attn_output"](att)
             if fam.post_norms:
                 a = _rms(a, L["post_attention_norm"], cfg.eps)
-            x = x + a
-            h = _rms(x, L["ffn_norm"], cfg.eps)
-            g, u = L["ffn_gate"](h), L["ffn_up"](h)
+            x = (x + a).realize()
+            if "gate_up" in L:
+                g, u = _split(_normed_linear(L["gate_up"], x, L["ffn_norm"], cfg.eps), L["gate_up_split"])
+            else:
+                g, u = (_normed_linear(L[n], x, L["ffn_norm"], cfg.eps) for n in ("ffn_gate", "ffn_up"))
             act = _gelu(g) if fam.gelu else g.silu()
             f = L["ffn_down"](act * u)
             if fam.post_norms:
