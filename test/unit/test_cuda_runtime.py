@@ -657,6 +657,26 @@ def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monke
     assert not calls("cuGraphExecKernelNodeSetParams") and len(calls("cuGraphLaunch")) == 3
 
 
+
+def test_cuda_graph_patches_symbolic_launch_sizes_only_when_they_change(cuda):
+    # (the fake driver runs no kernels: what is checked is what each replay launches)
+    from tinygrad import Tensor, TinyJit, Variable
+    a = Tensor(np.arange(4096, dtype=np.float32), device="CUDA").realize()
+    w = Variable("w", 1, 4096)
+    jf = TinyJit(lambda a, w: (a.shrink(((0, w),)) * 2 + 1).realize())
+    for n in (100, 200, 300):
+        jf(a, w.bind(n))
+    grids, patches = {}, {}
+    for n in (1000, 3000, 3001):
+        T.clear_records()
+        jf(a, w.bind(n))
+        (_, grid, block, _, from_graph), = T.launches()
+        assert from_graph and grid[0] * block[0] * 4 >= n  # enough threads for n outputs (4 a thread at most)
+        grids[n], patches[n] = grid, len(T.calls("cuGraphExecKernelNodeSetParams"))
+    assert grids[3000] != grids[1000] and grids[3001] == grids[3000]
+    assert patches[3001] == 1  # the variable's new value; the sizes, unchanged, are not resolved into a patch again
+
+
 # --- the renderer ---------------------------------------------------------------------------------------------------
 
 

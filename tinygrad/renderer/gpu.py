@@ -230,7 +230,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
 
     def close_vec(state: dict) -> None:
         """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
-        pointer is aligned, their loads issued together; then one vector at a time; then single elements."""
+        pointer is aligned, their loads issued together (one vector a step without unrolling); then single
+        elements."""
         lines = [line[2 * (kw.depth + 1):] for line in body[state["start"]:]]
         del body[state["start"]:]
         vec, n, first, stride, flat = state["vec"], state["n"], state["first"], state["stride"], state["flat"]
@@ -260,20 +261,26 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         emit(f"const int {nv} = ({aligned}) ? {n}/{w} : 0;")
         emit(f"int {v} = {first};")
         if unroll > 1:
-            emit(f"for (; {v}+{unroll - 1}*{stride} < {nv}; {v} += {unroll}*{stride}) {{")
+            # every vector of a step loaded before any is used, each guarded: a thread with fewer vectors left than
+            # `unroll` (a short row's last step) still issues all of its loads together, one memory latency a step
+            emit(f"for (; {v} < {nv}; {v} += {unroll}*{stride}) {{")
             kw.depth += 1
             at = f"({v}+tg_u*{stride})*{w}"
+            live = f"{v}+tg_u*{stride} < {nv}"
             for u in moved:
                 emit(f"{vt[id(u)]} {names[id(u)]}[{unroll}];")
             if vec.loads:
                 emit("#pragma unroll")
                 emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
+                emit(f"  if ({live}) {{")
                 for u in vec.loads:
-                    emit(f"  {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
+                    emit(f"    {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
+                emit("  }")
                 emit("}")
             emit("#pragma unroll")
             emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
             kw.depth += 1
+            emit(f"if (!({live})) break;")
             element(f"{at}+tg_j", "{}[tg_u].e[tg_j]")
             for u in vec.stores:
                 emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}[tg_u];")
@@ -281,17 +288,18 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit("}")
             kw.depth -= 1
             emit("}")
-        emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
-        kw.depth += 1
-        for u in vec.loads:
-            emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
-        for u in vec.stores:
-            emit(f"{vt[id(u)]} {names[id(u)]};")
-        element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
-        for u in vec.stores:
-            emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
-        kw.depth -= 1
-        emit("}")
+        else:
+            emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
+            kw.depth += 1
+            for u in vec.loads:
+                emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
+            for u in vec.stores:
+                emit(f"{vt[id(u)]} {names[id(u)]};")
+            element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
+            for u in vec.stores:
+                emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
+            kw.depth -= 1
+            emit("}")
         # after the last whole vector, or everything where a pointer is misaligned
         emit(f"for (int {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
         kw.depth += 1

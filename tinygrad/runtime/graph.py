@@ -44,7 +44,10 @@ class NativeGraph:
         # where each input, variable and symbolic launch size goes: (graph, launch in it, ...)
         self.input_slots: list[tuple[Any, int, int, int]] = []
         self.var_slots: list[tuple[Any, int, int, Variable]] = []
-        self.dim_slots: list[tuple[Any, int, Any, Any]] = []
+        # launches whose sizes depend on variables, grouped by their (global, local) sizes: each group is resolved
+        # once a call, and its launches patched only when the sizes change (a decode step's dozens of attention
+        # kernels share one or two such sizes, which change every few hundred positions)
+        self.dim_groups: dict[Any, list] = {}
         self.kernels = len(jit_cache)
         for j, ei in enumerate(jit_cache):
             if not self.graphs or (self.max_nodes is not None and j % self.max_nodes == 0):
@@ -61,7 +64,8 @@ class NativeGraph:
                 launch = graph.add(prg.native, args, gs, ls)
             self.var_slots += [(graph, launch, len(ei.bufs) + n, v) for n, v in enumerate(runner.vars)]
             if symbolic:
-                self.dim_slots.append((graph, launch, gs, ls))
+                key = (tuple(gs or ()), tuple(ls or ()))
+                self.dim_groups.setdefault(key, [gs, ls, None, []])[3].append((graph, launch))
             self.input_slots += [(graph, launch, i, k) for (jj, i), k in input_replace.items() if jj == j]
 
     def __call__(self, bufs: list, var_vals: dict) -> None:
@@ -69,8 +73,13 @@ class NativeGraph:
             graph.set_arg(launch, i, bufs[k]._buf)
         for graph, launch, i, v in self.var_slots:
             graph.set_arg(launch, i, var_vals[v])
-        for graph, launch, gs, ls in self.dim_slots:
-            graph.set_dims(launch, resolve_launch(gs, var_vals), resolve_launch(ls, var_vals))
+        for group in self.dim_groups.values():
+            gs, ls, last, launches = group
+            dims = (resolve_launch(gs, var_vals), resolve_launch(ls, var_vals))
+            if dims != last:
+                for graph, launch in launches:
+                    graph.set_dims(launch, *dims)
+                group[2] = dims
         for graph in self.graphs:
             graph()
         GlobalCounters.kernel_count += self.kernels
