@@ -389,11 +389,14 @@ class Transformer:
         cfg, fam = self.cfg, self.cfg.family
         end = start_pos + n
         # causal mask (and the sliding window's) over the cached positions 0..end-1, (n, end)
+        # (made once: every layer's mask reads it, where each would otherwise compute the position again)
         qpos = (Tensor.arange(n, device=self.device) + (Tensor(start_pos, device=self.device)
                                                         if not isinstance(start_pos, int) else start_pos)).reshape(n, 1)
+        qpos = qpos.contiguous().realize()
         kpos = Tensor.arange(end, device=self.device).reshape(1, end)
-        causal = kpos <= qpos
-        sliding = causal & (kpos > qpos - cfg.window) if cfg.window else causal
+        # a single query (a decode step) sees every cached position: global layers need no mask then
+        causal = kpos <= qpos if n > 1 else None
+        sliding = (kpos > qpos - cfg.window) & (causal if causal is not None else True) if cfg.window else causal
         for i, L in enumerate(self.layers):
             glob = cfg.is_global(i)
             qk = None
@@ -430,7 +433,8 @@ class Transformer:
             vals = vals.reshape(end, cfg.heads, cfg.head_dim).permute(1, 0, 2)  # (heads, end, head_dim)
             scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
             mask = causal if glob else sliding
-            scores = mask.reshape(1, n, end).where(scores, float("-inf"))
+            if mask is not None:
+                scores = mask.reshape(1, n, end).where(scores, float("-inf"))
             # (n, heads, 1, end) @ (heads, end, head_dim): the kernel writes the rows in the order attn_output reads
             # them, where a permute of (heads, n, head_dim) would make its input a strided view
             probs = scores.softmax(-1).permute(1, 0, 2).reshape(n, cfg.heads, 1, end)
