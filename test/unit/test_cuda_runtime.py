@@ -747,6 +747,7 @@ def test_rendered_kernels_look_like_cuda(kernels):
     assert "blockIdx.x*(blockDim.x>>5)+(threadIdx.x>>5)" in r  # the warp's row
     assert "(data1+(ridx0*300))" in r  # each row's own offset, its alignment checked at run time
     assert "__uint_as_float(0xff800000u)" in r  # max starts at -inf
+    assert "tg_max(" in r and r.count("!=") == 1  # in tg_max alone: each operand named once
     g = kernels["reduce_all_big"]  # one output: the whole grid, then the last block to finish
     assert "atomicAdd(&tg_done, 1u)" in g and "__threadfence();" in g and "tg_done = 0;" in g
     assert "tg_vl0[tg_u] = *(const tg_vec<float, 4>*)" in g  # 4 vectors a thread loaded before they are summed

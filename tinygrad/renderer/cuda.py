@@ -20,6 +20,9 @@ from tinygrad.ops import BinaryOps, UnaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage
 from tinygrad.renderer.gpu import GPULanguage, uops_to_gpu
 
+# float max as PyTorch's maximum: NaN if either operand is NaN
+MAX_PRELUDE = """template <class T> __device__ __forceinline__ T tg_max(T a, T b) { return (a != a || a > b) ? a : b; }
+"""
 HALF_PRELUDE = """__device__ __forceinline__ float tg_f16_to_f32(unsigned short h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
@@ -204,6 +207,9 @@ class CUDALanguage(GPULanguage):
         UnaryOps.SQRT: _cuda_math("sqrt"),
         BinaryOps.MOD: lambda a, b, dt: (f"fmod({a},{b})" if dt == dtypes.float64 else f"fmodf({a},{b})")
         if dtypes.is_float(dt) else f"({a}%{b})",
+        # a function (MAX_PRELUDE) names each operand once: the conditional repeats its first operand three times,
+        # so a tree of maxes (a reduction's lanes combined) grew exponentially in source and compile time
+        BinaryOps.MAX: lambda a, b, dt: f"tg_max({a},{b})" if dtypes.is_float(dt) else f"(({a}>{b})?{a}:{b})",
     }
 
     def _render_const(self, val, dt: DType) -> str:
@@ -248,7 +254,8 @@ class CUDALanguage(GPULanguage):
         return f"tg_bitcast<{self.render_dtype(dt)}>(({self.render_dtype(src)})({x}))"
 
     def prelude(self, dts: set[DType]) -> str:
-        out = [HALF_PRELUDE if dtypes.float16 in dts else "", BF16_PRELUDE if dtypes.bfloat16 in dts else ""]
+        out = [MAX_PRELUDE, HALF_PRELUDE if dtypes.float16 in dts else "",
+               BF16_PRELUDE if dtypes.bfloat16 in dts else ""]
         return "".join(out)
 
     # ---- vectors (tg_vec, see VEC_OPS_PRELUDE) ----
