@@ -64,6 +64,8 @@ class Clone(Function):
     """A copy in a buffer of its own, even where `contiguous()` would have nothing to do."""
 
     def forward(self, x: LazyBuffer) -> LazyBuffer:
+        if type(x) is not LazyBuffer:
+            return x.clone()  # a MultiLazyBuffer: each device's piece
         return LazyBuffer.loadop(LoadOps.CONTIGUOUS, x.shape, x.dtype, x.device, srcs=(x,))
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
