@@ -211,6 +211,17 @@ def test_optimizer_on_sharded_parameters(opt_cls):
         assert opts[1].m[0].lazydata.axis == 0 and opts[1].m[2].lazydata.axis == 1
 
 
+def test_gradient_takes_its_tensors_placement():
+    # a replicated weight times a batch split on axis 0, no reduce: the raw gradient is split, the weight's is not
+    w = Tensor.ones(4, 3).contiguous().shard(D2).realize().requires_grad_()
+    x_np = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (w * Tensor(x_np).shard(D2, axis=0)).sum().backward()
+    assert w.grad.lazydata.axis is None
+    np.testing.assert_equal(w.grad.numpy(), x_np)
+    SGD([w], lr=1.0).step()
+    np.testing.assert_equal(w.numpy(), 1 - x_np)
+
+
 # ---- data-parallel training ----
 
 @pytest.fixture(scope="module")

@@ -166,6 +166,11 @@ class MultiLazyBuffer:
     def assign(self, x: MultiLazyBuffer) -> MultiLazyBuffer:
         if not isinstance(x, MultiLazyBuffer) or x.device != self.device:
             raise RuntimeError(f"assign device mismatch: {x.device} into {self.device}")
+        # NOTE: as in tinygrad 0.9, the placement is part of what an assign must match: a value split another way
+        # is resharded by the caller (`shard`), never moved behind its back on every write
+        if x.axis != self.axis:
+            raise ArgumentError(f"assign of a tensor split along axis {x.axis} into one split along axis {self.axis}: "
+                                f"shard it to axis {self.axis} first")
         lbs = x.lbs if (x.axis, x.bounds) == (self.axis, self.bounds) else _place(x, self.axis, self.bounds)
         return MultiLazyBuffer([a.assign(b) for a, b in zip(self.lbs, lbs)], self.axis)
 

@@ -72,7 +72,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """`data`: a LazyBuffer, a Python scalar, a nested list or tuple of bool/int/float, a numpy array, bytes
         (as uint8), a symbolic value (its variables bound) or None (an empty tensor). `dtype` converts the data;
         a bfloat16 tensor is made in float32 and cast. A tuple of devices replicates the data on each of them (see
-        `shard`); a MultiLazyBuffer keeps its placement unless `device` names another."""
+        `shard`); a MultiLazyBuffer keeps its placement on the same devices, and is gathered on one device (by default
+        the default device) otherwise."""
         if type(device) is tuple or type(device) is list or type(data) is MultiLazyBuffer:
             self._init_multi(data, device, dtype, requires_grad)
             return
@@ -131,7 +132,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         if type(data) is LazyBuffer:
             self.lazydata = MultiLazyBuffer.from_sharded(data, devices, None)
         elif devices is None:
-            self.lazydata = data if device is None else data.copy_to_device(Device.canonicalize(device))
+            # as in tinygrad 0.9: a MultiLazyBuffer given no devices is gathered on the default device
+            self.lazydata = data.copy_to_device(Device.canonicalize(device))
         else:
             self.lazydata = data if data.device == devices else data.reshard(devices, None)
 
@@ -396,6 +398,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 if g.shape != t.shape:
                     raise RuntimeError(f"internal error: gradient shape {g.shape} != tensor shape {t.shape} "
                                        f"in {type(ctx).__name__}.backward")
+                gl, tl = g.lazydata, t.lazydata
+                if type(gl) is MultiLazyBuffer and (gl.axis, gl.bounds) != (tl.axis, tl.bounds):
+                    # a gradient is placed as its tensor is (a replicated weight's gradient may come out split
+                    # along the batch), so an optimizer can assign it into the tensor
+                    g = Tensor(gl.reshard(tl.device, tl.axis, tl.bounds), device=tl.device, requires_grad=False)
                 t.grad = g if t.grad is None else (t.grad + g)
             del t0._ctx
             t0._ctx = None
