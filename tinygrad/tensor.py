@@ -416,7 +416,10 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
 def _single_device(lbs: list) -> list[LazyBuffer]:
     """`lbs` with each MultiLazyBuffer replaced by its per-device LazyBuffers."""
-    if all(type(lb) is LazyBuffer for lb in lbs):
+    for lb in lbs:
+        if type(lb) is not LazyBuffer:
+            break
+    else:
         return lbs
     return [x for lb in lbs for x in (lb.lbs if type(lb) is MultiLazyBuffer else (lb,))]
 
