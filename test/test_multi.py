@@ -260,3 +260,39 @@ def test_single_device_tensors_untouched():
     # the single-device path never makes a MultiLazyBuffer
     t = Tensor([1.0, 2.0]) * 2 + 1
     assert type(t.lazydata) is not MultiLazyBuffer and t.device == Device.DEFAULT
+
+
+def test_replace_swaps_in_a_sharded_version():
+    w = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert w.replace(w.shard(D2, axis=1)) is w and w.device == D2 and w.lazydata.axis == 1
+    assert w.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(ArgumentError, match="shape"):
+        w.replace(Tensor([1.0]))
+
+
+def test_dropout_and_embedding_on_shards():
+    with Tensor.train():
+        out = Tensor.ones(256).to(D2).dropout(0.5).numpy()
+    values, counts = np.unique(out, return_counts=True)
+    assert set(values) == {0.0, 2.0} and 80 < counts[0] < 176
+    from tinygrad.nn import Embedding
+    Tensor.manual_seed(0)
+    emb, sharded = Embedding(28, 20), Embedding(28, 20)
+    sharded.weight.replace(emb.weight.shard(D2, axis=1))
+    idx = np.random.default_rng(0).integers(0, 28, (4, 10))
+    np.testing.assert_allclose(sharded(Tensor(idx).shard(D2)).numpy(), emb(Tensor(idx)).numpy(), atol=1e-6)
+
+
+def test_reshape_keeps_the_split_where_it_can():
+    t0 = Tensor.rand(26, 15, 7).shard(D3, axis=1)
+    want = t0.numpy()
+    for shape, axis in [((26, 3, 5, 7), 1), ((26, 3, 35), 1), ((26, 105), 1), ((2, 13, 3, 5, 7), 2),
+                        ((13, 2, 3, 7, 5), 2), ((1, 13, 2, 3, 1, 7, 5), 3)]:
+        t = t0.reshape(shape)
+        assert t.lazydata.axis == axis, shape
+        np.testing.assert_equal(t.numpy(), want.reshape(shape))
+    assert t0.reshape(26, 105).reshape(26, 1, 105).lazydata.axis == 2
+    # 15 rows of 7 can't stay split when merged with the dim before: gathered, replicated
+    merged = t0.reshape(26 * 15, 7)
+    assert merged.lazydata.axis is None
+    np.testing.assert_equal(merged.numpy(), want.reshape(26 * 15, 7))

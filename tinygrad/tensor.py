@@ -362,6 +362,24 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         self.lazydata = self.lazydata.assign(x.lazydata)
         return self
 
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor hold `x`'s data (same shape; its device and dtype may differ), keeping the Tensor object:
+        how a model's weights are swapped for sharded or converted versions. Nothing is copied or written.
+
+        >>> w = Tensor([1.0, 2.0])
+        >>> w.replace(Tensor([3, 4])).tolist()
+        [3, 4]
+        """
+        if not isinstance(x, Tensor):
+            raise TypeError(f"replace takes a Tensor, not {type(x).__name__}")
+        if x.shape != self.shape:
+            raise ArgumentError(f"replace shape mismatch: {x.shape} into {self.shape}")
+        if x.requires_grad or self._ctx is not None:
+            raise RuntimeError("replace works on tensors outside the autograd graph (x must not require grad, and "
+                               "this tensor must not be the result of an op that does)")
+        self.lazydata = x.lazydata
+        return self
+
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
         """Set requires_grad in place (True: gradients are kept for this tensor) and return self.
 
