@@ -296,3 +296,21 @@ def test_reshape_keeps_the_split_where_it_can():
     merged = t0.reshape(26 * 15, 7)
     assert merged.lazydata.axis is None
     np.testing.assert_equal(merged.numpy(), want.reshape(26 * 15, 7))
+
+
+def test_setitem_on_a_sharded_tensor():
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    t = Tensor(a).contiguous().shard(D3, axis=0).realize()
+    t[1:3, 1] = 7.0
+    t[0] = Tensor([9.0, 8.0, 7.0])
+    a[1:3, 1] = 7.0
+    a[0] = [9.0, 8.0, 7.0]
+    assert t.device == D3 and t.lazydata.axis == 0
+    np.testing.assert_equal(t.numpy(), a)
+
+
+def test_safe_save_gathers_a_sharded_tensor(tmp_path):
+    from tinygrad.nn.state import safe_load, safe_save
+    a = np.arange(10, dtype=np.float32).reshape(5, 2)
+    safe_save({"w": Tensor(a).shard(D3, axis=0)}, str(tmp_path / "w.safetensors"))
+    np.testing.assert_equal(safe_load(str(tmp_path / "w.safetensors"))["w"].numpy(), a)
