@@ -314,3 +314,23 @@ def test_safe_save_gathers_a_sharded_tensor(tmp_path):
     a = np.arange(10, dtype=np.float32).reshape(5, 2)
     safe_save({"w": Tensor(a).shard(D3, axis=0)}, str(tmp_path / "w.safetensors"))
     np.testing.assert_equal(safe_load(str(tmp_path / "w.safetensors"))["w"].numpy(), a)
+
+
+PROCESSING = {
+    "layernorm": lambda x: x.layernorm(),
+    "batchnorm_stats": lambda x: (x - x.mean(0)) / (x.var(0) + 1e-5).sqrt(),
+    "cross_entropy": lambda x: x.sparse_categorical_crossentropy(Tensor([0, 5, 2, 3, 1]).to(x.device)),
+    "one_hot_mul": lambda x: x * Tensor([0, 5, 2, 3, 1]).to(x.device).one_hot(6),
+    "gather": lambda x: x.gather(1, Tensor([[0, 1], [5, 2], [2, 2], [3, 0], [1, 4]]).to(x.device)),
+    "triu": lambda x: x.triu(1),
+    "attention": lambda x: x.reshape(1, 5, 6).scaled_dot_product_attention(x.reshape(1, 5, 6), x.reshape(1, 5, 6)),
+    "avg_pool": lambda x: x.reshape(1, 1, 5, 6).avg_pool2d(2),
+    "conv_transpose": lambda x: x.reshape(1, 1, 5, 6).conv_transpose2d(Tensor.ones(1, 2, 2, 2).to(x.device)),
+    "einsum": lambda x: Tensor.einsum("ij,kj->ik", x, x),
+}
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS, ids=IDS)
+@pytest.mark.parametrize("name", sorted(PROCESSING))
+def test_processing(name, placement):
+    check(PROCESSING[name], placement=placement, atol=1e-4, rtol=1e-4)

@@ -242,3 +242,10 @@ def test_data_parallel_cnn_matches_one_device(train_cnn_multi):
     for k, v in get_state_dict(multi).items():
         assert v.device == D3
         np.testing.assert_allclose(v.numpy(), get_state_dict(single)[k].numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_example_main_compares_with_one_device(train_cnn_multi, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train_cnn_multi.py", "--devices", "2", "--steps", "3", "--compare"])
+    assert train_cnn_multi.main() == 0
+    out = capsys.readouterr().out
+    assert "3 steps on CLANG, CLANG:1" in out and "largest loss difference" in out
