@@ -334,3 +334,13 @@ PROCESSING = {
 @pytest.mark.parametrize("name", sorted(PROCESSING))
 def test_processing(name, placement):
     check(PROCESSING[name], placement=placement, atol=1e-4, rtol=1e-4)
+
+
+def test_shard_straight_from_a_file(tmp_path):
+    from tinygrad.nn.state import safe_load, safe_save
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    safe_save({"w": Tensor(a)}, str(tmp_path / "w.safetensors"))
+    w = safe_load(str(tmp_path / "w.safetensors"))["w"]
+    for axis in (None, 0, 1):
+        np.testing.assert_equal(w.shard(D3, axis).numpy(), a)
+    np.testing.assert_equal(w[1:5].shard(D2, 0).numpy(), a[1:5])

@@ -43,7 +43,7 @@ class MultiLazyBuffer:
     Build one with `from_sharded`, or from per-device buffers that already hold the right pieces."""
     __slots__ = ("lbs", "axis", "dtype", "device", "bounds", "shape", "__weakref__")
 
-    def __init__(self, lbs: Sequence[LazyBuffer], axis: int | None):
+    def __init__(self, lbs: Sequence[LazyBuffer], axis: int | None, real: Sequence[bool] | None = None):
         lbs = list(lbs)
         if not lbs:
             raise ArgumentError("a MultiLazyBuffer needs at least one LazyBuffer")
@@ -72,6 +72,10 @@ class MultiLazyBuffer:
             starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
             self.bounds = tuple(zip(starts[:-1], starts[1:]))
             self.shape = tuple(starts[-1] if d == axis else s for d, s in enumerate(lbs[0].shape))
+        # tinygrad 0.9 took `real` as an argument; here it follows from the ranges (an empty range is not real)
+        if real is not None and list(real) != self.real:
+            raise ArgumentError(f"real={list(real)} doesn't match the pieces' ranges {self.bounds}: a device without "
+                                "data holds an empty range")
 
     # ---- what a LazyBuffer answers too ----
     @property
@@ -104,8 +108,9 @@ class MultiLazyBuffer:
             raise ArgumentError("shard needs at least one device")
         if len(set(devices)) != len(devices):
             raise ArgumentError(f"shard needs distinct devices, got {devices}")
-        # computed once on its own device, then copied: not once per device (a constant is free everywhere)
-        src = lb if lb.is_unrealized_const() else lb.contiguous()
+        # computed once on its own device, then copied: not once per device (a constant is free everywhere, and
+        # realized data, a file's bytes included, is read where it is)
+        src = lb if lb.is_unrealized_const() or lb.base.realized is not None else lb.contiguous()
         if axis is None:
             return MultiLazyBuffer([copy(src, d) for d in devices], None)
         bounds = _check_bounds(lb.shape, axis, devices, bounds)
