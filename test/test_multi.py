@@ -344,3 +344,15 @@ def test_shard_straight_from_a_file(tmp_path):
     for axis in (None, 0, 1):
         np.testing.assert_equal(w.shard(D3, axis).numpy(), a)
     np.testing.assert_equal(w[1:5].shard(D2, 0).numpy(), a[1:5])
+
+
+def test_padded_mod_reads_zero():
+    # a gather pads each piece with zeros and adds them; a fused fmod read 0 % 0 = nan in the padding (on one
+    # device too: UNSAFE_PAD_OPS lacked MOD)
+    import tinygrad.mlops as F
+    a, b = np.array([[0.5, 0.6, 0.7, 0.8]], np.float32), np.array([[2.0, 3.0, 4.0, 5.0]], np.float32)
+    np.testing.assert_equal(F.Mod.apply(Tensor(a), Tensor(b)).pad(((1, 0), (0, 0))).numpy(), [[0] * 4, a[0]])
+    ai, bi = np.arange(1, 7, dtype=np.int32), np.full(6, 4, dtype=np.int32)
+    np.testing.assert_equal((Tensor(ai) % Tensor(bi)).pad(((2, 1),)).numpy(), np.pad(ai % bi, (2, 1)))
+    x = np.array([[1.5, -2.5], [4.0, -1.1], [0.5, 0.6]], np.float32)
+    np.testing.assert_allclose((Tensor(x).shard(D2, 0) % 0.7).numpy(), np.mod(x, np.float32(0.7)), rtol=1e-6)
