@@ -249,3 +249,16 @@ def test_example_main_compares_with_one_device(train_cnn_multi, monkeypatch, cap
     assert train_cnn_multi.main() == 0
     out = capsys.readouterr().out
     assert "3 steps on CLANG, CLANG:1" in out and "largest loss difference" in out
+
+
+def test_data_parallel_backward_moves_only_small_results():
+    """A replicated conv weight's gradient with the batch split: each device reduces its part, and only results of
+    the weight's size cross devices (no gather of the expanded activations the gradient is summed from)."""
+    from tinygrad.engine.schedule import create_schedule
+    from tinygrad.ops import LoadOps
+    w = Tensor.ones(4, 2, 3, 3).contiguous().shard(D2).realize().requires_grad_()
+    x = Tensor.ones(16, 2, 8, 8).contiguous().shard(D2, axis=0).realize()
+    x.conv2d(w, padding=1).relu().sum().backward()
+    sched = create_schedule(w.grad.lazydata.lbs)
+    copied = [si.bufs[0].nbytes for si in sched if si.ast[0].op is LoadOps.COPY]
+    assert copied and max(copied) <= w.nbytes(), copied

@@ -417,9 +417,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                     raise RuntimeError(f"internal error: gradient shape {g.shape} != tensor shape {t.shape} "
                                        f"in {type(ctx).__name__}.backward")
                 gl, tl = g.lazydata, t.lazydata
-                if type(gl) is MultiLazyBuffer and (gl.axis, gl.bounds) != (tl.axis, tl.bounds):
-                    # a gradient is placed as its tensor is (a replicated weight's gradient may come out split
-                    # along the batch), so an optimizer can assign it into the tensor
+                if type(gl) is MultiLazyBuffer and t._ctx is None and (gl.axis, gl.bounds) != (tl.axis, tl.bounds):
+                    # a leaf's gradient is placed as the leaf is (a replicated weight's may come out split along the
+                    # batch), so an optimizer can assign it into the leaf. NOTE: leaves only: an intermediate's
+                    # gradient flows on to its Function's backward as it is (moving it could gather a whole
+                    # expanded activation, where the next reduce would have all-reduced a small result)
                     g = Tensor(gl.reshard(tl.device, tl.axis, tl.bounds), device=tl.device, requires_grad=False)
                 t.grad = g if t.grad is None else (t.grad + g)
             del t0._ctx
