@@ -356,3 +356,28 @@ def test_padded_mod_reads_zero():
     np.testing.assert_equal((Tensor(ai) % Tensor(bi)).pad(((2, 1),)).numpy(), np.pad(ai % bi, (2, 1)))
     x = np.array([[1.5, -2.5], [4.0, -1.1], [0.5, 0.6]], np.float32)
     np.testing.assert_allclose((Tensor(x).shard(D2, 0) % 0.7).numpy(), np.mod(x, np.float32(0.7)), rtol=1e-6)
+
+
+def test_multilazybuffer_checks_its_pieces():
+    a, b = Tensor.ones(2, 3).to("CLANG").lazydata, Tensor.ones(1, 3).to("CLANG:1").lazydata
+    mlb = MultiLazyBuffer([a, b], 0)
+    assert mlb.shape == (3, 3) and mlb.bounds == ((0, 2), (2, 3)) and mlb.size == 9 and mlb.real == [True, True]
+    assert MultiLazyBuffer([a, b], 0, real=[True, True]).device == ("CLANG", "CLANG:1")
+    with pytest.raises(ArgumentError, match="real"):
+        MultiLazyBuffer([a, b], 0, real=[True, False])
+    with pytest.raises(ArgumentError, match="equal shapes"):
+        MultiLazyBuffer([a, b], None)
+    with pytest.raises(ArgumentError, match="distinct devices"):
+        MultiLazyBuffer([a, a], 0)
+    with pytest.raises(TypeError, match="dtype"):
+        MultiLazyBuffer([a, Tensor.ones(1, 3, dtype=dtypes.int32).to("CLANG:1").lazydata], 0)
+    with pytest.raises(ArgumentError, match="out of range"):
+        MultiLazyBuffer([a, b], 2)
+
+
+def test_device_lists_and_bad_device_tuples():
+    assert Tensor([1.0], device=["clang", "clang:2"]).device == ("CLANG", "CLANG:2")
+    with pytest.raises(ArgumentError, match="non-empty"):
+        Tensor([1.0]).to(())
+    with pytest.raises(ValueError, match="bad device"):
+        Tensor([1.0]).shard(("CLANG", "CLANG:x"))
