@@ -381,3 +381,21 @@ def test_device_lists_and_bad_device_tuples():
         Tensor([1.0]).to(())
     with pytest.raises(ValueError, match="bad device"):
         Tensor([1.0]).shard(("CLANG", "CLANG:x"))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_gradient_flows_back_through_shard(axis):
+    a = _data((4, 3))
+    x = Tensor(a, requires_grad=True)
+    ((x * 2).shard(D3, axis).exp()).sum().backward()
+    # the gradient lands where x is, with x's value: replicas are one value, not three
+    assert x.grad.device == Device.DEFAULT
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp(2 * a), rtol=1e-5)
+    # resharding a split tensor: its gradient comes back split as it was
+    y = Tensor(a).shard(D2, 0).requires_grad_()
+    (y.shard(D2, 1) * 3).sum().backward()
+    assert y.grad.lazydata.axis == 0
+    np.testing.assert_equal(y.grad.numpy(), np.full((4, 3), 3.0))
+    # leaves stay leaves: shard_ in place and shard of a tensor that needs no gradient record nothing
+    w = Tensor(a, requires_grad=True)
+    assert w.shard_(D2)._ctx is None and Tensor(a).shard(D2)._ctx is None

@@ -309,7 +309,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """This tensor spread over `devices`: a copy on each (`axis` None), or split along `axis` into ranges as
         equal as they go, one per device in order. The result's `device` is the tuple of canonical names and its
         `lazydata` a MultiLazyBuffer; ops on it run on every device. A tensor already on several devices is
-        placed anew. Not differentiable (it makes a new leaf, keeping `requires_grad`).
+        placed anew. Differentiable: the gradient of the result goes back to this tensor's placement.
 
         >>> t = Tensor.arange(6).reshape(3, 2).shard(("CLANG:0", "CLANG:1"), axis=0)
         >>> t.device, t.lazydata.bounds, t.tolist()
@@ -322,6 +322,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             if not -self.ndim <= axis < self.ndim:
                 raise ArgumentError(f"shard axis {axis} is out of range for shape {self.shape}")
             axis %= self.ndim
+        if self.requires_grad and not Tensor.no_grad:
+            # in the middle of a graph: the gradient flows back to this tensor
+            return F.Shard.apply(self, devices=devices, axis=axis)
         lb = self.lazydata
         mlb = lb.reshard(devices, axis) if type(lb) is MultiLazyBuffer else MultiLazyBuffer.from_sharded(lb, devices,
                                                                                                          axis)
@@ -408,7 +411,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 continue
             ctx = t0._ctx
             grads = ctx.backward(t0.grad.lazydata)
-            grads = [Tensor(g, device=self.device, requires_grad=False) if g is not None else None
+            grads = [Tensor(g, device=g.device, requires_grad=False) if g is not None else None
                      for g in (grads if isinstance(grads, tuple) else (grads,))]
             for t, g in zip(ctx.parents, grads):
                 if g is None or not t.requires_grad:
