@@ -11,6 +11,7 @@ from typing import Any
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import argsort
 from tinygrad.lazy import LazyBuffer
+from tinygrad.multi import MultiLazyBuffer
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import sint
 
@@ -64,6 +65,8 @@ class Clone(Function):
     """A copy in a buffer of its own, even where `contiguous()` would have nothing to do."""
 
     def forward(self, x: LazyBuffer) -> LazyBuffer:
+        if type(x) is not LazyBuffer:
+            return x.clone()  # a MultiLazyBuffer: each device's piece
         return LazyBuffer.loadop(LoadOps.CONTIGUOUS, x.shape, x.dtype, x.device, srcs=(x,))
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
@@ -377,6 +380,23 @@ class Flip(Function):
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
         return grad_output.stride(self.arg)
+
+
+# ---- placement on several devices ----
+
+class Shard(Function):
+    """The input spread over `devices` (replicated, or split along `axis`): Tensor.shard on a tensor that needs a
+    gradient. The gradient goes back to where the input was: gathered to its device, or placed as it was."""
+
+    def forward(self, x: LazyBuffer, devices: tuple[str, ...], axis: int | None) -> MultiLazyBuffer:
+        self.src = (x.device, None, None) if type(x) is LazyBuffer else (x.device, x.axis, x.bounds)
+        return MultiLazyBuffer.from_sharded(x, devices, axis) if type(x) is LazyBuffer else x.reshard(devices, axis)
+
+    def backward(self, grad_output: MultiLazyBuffer):
+        device, axis, bounds = self.src
+        # NOTE: replicas are one value, not several: their gradient is one replica's, not the sum over devices
+        return grad_output.copy_to_device(device) if type(device) is str else \
+            grad_output.reshard(device, axis, bounds)
 
 
 # ---- bit shifts (integer only, no gradient): the mixing steps of the on-device random number generator ----

@@ -83,8 +83,8 @@ class BufferOps(Enum):
 Op = Union[UnaryOps, BinaryOps, ReduceOps, MovementOps, TernaryOps, LoadOps, BufferOps]
 
 # ops whose value at all-zero inputs is not zero: a padded (masked) view must not be fused through them, since the
-# padding would read as f(0) instead of 0
-UNSAFE_PAD_OPS = {UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.RECIP, BinaryOps.DIV, BinaryOps.CMPEQ}
+# padding would read as f(0) instead of 0 (fmod(0, 0) is nan, and an int 0 % 0 traps)
+UNSAFE_PAD_OPS = {UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.RECIP, BinaryOps.DIV, BinaryOps.MOD, BinaryOps.CMPEQ}
 
 
 def _const_identity(val: Any) -> Any:

@@ -19,6 +19,7 @@ from tinygrad.engine.plan import realize_lazybuffers
 from tinygrad.errors import ArgumentError
 from tinygrad.helpers import all_int, prod, toposort
 from tinygrad.lazy import LazyBuffer
+from tinygrad.multi import MultiLazyBuffer, canonical_devices
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
 from tinygrad.tensor_creation import CreationMixin
@@ -66,11 +67,16 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         def __exit__(self, *exc):
             Tensor.no_grad = self.prev
 
-    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+    def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
         """`data`: a LazyBuffer, a Python scalar, a nested list or tuple of bool/int/float, a numpy array, bytes
         (as uint8), a symbolic value (its variables bound) or None (an empty tensor). `dtype` converts the data;
-        a bfloat16 tensor is made in float32 and cast."""
+        a bfloat16 tensor is made in float32 and cast. A tuple of devices replicates the data on each of them (see
+        `shard`); a MultiLazyBuffer keeps its placement on the same devices, and is gathered on one device (by default
+        the default device) otherwise."""
+        if type(device) is tuple or type(device) is list or type(data) is MultiLazyBuffer:
+            self._init_multi(data, device, dtype, requires_grad)
+            return
         device = Device.canonicalize(device)
         dtype = to_dtype(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
@@ -112,11 +118,29 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             raise TypeError(f"can't create a Tensor from {type(data).__name__}: {data!r}")
         if dtype is not None and lb.dtype != dtype:
             lb = lb.cast(dtype)
-        self.lazydata: LazyBuffer = lb if lb.device == device else lb.copy_to_device(device)
+        self.lazydata: LazyBuffer | MultiLazyBuffer = lb if lb.device == device else lb.copy_to_device(device)
+
+    def _init_multi(self, data: Any, device, dtype, requires_grad) -> None:
+        """__init__ for a tuple of devices or a MultiLazyBuffer: off the single-device path, which stays as it was."""
+        devices = canonical_devices(device) if device is not None and type(device) is not str else None
+        if type(data) is not MultiLazyBuffer:
+            # made on the first device, then replicated
+            data = Tensor(data, device=devices[0], dtype=dtype).lazydata
+        elif dtype is not None and to_dtype(dtype) != data.dtype:
+            raise TypeError(f"MultiLazyBuffer has dtype {data.dtype}, not {to_dtype(dtype)}")
+        self.grad, self.requires_grad, self._ctx = None, requires_grad, None
+        if type(data) is LazyBuffer:
+            self.lazydata = MultiLazyBuffer.from_sharded(data, devices, None)
+        elif devices is None:
+            # as in tinygrad 0.9: a MultiLazyBuffer given no devices is gathered on the default device
+            self.lazydata = data.copy_to_device(Device.canonicalize(device))
+        else:
+            self.lazydata = data if data.device == devices else data.reshard(devices, None)
 
     # ---- properties ----
     @property
-    def device(self) -> str:
+    def device(self) -> str | tuple[str, ...]:
+        """The device's canonical name, or for a tensor on several devices (see `shard`) the tuple of them."""
         return self.lazydata.device
 
     @property
@@ -202,7 +226,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         if _realize_with_next:
             outs += [lb for lb in (r() for r in _realize_with_next) if lb is not None]
             _realize_with_next.clear()
-        realize_lazybuffers(outs)
+        realize_lazybuffers(_single_device(outs))
 
     def schedule(self):
         """The list of ScheduleItems (kernels and copies) that would compute this tensor, without running them.
@@ -212,12 +236,15 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         ['ScheduleItem']
         """
         from tinygrad.engine.schedule import create_schedule
-        return create_schedule([self.lazydata])
+        return create_schedule(self.lazydata.lbs)
 
     def _data(self) -> memoryview:
         """The bytes of this tensor, laid out contiguously (realizing it, and any constant, into a buffer)."""
         if 0 in self.shape:
             return memoryview(bytearray(0))
+        if type(self.lazydata) is MultiLazyBuffer:
+            # gathered on the first device
+            return self.to(self.device[0])._data()
         if self.device.startswith("DISK") and self.lazydata is not self.lazydata.base:
             # nothing computes on DISK: a slice of a file is read through a copy
             return self.to(Device.DEFAULT)._data()
@@ -231,7 +258,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             return self.reshape(tuple(s if isinstance(s, int) else sym_infer(s, {}) for s in self.shape)).numpy()
         if self.dtype.np is None:
             # computed on a device that can (a DISK tensor is only bytes in a file)
-            src = self.to(Device.DEFAULT) if self.device.startswith("DISK") else self
+            src = self.to(Device.DEFAULT) if str(self.device).startswith("DISK") else self
             return src.cast(dtypes.float32).numpy()
         if 0 in self.shape:
             return np.zeros(self.shape, dtype=self.dtype.np)
@@ -263,19 +290,50 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """
         return self._data().cast(self.dtype.fmt, self.shape) if self.shape else self._data().cast(self.dtype.fmt)
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (a copy; self when it is already there); the gradient moves with it.
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """This tensor on `device` (a copy; self when it is already there); the gradient moves with it. A tensor on
+        several devices is gathered onto one; a tuple of devices replicates the tensor on each.
 
         >>> Tensor([1, 2]).to("CPU").device
         'CPU'
         """
-        device = Device.canonicalize(device)
+        device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.canonicalize(device)
         if device == self.device:
             return self
         ret = Tensor(self.lazydata, device, requires_grad=self.requires_grad)
         if self.grad is not None:
             ret.grad = self.grad.to(device)
         return ret
+
+    def shard(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+        """This tensor spread over `devices`: a copy on each (`axis` None), or split along `axis` into ranges as
+        equal as they go, one per device in order. The result's `device` is the tuple of canonical names and its
+        `lazydata` a MultiLazyBuffer; ops on it run on every device. A tensor already on several devices is
+        placed anew. Differentiable: the gradient of the result goes back to this tensor's placement.
+
+        >>> t = Tensor.arange(6).reshape(3, 2).shard(("CLANG:0", "CLANG:1"), axis=0)
+        >>> t.device, t.lazydata.bounds, t.tolist()
+        (('CLANG', 'CLANG:1'), ((0, 2), (2, 3)), [[0, 1], [2, 3], [4, 5]])
+        """
+        devices = canonical_devices(devices)
+        if axis is not None:
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                raise TypeError(f"shard axis must be an int or None, got {axis!r}")
+            if not -self.ndim <= axis < self.ndim:
+                raise ArgumentError(f"shard axis {axis} is out of range for shape {self.shape}")
+            axis %= self.ndim
+        if self.requires_grad and not Tensor.no_grad:
+            # in the middle of a graph: the gradient flows back to this tensor
+            return F.Shard.apply(self, devices=devices, axis=axis)
+        lb = self.lazydata
+        mlb = lb.reshard(devices, axis) if type(lb) is MultiLazyBuffer else MultiLazyBuffer.from_sharded(lb, devices,
+                                                                                                         axis)
+        return Tensor(mlb, device=devices, requires_grad=self.requires_grad)
+
+    def shard_(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+        """`shard` in place: this tensor's data is spread over `devices`."""
+        self.lazydata = self.shard(devices, axis).lazydata
+        return self
 
     def to_(self, device: str | None) -> Tensor:
         """Move this tensor (and its gradient) to `device` in place."""
@@ -307,6 +365,24 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         self.lazydata = self.lazydata.assign(x.lazydata)
         return self
 
+    def replace(self, x: Tensor) -> Tensor:
+        """Make this tensor hold `x`'s data (same shape; its device and dtype may differ), keeping the Tensor object:
+        how a model's weights are swapped for sharded or converted versions. Nothing is copied or written.
+
+        >>> w = Tensor([1.0, 2.0])
+        >>> w.replace(Tensor([3, 4])).tolist()
+        [3, 4]
+        """
+        if not isinstance(x, Tensor):
+            raise TypeError(f"replace takes a Tensor, not {type(x).__name__}")
+        if x.shape != self.shape:
+            raise ArgumentError(f"replace shape mismatch: {x.shape} into {self.shape}")
+        if x.requires_grad or self._ctx is not None:
+            raise RuntimeError("replace works on tensors outside the autograd graph (x must not require grad, and "
+                               "this tensor must not be the result of an op that does)")
+        self.lazydata = x.lazydata
+        return self
+
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
         """Set requires_grad in place (True: gradients are kept for this tensor) and return self.
 
@@ -335,7 +411,7 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 continue
             ctx = t0._ctx
             grads = ctx.backward(t0.grad.lazydata)
-            grads = [Tensor(g, device=self.device, requires_grad=False) if g is not None else None
+            grads = [Tensor(g, device=g.device, requires_grad=False) if g is not None else None
                      for g in (grads if isinstance(grads, tuple) else (grads,))]
             for t, g in zip(ctx.parents, grads):
                 if g is None or not t.requires_grad:
@@ -343,14 +419,32 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 if g.shape != t.shape:
                     raise RuntimeError(f"internal error: gradient shape {g.shape} != tensor shape {t.shape} "
                                        f"in {type(ctx).__name__}.backward")
+                gl, tl = g.lazydata, t.lazydata
+                if type(gl) is MultiLazyBuffer and t._ctx is None and (gl.axis, gl.bounds) != (tl.axis, tl.bounds):
+                    # a leaf's gradient is placed as the leaf is (a replicated weight's may come out split along the
+                    # batch), so an optimizer can assign it into the leaf. NOTE: leaves only: an intermediate's
+                    # gradient flows on to its Function's backward as it is (moving it could gather a whole
+                    # expanded activation, where the next reduce would have all-reduced a small result)
+                    g = Tensor(gl.reshard(tl.device, tl.axis, tl.bounds), device=tl.device, requires_grad=False)
                 t.grad = g if t.grad is None else (t.grad + g)
             del t0._ctx
             t0._ctx = None
         # the loss is usually read after the optimizer step overwrote the weights it was computed from: it is
         # realized with the next schedule (the step's), which runs every read of a buffer before writing it
-        if self.lazydata.base.realized is None:
-            _realize_with_next.append(weakref.ref(self.lazydata))
+        for lb in self.lazydata.lbs:
+            if lb.base.realized is None:
+                _realize_with_next.append(weakref.ref(lb))
         return self
+
+
+def _single_device(lbs: list) -> list[LazyBuffer]:
+    """`lbs` with each MultiLazyBuffer replaced by its per-device LazyBuffers."""
+    for lb in lbs:
+        if type(lb) is not LazyBuffer:
+            break
+    else:
+        return lbs
+    return [x for lb in lbs for x in (lb.lbs if type(lb) is MultiLazyBuffer else (lb,))]
 
 
 def _np_from(data: list | tuple, dtype: DType | None) -> np.ndarray:

@@ -31,6 +31,7 @@ from tinygrad.dtype import ConstType, DType, dtypes, to_dtype
 from tinygrad.errors import ArgumentError
 from tinygrad.helpers import argfix, prod
 from tinygrad.lazy import LazyBuffer
+from tinygrad.multi import MultiLazyBuffer, canonical_devices
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint
 
@@ -86,6 +87,11 @@ class CreationMixin:
     def _loadop(cls, op: LoadOps, shape: tuple[sint, ...], device: str | None = None, dtype: DType | None = None,
                 arg: Any = None, **kwargs) -> Tensor:
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if isinstance(device, (tuple, list)):
+            # the same op on every device: nothing to copy
+            devices = canonical_devices(device)
+            mlb = MultiLazyBuffer([LazyBuffer.loadop(op, shape, dtype, d, arg) for d in devices], None)
+            return cls(mlb, device=mlb.device, **kwargs)
         lb = LazyBuffer.loadop(op, shape, dtype, Device.canonicalize(device), arg)
         return cls(lb, device=lb.device, **kwargs)
 
@@ -110,7 +116,8 @@ class CreationMixin:
         dtype = _pop_dtype(kwargs, dtypes.from_py(fill_value))
         requires_grad = kwargs.pop("requires_grad", None)
         scalar = None
-        if isinstance(fill_value, float) and dtypes.is_float(dtype):
+        multi = isinstance(kwargs.get("device"), (tuple, list))
+        if isinstance(fill_value, float) and dtypes.is_float(dtype) and not multi:
             # a shared buffer holding the value, so each new value doesn't compile new kernels
             scalar = LazyBuffer.scalar(fill_value, dtype, Device.canonicalize(kwargs.get("device")))
         t = cls(scalar if scalar is not None else fill_value, dtype=dtype, **kwargs)
@@ -251,6 +258,9 @@ class CreationMixin:
 
         The key and the call number are read from a realized tensor, never baked into the kernel as constants, so
         every call with the same shape reuses one compiled kernel."""
+        if isinstance(device, tuple):
+            # drawn on the first device and copied: every device sees the same values
+            return cls._random_bits(shape, device[0]).shard(device)
         # NOTE: the state is kept as a LazyBuffer, in a Tensor only while it is used: tinygrad 0.9's tests count the
         # Tensors alive (gc.get_objects()) and expect none but the user's
         lb = CreationMixin._rng_states.get(device)
@@ -273,7 +283,8 @@ class CreationMixin:
         shape = check_shape(*shape)
         dtype = _pop_dtype(kwargs, default_dtype)
         requires_grad = kwargs.pop("requires_grad", None)
-        device = Device.canonicalize(kwargs.pop("device", None))
+        device = kwargs.pop("device", None)
+        device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.canonicalize(device)
         if kwargs:
             raise TypeError(f"{name} got unexpected keyword arguments {sorted(kwargs)}")
         return shape, dtype, requires_grad, device

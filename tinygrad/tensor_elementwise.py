@@ -650,7 +650,7 @@ class ElementwiseMixin:
             else:
                 y_dtype = dtypes.from_py(y)
             scalar = LazyBuffer.scalar(y, y_dtype, x.device) if isinstance(y, float) and \
-                dtypes.is_float(y_dtype) else None
+                dtypes.is_float(y_dtype) and type(x.device) is str else None
             # a scalar that code may vary between calls is read from a shared buffer (see LazyBuffer.scalar)
             y = type(self)(scalar if scalar is not None else dtypes.as_const(y, y_dtype), device=x.device,
                            dtype=y_dtype, requires_grad=False)
@@ -1123,6 +1123,8 @@ def _fast_binop(x, y, op: BinaryOps, reverse: bool):
     if x.requires_grad or not (dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64):
         return None
     xl = x.lazydata
+    if type(xl) is not LazyBuffer:
+        return None  # several devices: the general path
     ty = type(y)
     if ty is float or ty is int:
         yl = LazyBuffer.scalar(y, dt, xl.device) if ty is float else None

@@ -734,6 +734,8 @@ class MovementMixin:
 
     def _has_buffer(self) -> bool:
         """Whether this tensor reads a realized buffer of its own (not a constant), which a write can go into."""
+        if type(self.device) is tuple:
+            return False  # on several devices: written whole, each device its piece (see _write)
         base = self.lazydata.base
         return base.realized is not None and base.op is not LoadOps.CONST and not base.shared_const
 

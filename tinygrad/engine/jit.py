@@ -75,7 +75,8 @@ class TinyJit:
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def _inputs(self, args: tuple, kwargs: dict) -> tuple[list, dict, list[tuple[str, Any]]]:
-        """The input Tensors (realized), the variable values of this call, and the call's signature."""
+        """The inputs' LazyBuffers (realized; one per device of a tensor on several), the variable values of this
+        call, and the call's signature."""
         tensors, var_vals, signature = [], {}, []
         flat = _flatten_args(args, kwargs)
         for name, v in flat:
@@ -93,19 +94,26 @@ class TinyJit:
         Tensor.corealize([t for _, t in tensors])
         # NOTE: a constant (Tensor(2.0), Tensor.full) has no buffer: the kernels would bake its value in and every
         # replay would reuse the captured call's. It is given a buffer of its own, holding the same values.
-        unbacked = [t for _, t in tensors if t.lazydata.base.realized is None]
+        unbacked = [t for _, t in tensors if any(lb.base.realized is None for lb in t.lazydata.lbs)]
         if unbacked:
             for t in unbacked:
                 t.lazydata = t.lazydata.contiguous()
             Tensor.corealize(unbacked)
-        # which earlier argument shares each one's buffer: a capture of f(a, a) can't serve f(a, b), nor the reverse
+        # which earlier argument shares each one's buffer: a capture of f(a, a) can't serve f(a, b), nor the reverse.
+        # A tensor on several devices is one input per device, each with its own layout.
         first_user: dict[int, int] = {}
-        for k, (name, t) in enumerate(tensors):
-            st, vv = t.lazydata.st.unbind() if t.lazydata.st.var_vals else (t.lazydata.st, {})
-            var_vals.update(vv)
-            alias = first_user.setdefault(id(t.lazydata.base.realized), k)
-            signature.append((name, ("tensor", t.device, t.dtype, st, alias if alias != k else None)))
-        return [t for _, t in tensors], var_vals, signature
+        inputs = []
+        for name, t in tensors:
+            lbs = t.lazydata.lbs
+            for lb in lbs:
+                k = len(inputs)
+                inputs.append(lb)
+                st, vv = lb.st.unbind() if lb.st.var_vals else (lb.st, {})
+                var_vals.update(vv)
+                alias = first_user.setdefault(id(lb.base.realized), k)
+                where = name if len(lbs) == 1 else f"{name} on {lb.device}"
+                signature.append((where, ("tensor", lb.device, t.dtype, st, alias if alias != k else None)))
+        return inputs, var_vals, signature
 
     def _check(self, signature: list[tuple[str, Any]]) -> None:
         exp = dict(self.expected or [])
@@ -118,7 +126,7 @@ class TinyJit:
     def __call__(self, *args, **kwargs):
         if not JIT:
             return self.fxn(*args, **kwargs)
-        tensors, var_vals, signature = self._inputs(args, kwargs)
+        inputs, var_vals, signature = self._inputs(args, kwargs)
         if self.cnt == 0:
             self.cnt = 1
             self.ret = self.fxn(*args, **kwargs)
@@ -135,7 +143,7 @@ class TinyJit:
                 self.reset()
                 raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
                                "captured: it must compute (and return) Tensors")
-            positions = {id(t.lazydata.base.realized): k for k, t in enumerate(tensors)}
+            positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
             self.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(self.jit_cache)
                                   for i, b in enumerate(ei.bufs) if id(b) in positions}
             self.expected = signature
@@ -146,7 +154,7 @@ class TinyJit:
                       f"({type(self.graph).__name__ if self.graph is not None else 'item by item'})")
             return self.ret
         self._check(signature)
-        bufs = [t.lazydata.base.realized for t in tensors]
+        bufs = [lb.base.realized for lb in inputs]
         if self.graph is not None:
             self.graph(bufs, var_vals)
         else:
@@ -181,6 +189,8 @@ def _rebind(ret: Any, var_vals: dict) -> None:
     """Give the returned tensors' symbolic dims this call's values (they were bound to the captured call's)."""
     for t in _tensors_in(ret):
         lb = t.lazydata
+        if type(lb) is not LazyBuffer:
+            continue  # several devices: symbolic shapes are not supported there
         if lb.st.vars():
             t.lazydata = LazyBuffer(lb.device, lb.st.unbind()[0].bind(var_vals), lb.dtype, base=lb.base)
 

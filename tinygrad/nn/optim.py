@@ -30,6 +30,15 @@ def _check_beta(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
+def _zeros_like(p: Tensor, dtype) -> Tensor:
+    """Optimizer state for parameter `p`: zeros of its shape, placed as it is (split the same way when it is split
+    over several devices, so each device updates its own piece without moving the state)."""
+    z = Tensor.zeros(*p.shape, dtype=dtype, device=p.device, requires_grad=False)
+    if isinstance(p.device, tuple) and p.lazydata.axis is not None:
+        z = z.shard(p.device, p.lazydata.axis)
+    return z.contiguous()
+
+
 class Optimizer:
     """The base: holds the parameters to update (`params`), the other tensors to realize with them (`buffers`,
     e.g. BatchNorm's running statistics) and the learning rate `lr`, a (1,) float32 device Tensor.
@@ -133,8 +142,7 @@ class LARS(Optimizer):
             raise ValueError("nesterov needs a momentum > 0")
         self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
         self.classic, self.tcoef = classic, tcoef
-        self.b = [Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device, requires_grad=False).contiguous()
-                  for p in self.params] if momentum else []
+        self.b = [_zeros_like(p, p.dtype) for p in self.params] if momentum else []
 
     def _step(self) -> list[Tensor]:
         for i, (p, g) in enumerate(zip(self.params, self._grads())):
@@ -185,10 +193,8 @@ class LAMB(Optimizer):
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, wd, adam
         # b1^t and b2^t live on the device: as Python floats they would be new constants (new kernels) every step
         self.b1_t, self.b2_t = self._state_scalar(1.0), self._state_scalar(1.0)
-        self.m = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device, requires_grad=False).contiguous()
-                  for p in self.params]
-        self.v = [Tensor.zeros(*p.shape, dtype=dtypes.float32, device=p.device, requires_grad=False).contiguous()
-                  for p in self.params]
+        self.m = [_zeros_like(p, dtypes.float32) for p in self.params]
+        self.v = [_zeros_like(p, dtypes.float32) for p in self.params]
 
     def _step(self) -> list[Tensor]:
         grads = self._grads()

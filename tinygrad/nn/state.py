@@ -106,8 +106,14 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     st, mem0 = time.perf_counter(), GlobalCounters.mem_used
     targets = []
     for k, v, src in todo:
-        # the move comes first: a DISK tensor can't be cast where it is
-        v.assign(src.to(v.device).cast(v.dtype))
+        if isinstance(v.device, tuple):
+            # a tensor on several devices gets its own piece of the value on each: through the first device, not
+            # a full copy to every device (the move comes first: a DISK tensor can't be cast where it is)
+            src = src if isinstance(src.device, tuple) else src.to(v.device[0])
+            v.assign(src.cast(v.dtype).shard(v.device, v.lazydata.axis))
+        else:
+            # the move comes first: a DISK tensor can't be cast where it is
+            v.assign(src.to(v.device).cast(v.dtype))
         targets.append(v)
         if consume:
             del state_dict[k]

@@ -88,6 +88,8 @@ class CheckpointBytes:
         return self
 
     def _from_tensor(self, t: Tensor) -> None:
+        if isinstance(t.device, tuple):
+            t = t.to(t.device[0])  # on several devices: the bytes of the whole tensor, gathered
         self.name, self.device = f"<Tensor on {t.device}>", t.device
         self.disk = t.device.startswith("DISK:")
         if not self.disk:

@@ -106,6 +106,8 @@ def _tensor_bytes(name: str, t: Tensor) -> memoryview:
         raise ValueError(f"safe_save: tensor {name!r} has a symbolic shape {t.shape}")
     if t.numel() == 0:
         return memoryview(b"")
+    if isinstance(t.device, tuple):
+        t = t.to(t.device[0])  # a tensor on several devices is saved whole: gathered first
     lb = t.lazydata
     if lb.realized is not None:
         return lb.realized.as_buffer()
