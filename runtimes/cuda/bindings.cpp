@@ -187,7 +187,8 @@ PYBIND11_MODULE(_cuda, m) {
       "Load NCCL from the first loadable candidate (soname or path); returns the one that loaded. Loaded once: later "
       "calls return it until nccl_unload(). RuntimeError naming NCCL and every candidate when none loads.");
   m.def("nccl_unload", &tg::cuda::unload_nccl, "Forget the NCCL loaded, so the next nccl_load loads again.");
-  m.def("nccl_version", [] { return tg::cuda::nccl()->version; }, "ncclGetVersion of the loaded NCCL (22305 = 2.23.5).");
+  m.def("nccl_version", [] { return tg::cuda::nccl()->version; },
+        "ncclGetVersion of the loaded NCCL (22305 = 2.23.5).");
 
   py::class_<Communicator, std::shared_ptr<Communicator>>(
       m, "Communicator", py::module_local(),
