@@ -312,3 +312,15 @@ def test_jit_replays_the_collective_on_new_inputs(cuda):
     # captured, then replayed item by item (several devices: no CUDA graph), the collective among the items
     assert step.cnt == 2 and step.graph is None
     assert sum(isinstance(ei.prg, NCCLRunner) for ei in step.jit_cache) == 1
+
+
+def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):
+    # extra/bench_allreduce.py is run on GPUs by hand: its tinygrad columns (and its check against numpy) are
+    # exercised here so it does not first fail there
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from extra.bench_allreduce import one_size
+    from tinygrad.runtime import nccl
+    cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False)
+    assert set(cols) == {"api", "replay", "comm"} and all(v > 0 for v in cols.values())

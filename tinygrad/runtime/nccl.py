@@ -30,7 +30,6 @@ import time
 
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
-from tinygrad.engine.realize import Runner
 from tinygrad.helpers import DEBUG, getenv
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import LoadOps, ReduceOps
@@ -107,8 +106,10 @@ def reset() -> None:
     _load_error = None
 
 
-class NCCLRunner(Runner):
-    """Runs one collective: `bufs` are the devices' outputs, then their inputs, in device order."""
+class NCCLRunner:
+    """Runs one collective: `bufs` are the devices' outputs, then their inputs, in device order. A Runner by its
+    interface (engine/realize.py: `runner(bufs, var_vals, wait)`, `dname`, `display_name`), not by subclassing:
+    the runtimes sit below the engine."""
 
     def __init__(self, kind: str, op: str | None, devices: tuple[str, ...], count: int, dtype):
         self.kind, self.op, self.devices, self.count, self.dtype = kind, op, devices, count, dtype
