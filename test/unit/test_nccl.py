@@ -281,6 +281,18 @@ def test_nccl_off_uses_the_ring(cuda, monkeypatch):
     assert not BACKEND.supports(("CUDA", "CLANG"))
 
 
+def test_without_nccl_the_backend_declines_and_the_ring_is_used(cuda, monkeypatch):
+    from tinygrad import collectives
+    from tinygrad.ops import LoadOps, ReduceOps
+    from tinygrad.runtime import nccl
+    nccl.reset()
+    monkeypatch.setenv("NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
+    assert nccl.nccl_candidates() == ["/nonexistent/libnccl.so.2"]
+    assert not nccl.BACKEND.supports(DEVICES)
+    assert "could not load NCCL" in nccl._load_error
+    assert collectives.all_reduce(ReduceOps.SUM, per_device(inputs()))[0].base.op is not LoadOps.CUSTOM
+
+
 def test_sharded_sum_all_reduces_through_nccl(cuda):
     from tinygrad import Tensor
     from tinygrad.engine.schedule import create_schedule

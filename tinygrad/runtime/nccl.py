@@ -22,6 +22,7 @@ dtype NCCL has no type for, or an uneven split NCCL can't express, the collectiv
 """
 from __future__ import annotations
 
+import atexit
 import glob
 import math
 import os
@@ -65,16 +66,23 @@ def nccl_candidates() -> list[str]:
 
 
 _load_error: str | None = None
+_loaded: str | None = None
 
 
 def load() -> str:
     """Loads NCCL (once); returns what loaded. RuntimeError naming NCCL and every place tried when it can't."""
-    return _cuda.nccl_load(nccl_candidates())
+    global _loaded
+    if _loaded is None:
+        _loaded = _cuda.nccl_load(nccl_candidates())
+    return _loaded
 
 
 def available() -> bool:
-    """Whether NCCL loads; the reason it does not is kept and printed once at DEBUG >= 1."""
+    """Whether NCCL loads; the reason it does not is kept and printed once at DEBUG >= 1. Asked for every
+    collective built, so a load is not tried again once it worked."""
     global _load_error
+    if _loaded is not None:
+        return True
     try:
         load()
         return True
@@ -100,10 +108,14 @@ def communicator(devices: tuple[str, ...]):
 
 def reset() -> None:
     """Forget the communicators (and the loaded NCCL), e.g. when tests switch to another fake machine."""
-    global _load_error
+    global _load_error, _loaded
     _comms.clear()
     _cuda.nccl_unload()
-    _load_error = None
+    _load_error, _loaded = None, None
+
+
+# NOTE: communicators are destroyed while the interpreter (and NCCL's threads) still run, not by module teardown
+atexit.register(_comms.clear)
 
 
 class NCCLRunner:
