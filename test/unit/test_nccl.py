@@ -5,6 +5,11 @@ so the tensors here are made by copies and combined only by NCCL; the real libra
 test/test_nccl_gpu.py on a machine with two GPUs."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from native_doubles import build, fake_cuda, install_fake_cuda, uninstall_fake_cuda
@@ -336,3 +341,23 @@ def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):
     from tinygrad.runtime import nccl
     cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False)
     assert set(cols) == {"api", "replay", "comm"} and all(v > 0 for v in cols.values())
+
+
+def _nccl_header_dir() -> str | None:
+    import glob
+    import os
+    import sys
+    dirs = [os.path.join(p, "nvidia", sub, "include") for p in sys.path for sub in ("nccl", "cu13", "cu12")]
+    dirs += ["/usr/include", "/usr/local/include", *glob.glob("/usr/local/cuda*/include")]
+    return next((d for d in dirs if os.path.exists(os.path.join(d, "nccl.h"))), None)
+
+
+@pytest.mark.skipif(_nccl_header_dir() is None or not os.path.exists("/usr/local/cuda/include/cuda_runtime.h") or
+                    shutil.which("c++") is None, reason="needs nccl.h, the CUDA toolkit's headers and a C++ compiler")
+def test_nccl_declarations_match_ncclh():
+    # every NcclApi slot's signature and every enum value, against NCCL's own header
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", f"-I{_nccl_header_dir()}", "-I/usr/local/cuda/include",
+                          f"-I{root / 'runtimes/cuda'}", str(root / "test/native/nccl_abi_check.cpp")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
