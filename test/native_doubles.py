@@ -28,7 +28,8 @@ SOURCE = ROOT / "test" / "native"
 BUILD = ROOT / "build" / "test-native"
 MODULE = "tinygrad_test_doubles"
 # what the doubles are compiled from: their own folder and the runtime headers they implement
-_INPUTS = [SOURCE, ROOT / "runtimes" / "cuda" / "cuda_api.h", ROOT / "runtimes" / "cpu" / "host_os.h"]
+_INPUTS = [SOURCE, ROOT / "runtimes" / "cuda" / "cuda_api.h", ROOT / "runtimes" / "cuda" / "nccl_api.h",
+           ROOT / "runtimes" / "cpu" / "host_os.h"]
 
 
 def _tool(name: str) -> str | None:

@@ -17,6 +17,7 @@
 #include "cuda_graph.h"
 #include "cuda_program.h"
 #include "driver.h"
+#include "nccl.h"
 #include "nvrtc_compiler.h"
 #include "pinned_host.h"
 #include "pybind_runtime.h"
@@ -25,9 +26,19 @@ namespace py = pybind11;
 using tg::cuda::CudaDevice;
 using tg::cuda::CudaGraph;
 using tg::cuda::CudaProgram;
+using tg::cuda::Communicator;
 using tg::cuda::PinnedHostBuffer;
 
 namespace {
+
+// Pins every buffer of a collective while it is queued without the GIL.
+std::vector<tg::BufferPin<>> pin_all(const std::vector<tg::Buffer*>& a, const std::vector<tg::Buffer*>& b) {
+  std::vector<tg::BufferPin<>> pins;
+  for (const auto* list : {&a, &b})
+    for (tg::Buffer* buf : *list)
+      if (buf != nullptr) pins.emplace_back(*buf);
+  return pins;
+}
 
 struct CudaTraits {
   using Device = CudaDevice;
@@ -168,4 +179,63 @@ PYBIND11_MODULE(_cuda, m) {
       },
       py::arg("source"), py::arg("name"), py::arg("options"), py::arg("ptx") = false,
       "Compile CUDA C with NVRTC: (CUBIN or PTX bytes, log). RuntimeError with NVRTC's log if it does not compile.");
+
+  m.def(
+      "nccl_load",
+      [](const std::vector<std::string>& candidates) { return tg::cuda::load_nccl(candidates)->source; },
+      py::arg("candidates"),
+      "Load NCCL from the first loadable candidate (soname or path); returns the one that loaded. Loaded once: later "
+      "calls return it until nccl_unload(). RuntimeError naming NCCL and every candidate when none loads.");
+  m.def("nccl_unload", &tg::cuda::unload_nccl, "Forget the NCCL loaded, so the next nccl_load loads again.");
+  m.def("nccl_version", [] { return tg::cuda::nccl()->version; },
+        "ncclGetVersion of the loaded NCCL (22305 = 2.23.5).");
+
+  py::class_<Communicator, std::shared_ptr<Communicator>>(
+      m, "Communicator", py::module_local(),
+      "NCCL communicators over distinct GPUs of this process, rank r on devices[r] (ncclCommInitAll). Collectives take "
+      "one DeviceBuffer per rank, are queued on each device's stream inside one NCCL group, and return at once.")
+      .def(py::init([](const std::vector<CudaDevice*>& devices) {
+             std::vector<std::shared_ptr<tg::cuda::Context>> contexts;
+             for (const CudaDevice* d : devices) contexts.push_back(d->context());
+             auto api = tg::cuda::nccl();
+             py::gil_scoped_release nogil;  // ncclCommInitAll takes hundreds of milliseconds
+             return std::make_shared<Communicator>(api, contexts);
+           }),
+           py::arg("devices"))
+      .def_property_readonly("size", &Communicator::size)
+      .def(
+          "all_reduce",
+          [](const Communicator& c, const std::vector<tg::Buffer*>& send, const std::vector<tg::Buffer*>& recv,
+             size_t count, const std::string& dtype, const std::string& op) {
+            auto type = tg::cuda::nccl_dtype(dtype);
+            auto red = tg::cuda::nccl_op(op);
+            auto pins = pin_all(send, recv);
+            py::gil_scoped_release nogil;
+            c.all_reduce(send, recv, count, type, red);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
+          "recv[r] = op over ranks of send (count elements); dtype 'float32', 'bfloat16', ...; op sum/prod/max/min.")
+      .def(
+          "all_gather",
+          [](const Communicator& c, const std::vector<tg::Buffer*>& send, const std::vector<tg::Buffer*>& recv,
+             size_t count, const std::string& dtype) {
+            auto type = tg::cuda::nccl_dtype(dtype);
+            auto pins = pin_all(send, recv);
+            py::gil_scoped_release nogil;
+            c.all_gather(send, recv, count, type);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"),
+          "recv[r] = every rank's send (count elements each) in rank order.")
+      .def(
+          "reduce_scatter",
+          [](const Communicator& c, const std::vector<tg::Buffer*>& send, const std::vector<tg::Buffer*>& recv,
+             size_t count, const std::string& dtype, const std::string& op) {
+            auto type = tg::cuda::nccl_dtype(dtype);
+            auto red = tg::cuda::nccl_op(op);
+            auto pins = pin_all(send, recv);
+            py::gil_scoped_release nogil;
+            c.reduce_scatter(send, recv, count, type, red);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
+          "recv[r] = part r (count elements) of op over ranks of send (size * count elements each).");
 }

@@ -28,6 +28,7 @@ from tinygrad.shape.symbolic import Node
 _CONST = LoadOps.CONST
 _ASSIGN = LoadOps.ASSIGN
 _IOTA = LoadOps.IOTA
+_CUSTOM = LoadOps.CUSTOM
 
 # structure key -> Plan; bounded, so a program that makes endless distinct graphs does not grow it forever
 cdef dict _plans = {}
@@ -147,6 +148,10 @@ cdef object _walk(list outs, list nodes, list leaves):
                     continue
                 if _id(b) in index:
                     continue
+                if b.op is _CUSTOM:
+                    # a multi-device collective: its arg is one object per call (and holds its outputs), so a plan
+                    # keyed by it would never be hit again and would keep the buffers alive
+                    return None
                 stack.append((b, True))
                 for s in b.srcs:
                     sb = s._base if s._base is not None else s

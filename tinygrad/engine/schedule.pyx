@@ -109,6 +109,11 @@ def create_schedule_with_vars(outs, seen=None):
             children.setdefault(id(sb), []).append((b, s))
             if _needs_compute(sb) and id(sb) not in visited and id(sb) not in seen:
                 stack.append((sb, False))
+        if b.op is LoadOps.CUSTOM:
+            # an op with one output per device (a collective, its arg's `outs`): one item computes them all
+            for sib in b.arg.outs:
+                if _needs_compute(sib) and id(sib) not in visited and id(sib) not in seen:
+                    stack.append((sib, False))
 
     # ---- 2. which bases get a buffer of their own ----
     cdef set realizes = set()
@@ -120,6 +125,11 @@ def create_schedule_with_vars(outs, seen=None):
         if b.op is LoadOps.COPY and _needs_compute(b.srcs[0].base):
             # a copy moves a whole buffer, so its source needs one
             realizes.add(id(b.srcs[0].base))
+        if b.op is LoadOps.CUSTOM:
+            # so does a collective, with every source
+            for s in b.srcs:
+                if _needs_compute(s.base):
+                    realizes.add(id(s.base))
     cdef dict memo = {}
     for b in order:
         for s in b.srcs:
@@ -162,12 +172,14 @@ def create_schedule_with_vars(outs, seen=None):
     # ---- 4. one ScheduleItem per realized base, in dependency order ----
     schedule, var_vals, reads_of = [], {}, []
     for b in order:
-        if id(b) not in realizes:
-            continue
+        if id(b) not in realizes or id(b) in seen:
+            continue  # (seen: an output of a collective lowered with one of its siblings)
         reads = []
-        schedule.append(_lower(b, realizes, fused_reduce.get(id(b)), var_vals, reads))
+        si = _lower(b, realizes, fused_reduce.get(id(b)), var_vals, reads)
+        schedule.append(si)
         reads_of.append(reads)
-        seen.add(id(b))
+        for lb in si.lbs:
+            seen.add(id(lb))
     if any(si.lbs[0].op is LoadOps.ASSIGN for si in schedule):
         schedule = _order_assigns(schedule, reads_of)
     if DEBUG >= 1 and schedule:
@@ -320,7 +332,13 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals,
         # nothing to compute: the buffer only needs to exist
         return ScheduleItem((LazyOp(LoadOps.EMPTY, (), None),), (out.buffer,), 1, (out,))
     if op is LoadOps.CUSTOM:
-        raise NotImplementedError(f"{op} is not supported by this scheduler yet")
+        # one item over every device's output and input buffers (whole, contiguous bases), run by the runner the
+        # arg makes (engine/realize.py); e.g. an NCCL collective (runtime/nccl.py)
+        outs = tuple(out.arg.outs)
+        srcs = [s.base for s in out.srcs]
+        reads.extend(srcs)
+        return ScheduleItem((LazyOp(LoadOps.CUSTOM, (), out.arg),), tuple(o.buffer for o in outs) +
+                            tuple(s.buffer for s in srcs), len(outs), outs)
 
     # an ASSIGN through a view (its arg) computes the view's elements and stores them through it
     written = out.arg if op is LoadOps.ASSIGN and out.arg is not None else None
