@@ -1,0 +1,43 @@
+// tg::amd::AmdGpu: what every object of one AMD device shares: the KFD, the GPU's topology node, its render node
+// with the VM acquired for this process, and its AQL queue. Devices, allocators, programs and graphs hold it by
+// shared_ptr, so the queue and the VM outlive the last of them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "aql_queue.h"
+#include "kfd.h"
+#include "topology.h"
+
+namespace tg::amd {
+
+class AmdGpu {
+ public:
+  // Opens GPU `ordinal` (among the topology's GPU nodes) of the current OS table: KFD, render node, ACQUIRE_VM,
+  // the queue. Throws tg::RuntimeError naming KFD (no driver), the GPU count (no such GPU) or the failing call.
+  explicit AmdGpu(int ordinal);
+  ~AmdGpu();
+  AmdGpu(const AmdGpu&) = delete;
+  AmdGpu& operator=(const AmdGpu&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  const GpuNode& node() const noexcept { return node_; }
+  const std::shared_ptr<Kfd>& kfd() const noexcept { return kfd_; }
+  int drm_fd() const noexcept { return drm_fd_; }
+  AqlQueue& queue() noexcept { return *queue_; }
+
+  std::unique_ptr<GpuMemory> allocate(std::uint64_t size, MemoryOptions options) {
+    return std::make_unique<GpuMemory>(kfd_, node_.gpu_id, drm_fd_, size, options, name_);
+  }
+
+ private:
+  std::string name_;
+  GpuNode node_;
+  std::shared_ptr<Kfd> kfd_;
+  int drm_fd_ = -1;
+  std::unique_ptr<AqlQueue> queue_;
+};
+
+}  // namespace tg::amd
