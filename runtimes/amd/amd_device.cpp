@@ -6,7 +6,7 @@
 namespace tg::amd {
 
 AmdDevice::AmdDevice(int ordinal)
-    : gpu_(std::make_shared<AmdGpu>(ordinal)), allocator_(std::make_shared<AmdAllocator>(gpu_)) {}
+    : gpu_(AmdGpu::open(ordinal)), allocator_(std::make_shared<AmdAllocator>(gpu_)) {}
 
 std::shared_ptr<Program> AmdDevice::load_program(const std::string& name, std::string_view image) {
   return std::make_shared<AmdProgram>(gpu_, name, image);

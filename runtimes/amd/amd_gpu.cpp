@@ -2,9 +2,24 @@
 
 #include <fcntl.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "errors.h"
 
 namespace tg::amd {
+
+std::shared_ptr<AmdGpu> AmdGpu::open(int ordinal) {
+  static std::mutex mu;
+  static std::map<std::pair<const tg_amd_os*, int>, std::weak_ptr<AmdGpu>> open_gpus;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(os_table(), ordinal);
+  if (auto gpu = open_gpus[key].lock()) return gpu;
+  auto gpu = std::make_shared<AmdGpu>(ordinal);
+  open_gpus[key] = gpu;
+  return gpu;
+}
 
 AmdGpu::AmdGpu(int ordinal) : name_(ordinal == 0 ? "AMD" : "AMD:" + std::to_string(ordinal)) {
   kfd_ = kfd_instance();

@@ -15,6 +15,10 @@ namespace tg::amd {
 
 class AmdGpu {
  public:
+  // The GPU `ordinal` of the current OS table, shared with every device open on it: KFD lets a process bind a GPU's
+  // VM to one render-node file only (a second ACQUIRE_VM is EBUSY), so there is one AmdGpu per GPU at a time.
+  static std::shared_ptr<AmdGpu> open(int ordinal);
+
   // Opens GPU `ordinal` (among the topology's GPU nodes) of the current OS table: KFD, render node, ACQUIRE_VM,
   // the queue. Throws tg::RuntimeError naming KFD (no driver), the GPU count (no such GPU) or the failing call.
   explicit AmdGpu(int ordinal);
