@@ -131,7 +131,7 @@ def uninstall_fake_cuda() -> None:
 
 def fake_kfd():
     """The fake KFD's configuration and inspection API (test/native/fake_kfd.h): stats(), fail_next(nr, errno),
-    hang_next(n)."""
+    hang(on)."""
     return doubles().fake_kfd
 
 

@@ -182,7 +182,8 @@ void AqlQueue::write(const hsa::DispatchPacket& packet) {
 }
 
 void AqlQueue::ring() {
-  if (written_ == 0) return;
+  if (written_ == rung_) return;  // nothing new: a doorbell costs the CP a look at the queue
+  rung_ = written_;
   std::atomic_thread_fence(std::memory_order_release);
   kfd_->os().ring_doorbell(doorbell_, written_ - 1);  // HSA: the doorbell carries the last packet's index
 }

@@ -33,7 +33,7 @@ class AqlQueue {
 
   // Writes `packet` (header last) into the next slot, without ringing the doorbell. Waits for a free slot.
   void write(const hsa::DispatchPacket& packet);
-  // Announces every packet written so far to the CP.
+  // Announces the packets written since the last ring to the CP (nothing if there are none).
   void ring();
   // Blocks until every packet has completed; tg::RuntimeError (the queue is hung) after the timeout.
   void wait_idle();
@@ -62,6 +62,7 @@ class AqlQueue {
   void* doorbell_map_ = nullptr;
   volatile std::uint64_t* doorbell_ = nullptr;
   std::uint64_t written_ = 0;          // packets written to the ring (the next write index)
+  std::uint64_t rung_ = 0;             // written_ when the doorbell was last rung
   std::uint64_t kernarg_used_ = 0;
   std::uint32_t timeout_ms_ = 30000;
 };

@@ -100,7 +100,7 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
   k.def("uninstall", &kfd::uninstall);
   k.def("fail_next", &kfd::fail_next, py::arg("nr"), py::arg("errno"), py::arg("count") = 1,
         "The next `count` ioctls number `nr` fail with `errno`.");
-  k.def("hang_next", &kfd::hang_next, py::arg("count") = 1, "The next `count` doorbell writes are ignored.");
+  k.def("hang", &kfd::hang, py::arg("on") = true, "While on, doorbell writes are ignored: the queues hang.");
   k.def("stats", [] {
     kfd::Stats s = kfd::stats();
     py::dict d;

@@ -69,7 +69,7 @@ struct State {
   std::map<std::uint64_t, std::uint64_t> doorbell_pages;  // CPU address -> mmap offset
   std::map<std::uint64_t, std::uint64_t> cpu_views;  // va -> size of render-node mappings
   std::map<unsigned, std::pair<int, int>> faults;  // ioctl nr -> (errno, count)
-  int hangs = 0;
+  bool hung = false;
   std::uint64_t dispatches = 0, doorbells = 0;
   std::string last_error;
   std::map<std::string, TwinLaunch> twins;
@@ -522,10 +522,7 @@ void f_ring_doorbell(void*, volatile std::uint64_t* addr, std::uint64_t value) {
   ++s.doorbells;
   for (auto& [id, q] : s.queues) {
     if (q.doorbell != addr) continue;
-    if (s.hangs > 0) {
-      --s.hangs;
-      return;
-    }
+    if (s.hung) return;
     process(s, q);
     return;
   }
@@ -555,7 +552,7 @@ const tg_amd_os* install(const std::vector<GpuModel>& gpus) {
   s.doorbell_pages.clear();
   s.cpu_views.clear();
   s.faults.clear();
-  s.hangs = 0;
+  s.hung = false;
   s.dispatches = s.doorbells = 0;
   s.last_error.clear();
   std::uint32_t i = 0;
@@ -580,10 +577,10 @@ void fail_next(unsigned nr, int err, int count) {
   s.faults[nr] = {err, count};
 }
 
-void hang_next(int count) {
+void hang(bool on) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
-  s.hangs = count;
+  s.hung = on;
 }
 
 Stats stats() {

@@ -34,8 +34,9 @@ void uninstall();
 
 // The next `count` ioctls number `nr` (0x16: ALLOC_MEMORY_OF_GPU, 0x02: CREATE_QUEUE, ...) fail with `err`.
 void fail_next(unsigned nr, int err, int count);
-// The next `count` doorbell writes are ignored: the queue hangs (its packets stay queued until a later doorbell).
-void hang_next(int count);
+// While `on`, doorbell writes are ignored: every queue hangs, its packets left in the ring (the first doorbell after
+// the hang ends runs them).
+void hang(bool on);
 
 struct Stats {
   std::uint64_t allocations, gpu_mappings, cpu_mappings, queues, events, open_fds, doorbell_pages;

@@ -1,0 +1,296 @@
+"""The AMD runtime (runtimes/amd, tinygrad/runtime/ops_amd.py) against the fake KFD of test/native: discovery of
+several GPU models, memory, the AQL queue, code-object loading, dispatches run by host twins and checked against
+numpy, TinyJit through the prebuilt packet stream, and every injected fault raising a Python exception after which
+the process keeps working, with no leaked mapping."""
+import errno
+import gc
+import os
+import shutil
+import subprocess
+
+import native_doubles
+import numpy as np
+import pytest
+from amd_twin import _SIGNATURE
+
+GPUS = ("gfx1100", "gfx90a", "gfx942")
+ROOT = native_doubles.ROOT
+
+
+@pytest.fixture(scope="module")
+def kfd():
+    if os.environ.get("AMD", "") not in ("", "0"):
+        pytest.skip("AMD=1 runs the session on its own fake machine")
+    if shutil.which("g++") is None:
+        pytest.skip("host twins need g++")
+    native_doubles.install_fake_kfd(GPUS)
+    yield native_doubles.fake_kfd()
+    from tinygrad.device import Device
+    for name in [d for d in list(Device._opened) if d.startswith("AMD")]:
+        Device._opened.pop(name)
+    native_doubles.uninstall_fake_kfd()
+
+
+def _program(dev, src_fn, arch, grid=True):
+    """(program, default dims) of the last kernel rendered for `src_fn()`, compiled as a host twin for `arch`
+    (`grid=False`: the renderer's loop form, with the launch it was written for)."""
+    from amd_twin import TwinCompiler
+    from test_amd_render import _render_hip
+
+    from tinygrad.runtime.compiler_amd import unpack_lib
+    src = _render_hip(src_fn(), grid=grid, wave=64 if arch.startswith("gfx9") else 32)[-1]
+    lib = TwinCompiler(arch).compile(src)
+    image, dims, _ = unpack_lib(lib)
+    return dev.load_program(_SIGNATURE.search(src).group(1), image), dims
+
+
+def test_module_imports_without_kfd_and_opening_names_it():
+    from tinygrad.runtime import _amd
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has a KFD")
+    _amd.set_os(0)
+    with pytest.raises(RuntimeError, match=r"open\(/dev/kfd\).*KFD.*ENOENT"):
+        _amd.Device(0)
+    with pytest.raises(RuntimeError, match="KFD"):
+        _amd.discover()
+
+
+def test_discovery_reads_every_gpu_model(kfd):
+    from tinygrad.runtime import _amd
+    gpus = _amd.discover()
+    assert [g["gfx"] for g in gpus] == list(GPUS)
+    assert [g["wave_size"] for g in gpus] == [32, 64, 64]
+    assert [g["cu_count"] for g in gpus] == [96, 110, 304]
+    assert [g["node"] for g in gpus] == [1, 2, 3]  # node 0 is the CPU
+    assert all(g["lds_size_kb"] == 64 for g in gpus)
+    assert _amd.gfx_name(90010) == "gfx90a" and _amd.gfx_name(110000) == "gfx1100"
+
+
+def test_device_properties_and_shared_gpu(kfd):
+    from tinygrad.runtime import _amd
+    a, b = _amd.Device(1), _amd.Device(1)  # one GPU, one VM: the second shares it
+    assert a.arch == "gfx90a" and a.wave_size == 64 and a.kfd_version == (1, 11)
+    assert a.gpu_id == b.gpu_id and a.render_minor == 129
+    with pytest.raises(RuntimeError, match="no AMD GPU 7"):
+        _amd.Device(7)
+
+
+@pytest.mark.parametrize("device", ["AMD", "AMD:1"])
+def test_kernels_match_numpy_on_wave32_and_wave64(kfd, device):
+    from tinygrad import Tensor
+    r = np.random.default_rng(0)
+    x = r.standard_normal((40, 300)).astype(np.float32)
+    t = Tensor(x, device=device)
+    np.testing.assert_allclose((t * 2 + 1).numpy(), x * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(t.max(axis=1).numpy(), x.max(axis=1))
+    np.testing.assert_allclose(t.sum().numpy(), x.sum(), rtol=1e-4)
+    big = r.standard_normal(1 << 17).astype(np.float32)
+    np.testing.assert_allclose(Tensor(big, device=device).sum().numpy(), big.sum(), rtol=1e-4)  # grid reduction
+    m1, m2 = r.standard_normal((64, 48)).astype(np.float32), r.standard_normal((48, 32)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(m1, device=device) @ Tensor(m2, device=device)).numpy(), m1 @ m2, rtol=1e-4,
+                               atol=1e-4)
+    h = r.standard_normal(1000).astype(np.float16)
+    np.testing.assert_allclose((Tensor(h, device=device) * 3).numpy(), h * np.float16(3))
+
+
+def test_ioctl_failures_name_the_ioctl_and_errno_and_leave_nothing(kfd):
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(1)
+    before = kfd.stats()
+    kfd.fail_next(0x16, errno.ENOMEM)  # ALLOC_MEMORY_OF_GPU
+    with pytest.raises(MemoryError, match="AMDKFD_IOC_ALLOC_MEMORY_OF_GPU.*ENOMEM"):
+        _amd.DeviceBuffer(dev, 4096)
+    kfd.fail_next(0x18, errno.EFAULT)  # MAP_MEMORY_TO_GPU
+    with pytest.raises(RuntimeError, match="AMDKFD_IOC_MAP_MEMORY_TO_GPU.*EFAULT"):
+        _amd.DeviceBuffer(dev, 4096)
+    after = kfd.stats()
+    for key in ("allocations", "gpu_mappings", "cpu_mappings"):
+        assert after[key] == before[key], key  # the failed allocations were undone
+    buf = _amd.DeviceBuffer(dev, 4096)  # and the next one works
+    _amd.copyin(buf, np.arange(1024, dtype=np.float32))
+    out = np.zeros(1024, np.float32)
+    _amd.copyout(out, buf)
+    np.testing.assert_array_equal(out, np.arange(1024, dtype=np.float32))
+
+
+def test_out_of_vram_is_a_memoryerror(kfd):
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(1)
+    with pytest.raises(MemoryError, match="ALLOC_MEMORY_OF_GPU"):
+        _amd.DeviceBuffer(dev, 1 << 40)
+
+
+def test_queue_creation_failure_is_clean(kfd):
+    from tinygrad.runtime import _amd
+    gc.collect()
+    before = kfd.stats()
+    kfd.fail_next(0x02, errno.ENOSPC)  # CREATE_QUEUE
+    with pytest.raises(RuntimeError, match="AMDKFD_IOC_CREATE_QUEUE.*ENOSPC"):
+        _amd.Device(2)
+    after = kfd.stats()
+    for key in ("allocations", "gpu_mappings", "cpu_mappings", "queues", "events", "open_fds"):
+        assert after[key] == before[key], key
+    dev = _amd.Device(2)
+    assert dev.arch == "gfx942"
+
+
+def test_hung_queue_times_out_and_the_process_recovers(kfd):
+    from tinygrad import Device, Tensor
+    x = np.arange(4096, dtype=np.float32)
+    t = Tensor(x, device="AMD:1").realize()
+    Device["AMD:1"]._dev.timeout_ms = 200
+    kfd.hang(True)
+    try:
+        y = (t * 3).realize()  # its doorbell is ignored: the packet stays in the ring
+        with pytest.raises(RuntimeError, match="hung.*not done after 200 ms"):
+            y.numpy()
+    finally:
+        kfd.hang(False)
+        Device["AMD:1"]._dev.timeout_ms = 30000
+    np.testing.assert_array_equal((t + 1).numpy(), x + 1)  # the next doorbell runs everything queued
+    np.testing.assert_array_equal(y.numpy(), x * 3)
+
+
+def test_dispatch_of_real_machine_code_is_reported(kfd):
+    """A code object of real AMDGPU machine code (not a twin) loads, but the fake GPU cannot run it: the queue
+    stops there, the wait times out, and the fake says why. The GPU is closed after, as a faulted queue would be."""
+    from test_amd_render import _clang, _render_hip
+
+    from tinygrad import Tensor
+    from tinygrad.runtime import _amd
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    _clang()
+    src = _render_hip(Tensor.empty(64).realize() * 2, wave=64)[-1]
+    dev = _amd.Device(2)
+    prg = dev.load_program(_SIGNATURE.search(src).group(1), AMDCompiler("gfx942").code_object(src))
+    bufs = [_amd.DeviceBuffer(dev, 256) for _ in range(2)]
+    dev.timeout_ms = 100
+    prg.launch((1, 1, 1), (64, 1, 1), False, *bufs)
+    with pytest.raises(RuntimeError, match="hung"):
+        dev.synchronize()
+    assert "not a host twin" in kfd.stats()["last_error"]
+    del prg, bufs, dev
+    gc.collect()
+
+
+def test_code_object_errors(kfd):
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(0)
+    with pytest.raises(RuntimeError, match="invalid AMDGPU code object: not an ELF"):
+        dev.load_program("k", b"\0" * 128)
+
+    def prg_src():
+        from tinygrad import Tensor
+        return Tensor.empty(64).realize() * 2
+    with pytest.raises(RuntimeError, match="no kernel 'nope'.*E_"):
+        from amd_twin import TwinCompiler
+        from test_amd_render import _render_hip
+
+        from tinygrad.runtime.compiler_amd import unpack_lib
+        dev.load_program("nope", unpack_lib(TwinCompiler("gfx1100").compile(_render_hip(prg_src())[-1]))[0])
+    other = _render_hip_lib("gfx90a", prg_src)
+    with pytest.raises(RuntimeError, match="code object is for gfx90a, the GPU is gfx1100"):
+        dev.load_program(other[1], other[0])
+
+
+def _render_hip_lib(arch, fn):
+    from amd_twin import TwinCompiler
+    from test_amd_render import _render_hip
+
+    from tinygrad.runtime.compiler_amd import unpack_lib
+    src = _render_hip(fn())[-1]
+    name = _SIGNATURE.search(src).group(1)
+    return unpack_lib(TwinCompiler(arch).compile(src))[0], name
+
+
+def test_launch_errors(kfd):
+    from tinygrad import Tensor
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(0)
+    prg, dims = _program(dev, lambda: Tensor.empty(64).realize() * 2, "gfx1100")
+    buf = _amd.DeviceBuffer(dev, 256)
+    with pytest.raises(ValueError, match="workgroup"):
+        prg.launch((1, 1, 1), (2048, 1, 1), False, buf, buf)
+    with pytest.raises(ValueError, match="arguments"):
+        prg.launch((1, 1, 1), (64, 1, 1), False, buf, buf, buf, buf)
+    with pytest.raises(TypeError):
+        prg.launch((1, 1, 1), (64, 1, 1), False, buf, np.zeros(4))
+
+
+def test_tinyjit_replays_through_the_prebuilt_packet_stream(kfd):
+    from tinygrad import Tensor, TinyJit
+    from tinygrad.runtime import _amd
+    from tinygrad.runtime.graph import NativeGraph
+
+    @TinyJit
+    def step(a, b):
+        return ((a * b).relu() + a).sum(axis=1)
+
+    r = np.random.default_rng(3)
+    for i in range(5):
+        x, y = r.standard_normal((16, 50)).astype(np.float32), r.standard_normal((16, 50)).astype(np.float32)
+        doorbells = kfd.stats()["doorbells"]
+        out = step(Tensor(x, device="AMD"), Tensor(y, device="AMD")).numpy()
+        np.testing.assert_allclose(out, (np.maximum(x * y, 0) + x).sum(axis=1), rtol=1e-5, atol=1e-5)
+        if i >= 2:
+            # a replay: one doorbell for the whole packet stream (the copies' waits ring nothing new)
+            assert kfd.stats()["doorbells"] - doorbells == 1
+    assert isinstance(step.graph, NativeGraph)
+    native = [g for v in vars(step.graph).values() if isinstance(v, list) for g in v if isinstance(g, _amd.Graph)]
+    assert native and all(g.replays >= 2 for g in native)
+
+
+def test_no_mapping_is_leaked(kfd):
+    from tinygrad import Tensor
+    from tinygrad.runtime import _amd
+    gc.collect()
+    before = kfd.stats()
+    dev = _amd.Device(2)
+    prg, dims = _program(dev, lambda: Tensor.empty(1000).realize() + 1, "gfx942", grid=False)
+    a, out = _amd.DeviceBuffer(dev, 4000), _amd.DeviceBuffer(dev, 4000)
+    _amd.copyin(a, np.arange(1000, dtype=np.float32))
+    g = _amd.Graph(dev)
+    g.add(prg, [out, a], *dims)
+    g()
+    g()
+    dev.synchronize()
+    res = np.zeros(1000, np.float32)
+    _amd.copyout(res, out)
+    np.testing.assert_array_equal(res, np.arange(1000, dtype=np.float32) + 1)
+    assert g.replays == 2 and dev.live_allocations == 2
+    del prg, a, out, g, dev
+    gc.collect()
+    after = kfd.stats()
+    for key in ("allocations", "gpu_mappings", "cpu_mappings", "queues", "events", "open_fds", "doorbell_pages"):
+        assert after[key] == before[key], key
+
+
+def test_kfd_abi_matches_the_kernel_header(tmp_path):
+    """runtimes/amd/kfd_abi.h's layouts and request numbers against Linux's uapi header, where the machine has it
+    (Debian: linux-libc-dev; its drm/drm.h include is stubbed, as libdrm-dev is not needed)."""
+    if not os.path.exists("/usr/include/linux/kfd_ioctl.h") or shutil.which("g++") is None:
+        pytest.skip("needs g++ and linux/kfd_ioctl.h")
+    (tmp_path / "drm").mkdir()
+    (tmp_path / "drm" / "drm.h").write_text("#include <linux/types.h>\n")
+    checks = [("GetVersionArgs", "kfd_ioctl_get_version_args"), ("CreateQueueArgs", "kfd_ioctl_create_queue_args"),
+              ("CreateEventArgs", "kfd_ioctl_create_event_args"), ("EventData", "kfd_event_data"),
+              ("WaitEventsArgs", "kfd_ioctl_wait_events_args"),
+              ("AllocMemoryArgs", "kfd_ioctl_alloc_memory_of_gpu_args"),
+              ("MapMemoryArgs", "kfd_ioctl_map_memory_to_gpu_args"), ("AcquireVmArgs", "kfd_ioctl_acquire_vm_args")]
+    requests = [("kGetVersion", "AMDKFD_IOC_GET_VERSION"), ("kCreateQueue", "AMDKFD_IOC_CREATE_QUEUE"),
+                ("kDestroyQueue", "AMDKFD_IOC_DESTROY_QUEUE"), ("kCreateEvent", "AMDKFD_IOC_CREATE_EVENT"),
+                ("kDestroyEvent", "AMDKFD_IOC_DESTROY_EVENT"), ("kWaitEvents", "AMDKFD_IOC_WAIT_EVENTS"),
+                ("kAcquireVm", "AMDKFD_IOC_ACQUIRE_VM"), ("kAllocMemory", "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"),
+                ("kFreeMemory", "AMDKFD_IOC_FREE_MEMORY_OF_GPU"), ("kMapMemory", "AMDKFD_IOC_MAP_MEMORY_TO_GPU"),
+                ("kUnmapMemory", "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU")]
+    src = ["#include <cstddef>", "#include <linux/kfd_ioctl.h>", '#include "kfd_abi.h"', "using namespace tg::amd;"]
+    src += [f"static_assert(sizeof(kfd::{a}) == sizeof({b}), \"{a}\");" for a, b in checks]
+    src += [f"static_assert(kfd::{a} == {b}, \"{a}\");" for a, b in requests]
+    src += ["static_assert(offsetof(kfd::CreateQueueArgs, ctl_stack_size) == "
+            "offsetof(kfd_ioctl_create_queue_args, ctl_stack_size), \"ctl\");",
+            "static_assert(kfd::kMemUncached == KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED && "
+            "kfd::kMemPublic == KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC, \"flags\");"]
+    (tmp_path / "check.cpp").write_text("\n".join(src) + "\n")
+    out = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", f"-I{tmp_path}", f"-I{ROOT / 'runtimes' / 'amd'}",
+                          str(tmp_path / "check.cpp")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
