@@ -41,6 +41,18 @@ void AmdAllocator::copyout(void* dst, DevicePtr src, size_t nbytes) {
   std::memcpy(dst, reinterpret_cast<const void*>(src), nbytes);
 }
 
+bool AmdAllocator::transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) {
+  auto* other = dynamic_cast<AmdAllocator*>(&src_allocator);
+  if (other == nullptr) return false;
+  void* to = as_host(dst);
+  void* from = other->as_host(src);
+  if (to == nullptr || from == nullptr) return false;
+  other->gpu_->queue().wait_idle();
+  gpu_->queue().wait_idle();
+  std::memmove(to, from, nbytes);
+  return true;
+}
+
 void* AmdAllocator::as_host(DevicePtr ptr) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(ptr);

@@ -1,6 +1,6 @@
 // tg::amd::AmdAllocator: device memory of one AMD GPU. Buffers are CPU-visible VRAM (PUBLIC, which needs a
 // resizable BAR) or, with host_visible, GTT system memory; copies wait for the queue and copy through the CPU
-// mapping (an SDMA queue for copies is not written yet).
+// mapping (an SDMA queue for copies is not written yet), device-to-device copies too.
 #pragma once
 
 #include <map>
@@ -22,6 +22,8 @@ class AmdAllocator final : public Allocator {
   void copyin(DevicePtr dst, const void* src, size_t nbytes) override;
   void copyout(void* dst, DevicePtr src, size_t nbytes) override;
   void* as_host(DevicePtr ptr) noexcept override;
+  // From another AMD device (or this one): waits for both queues, then copies through the CPU mappings.
+  bool transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) override;
   size_t live_allocations() const;
 
  private:

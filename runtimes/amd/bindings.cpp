@@ -34,6 +34,15 @@ struct AmdTraits {
   static constexpr tg::pyb::ArgPolicy kArgs{false, "an AMD kernel takes DeviceBuffers and ints"};
 };
 
+// One raw allocation, for tests and staging: the memory kinds KFD offers, freed by free() or the collector.
+struct RawMemory {
+  std::unique_ptr<tg::amd::GpuMemory> mem;
+  tg::amd::GpuMemory& get() const {
+    if (!mem) throw tg::UsageError("GpuMemory was freed");
+    return *mem;
+  }
+};
+
 py::dict descriptor_dict(const tg::amd::CodeObjectKernel& k) {
   const auto& d = k.descriptor;
   py::dict out;
@@ -88,6 +97,29 @@ PYBIND11_MODULE(_amd, m) {
 
   c.graph.def(py::init([](AmdDevice& dev) { return std::make_unique<AmdGraph>(dev.gpu()); }), py::arg("device"))
       .def_property_readonly("replays", &AmdGraph::replays);
+
+  py::class_<RawMemory>(m, "GpuMemory", py::module_local(),
+                        "One allocation in a GPU's VM at the same address for CPU and GPU: VRAM (cpu_visible: PUBLIC "
+                        "and mapped), GTT (system memory) or USERPTR (host memory pinned for the GPU).")
+      .def(py::init([](AmdDevice& dev, std::uint64_t nbytes, const std::string& kind, bool cpu_visible,
+                       bool uncached) {
+             tg::amd::MemoryOptions o{tg::amd::MemoryKind::Vram, cpu_visible, uncached, false};
+             if (kind == "gtt") o.kind = tg::amd::MemoryKind::Gtt;
+             else if (kind == "userptr") o.kind = tg::amd::MemoryKind::Userptr;
+             else if (kind != "vram") throw tg::UsageError("kind must be 'vram', 'gtt' or 'userptr', not '" + kind + "'");
+             py::gil_scoped_release nogil;
+             return RawMemory{dev.gpu()->allocate(nbytes, o)};
+           }),
+           py::arg("device"), py::arg("nbytes"), py::arg("kind") = "vram", py::arg("cpu_visible") = true,
+           py::arg("uncached") = false)
+      .def_property_readonly("va", [](const RawMemory& r) { return r.get().va(); })
+      .def_property_readonly("size", [](const RawMemory& r) { return r.get().size(); })
+      .def_property_readonly("handle", [](const RawMemory& r) { return r.get().handle(); })
+      .def_property_readonly("cpu", [](const RawMemory& r) -> py::object {
+        void* p = r.get().cpu();
+        return p ? py::object(py::int_(reinterpret_cast<std::uintptr_t>(p))) : py::object(py::none());
+      }, "The CPU address (the same as va), or None where the CPU has no view.")
+      .def("free", [](RawMemory& r) { r.mem.reset(); }, "Unmap and release now (idempotent).");
 
   m.def(
       "parse_code_object",

@@ -564,6 +564,8 @@ const tg_amd_os* install(const std::vector<GpuModel>& gpus) {
   return &kTable;
 }
 
+const tg_amd_os* table() { return &kTable; }
+
 void uninstall() {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);

@@ -31,6 +31,8 @@ GpuModel model(const std::string& name);
 // A fresh machine with these GPUs (node 0 is the CPU); returns the OS table to install. Forgets everything before.
 const tg_amd_os* install(const std::vector<GpuModel>& gpus);
 void uninstall();
+// The OS table (what install returned), for tests that call it directly.
+const tg_amd_os* table();
 
 // The next `count` ioctls number `nr` (0x16: ALLOC_MEMORY_OF_GPU, 0x02: CREATE_QUEUE, ...) fail with `err`.
 void fail_next(unsigned nr, int err, int count);

@@ -294,3 +294,91 @@ def test_kfd_abi_matches_the_kernel_header(tmp_path):
     out = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", f"-I{tmp_path}", f"-I{ROOT / 'runtimes' / 'amd'}",
                           str(tmp_path / "check.cpp")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_memory_kinds(kfd):
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(0)
+    before = kfd.stats()
+    vram, hidden = _amd.GpuMemory(dev, 10000), _amd.GpuMemory(dev, 4096, cpu_visible=False)
+    gtt, user = _amd.GpuMemory(dev, 4096, "gtt", uncached=True), _amd.GpuMemory(dev, 8192, "userptr")
+    assert vram.size == 12288 and vram.cpu == vram.va and vram.va % 4096 == 0  # GPU VA = CPU VA, whole pages
+    assert hidden.cpu is None and gtt.cpu == gtt.va and user.cpu == user.va
+    assert kfd.stats()["gpu_mappings"] == before["gpu_mappings"] + 4
+    assert kfd.stats()["cpu_mappings"] == before["cpu_mappings"] + 2  # render-node views: VRAM (public) and GTT
+    for m in (vram, gtt, user):
+        import ctypes
+        ctypes.memset(m.cpu, 7, m.size)
+        assert ctypes.string_at(m.cpu + m.size - 1, 1) == b"\x07"
+    with pytest.raises(ValueError, match="kind"):
+        _amd.GpuMemory(dev, 4096, "sram")
+    for m in (vram, hidden, gtt, user):
+        m.free()
+    with pytest.raises(ValueError, match="freed"):
+        vram.va  # noqa: B018
+    after = kfd.stats()
+    assert (after["allocations"], after["gpu_mappings"], after["cpu_mappings"]) == \
+        (before["allocations"], before["gpu_mappings"], before["cpu_mappings"])
+
+
+def test_transfer_between_gpus(kfd):
+    from tinygrad import Tensor
+    x = np.arange(5000, dtype=np.float32)
+    a = (Tensor(x, device="AMD") * 2).realize()
+    b = a.to("AMD:1").realize()
+    np.testing.assert_array_equal((b + 1).numpy(), x * 2 + 1)
+
+
+def _fake_os(kfd):
+    """The fake's OS table as callables (ctypes), to hand it arguments the runtime never would."""
+    import ctypes
+
+    def fn(*types):
+        return ctypes.CFUNCTYPE(*types, use_errno=True)
+
+    class Table(ctypes.Structure):
+        _fields_ = [("self", ctypes.c_void_p),
+                    ("open", fn(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)),
+                    ("close", fn(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)),
+                    ("read", fn(ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)),
+                    ("ioctl", fn(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p))]
+    return Table.from_address(kfd.table())
+
+
+def test_fake_checks_arguments_as_the_kernel_does(kfd):
+    import ctypes
+    t = _fake_os(kfd)
+    fd = t.open(None, b"/dev/kfd", 2)
+    assert fd >= 0
+    try:
+        def ioctl(nr, size, args, direction=3):
+            request = (direction << 30) | (size << 16) | (ord("K") << 8) | nr
+            ctypes.set_errno(0)
+            return t.ioctl(None, fd, request, ctypes.byref(args)), ctypes.get_errno()
+
+        class Alloc(ctypes.Structure):
+            _fields_ = [("va", ctypes.c_uint64), ("size", ctypes.c_uint64), ("handle", ctypes.c_uint64),
+                        ("mmap_offset", ctypes.c_uint64), ("gpu_id", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+        version = (ctypes.c_uint32 * 2)()
+        assert ioctl(0x01, 8, version, direction=2)[0] == 0 and list(version) == [1, 11]
+        # the size encoded in the request must be the struct's
+        assert ioctl(0x01, 16, version, direction=2) == (-1, errno.ENOTTY)
+        gpu = native_doubles_gpu_id(kfd)
+        vram, gtt = 1, 2
+        bad = [Alloc(0x10000000, 4096, 0, 0, 0xdead, vram),         # no such GPU
+               Alloc(0x10000000, 4096, 0, 0, gpu, vram | gtt),      # two memory kinds
+               Alloc(0x10000000, 1000, 0, 0, gpu, vram),            # not whole pages
+               Alloc(0x10000010, 4096, 0, 0, gpu, vram),            # unaligned address
+               Alloc(0x10000000, 4096, 0, 0, gpu, gtt | (1 << 29))]  # PUBLIC is for VRAM only
+        for args in bad:
+            assert ioctl(0x16, 40, args) == (-1, errno.EINVAL), args.flags
+        assert ioctl(0x17, 8, ctypes.c_uint64(12345), direction=1) == (-1, errno.EINVAL)  # FREE of no handle
+        assert ioctl(0x40, 8, version) == (-1, errno.ENOTTY)  # an ioctl KFD 1.11 does not have
+    finally:
+        t.close(None, fd)
+    assert t.open(None, b"/dev/nothing", 0) == -1 and ctypes.get_errno() == errno.ENOENT
+
+
+def native_doubles_gpu_id(kfd):
+    from tinygrad.runtime import _amd
+    return _amd.discover()[0]["gpu_id"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from tinygrad.codegen.kernel import LinearizerOptions
-from tinygrad.device import BufferOptions, Compiled, LRUAllocator
+from tinygrad.device import Allocator, BufferOptions, Compiled, LRUAllocator
 from tinygrad.helpers import DEBUG
 from tinygrad.renderer.hip import hip_renderer
 from tinygrad.runtime import _amd
@@ -65,6 +65,13 @@ class AMDAllocator(LRUAllocator):
 
     def copyout(self, dest: memoryview, src) -> None:
         _amd.copyout(dest, src)
+
+    def can_transfer(self, src: Allocator) -> bool:
+        return isinstance(src, AMDAllocator)
+
+    def transfer(self, dest, src, sz: int, src_dev=None, dest_dev=None) -> None:
+        """Device-to-device copy of `sz` bytes between two AMD GPUs (or on one), after the work queued on both."""
+        _amd.transfer(dest, src, sz)
 
 
 class AMDDevice(Compiled):
