@@ -1,5 +1,6 @@
 #include "amd_allocator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "errors.h"
@@ -7,7 +8,8 @@
 namespace tg::amd {
 
 DevicePtr AmdAllocator::alloc(size_t nbytes, const AllocOptions& options) {
-  MemoryOptions m{options.host_visible ? MemoryKind::Gtt : MemoryKind::Vram, true, options.uncached, false};
+  MemoryOptions m{options.host_visible ? MemoryKind::Gtt : MemoryKind::Vram, options.host_visible, options.uncached,
+                  false};
   auto mem = gpu_->allocate(nbytes, m);
   DevicePtr p = mem->va();
   std::lock_guard<std::mutex> lock(mu_);
@@ -32,24 +34,35 @@ void AmdAllocator::free(DevicePtr ptr, size_t, const AllocOptions&) noexcept {
 }
 
 void AmdAllocator::copyin(DevicePtr dst, const void* src, size_t nbytes) {
-  gpu_->queue().wait_idle();  // earlier kernels may still read the old contents
-  std::memcpy(reinterpret_cast<void*>(dst), src, nbytes);
+  AqlQueue& q = gpu_->queue();
+  q.wait_idle();  // earlier kernels may still read the old contents
+  GpuMemory& staging = gpu_->staging();
+  for (size_t done = 0; done < nbytes;) {
+    size_t n = std::min<size_t>(nbytes - done, staging.size());
+    std::memcpy(staging.cpu(), static_cast<const char*>(src) + done, n);
+    gpu_->sdma().copy(dst + done, staging.va(), n, q.timeout_ms());
+    done += n;
+  }
 }
 
 void AmdAllocator::copyout(void* dst, DevicePtr src, size_t nbytes) {
-  gpu_->queue().wait_idle();
-  std::memcpy(dst, reinterpret_cast<const void*>(src), nbytes);
+  AqlQueue& q = gpu_->queue();
+  q.wait_idle();
+  GpuMemory& staging = gpu_->staging();
+  for (size_t done = 0; done < nbytes;) {
+    size_t n = std::min<size_t>(nbytes - done, staging.size());
+    gpu_->sdma().copy(staging.va(), src + done, n, q.timeout_ms());
+    std::memcpy(static_cast<char*>(dst) + done, staging.cpu(), n);
+    done += n;
+  }
 }
 
 bool AmdAllocator::transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) {
   auto* other = dynamic_cast<AmdAllocator*>(&src_allocator);
-  if (other == nullptr) return false;
-  void* to = as_host(dst);
-  void* from = other->as_host(src);
-  if (to == nullptr || from == nullptr) return false;
-  other->gpu_->queue().wait_idle();
-  gpu_->queue().wait_idle();
-  std::memmove(to, from, nbytes);
+  if (other == nullptr || other->gpu_ != gpu_) return false;
+  AqlQueue& q = gpu_->queue();
+  q.wait_idle();
+  gpu_->sdma().copy(dst, src, nbytes, q.timeout_ms());
   return true;
 }
 

@@ -1,6 +1,7 @@
-// tg::amd::AmdAllocator: device memory of one AMD GPU. Buffers are CPU-visible VRAM (PUBLIC, which needs a
-// resizable BAR) or, with host_visible, GTT system memory; copies wait for the queue and copy through the CPU
-// mapping (an SDMA queue for copies is not written yet), device-to-device copies too.
+// tg::amd::AmdAllocator: device memory of one AMD GPU. Buffers are VRAM the CPU does not map (no resizable BAR
+// needed) or, with host_visible, GTT system memory the CPU maps. Copies wait for the kernels queued before them, then
+// go through the SDMA engine, staged through host-visible memory 4 MiB at a time; copies between two buffers of one
+// GPU are one SDMA copy, and between GPUs they go through the host (the caller's fallback).
 #pragma once
 
 #include <map>
@@ -22,7 +23,7 @@ class AmdAllocator final : public Allocator {
   void copyin(DevicePtr dst, const void* src, size_t nbytes) override;
   void copyout(void* dst, DevicePtr src, size_t nbytes) override;
   void* as_host(DevicePtr ptr) noexcept override;
-  // From another AMD device (or this one): waits for both queues, then copies through the CPU mappings.
+  // Within this GPU (one SDMA copy after the queued kernels); false for another GPU's memory.
   bool transfer(DevicePtr dst, Allocator& src_allocator, DevicePtr src, size_t nbytes) override;
   size_t live_allocations() const;
 

@@ -35,13 +35,20 @@ AmdGpu::AmdGpu(int ordinal) : name_(ordinal == 0 ? "AMD" : "AMD:" + std::to_stri
     kfd::AcquireVmArgs vm{static_cast<std::uint32_t>(drm_fd_), node_.gpu_id};
     kfd_->ioctl(kfd::kAcquireVm, &vm, name_, "binding the render node's GPU VM to this process");
     queue_ = std::make_unique<AqlQueue>(kfd_, node_, drm_fd_, name_);
+    sdma_ = std::make_unique<SdmaQueue>(kfd_, node_, drm_fd_, name_);
+    staging_ = allocate(kStagingBytes, MemoryOptions{MemoryKind::Gtt, true, false, false});
   } catch (...) {
+    staging_.reset();
+    sdma_.reset();
+    queue_.reset();
     kfd_->os().close(drm_fd_);
     throw;
   }
 }
 
 AmdGpu::~AmdGpu() {
+  staging_.reset();
+  sdma_.reset();
   queue_.reset();
   if (drm_fd_ >= 0) kfd_->os().close(drm_fd_);
 }

@@ -1,5 +1,5 @@
 // tg::amd::AmdGpu: what every object of one AMD device shares: the KFD, the GPU's topology node, its render node
-// with the VM acquired for this process, and its AQL queue. Devices, allocators, programs and graphs hold it by
+// with the VM acquired for this process, its AQL queue for kernels and its SDMA queue for copies. Devices, allocators, programs and graphs hold it by
 // shared_ptr, so the queue and the VM outlive the last of them.
 #pragma once
 
@@ -9,6 +9,7 @@
 
 #include "aql_queue.h"
 #include "kfd.h"
+#include "sdma_queue.h"
 #include "topology.h"
 
 namespace tg::amd {
@@ -31,6 +32,10 @@ class AmdGpu {
   const std::shared_ptr<Kfd>& kfd() const noexcept { return kfd_; }
   int drm_fd() const noexcept { return drm_fd_; }
   AqlQueue& queue() noexcept { return *queue_; }
+  SdmaQueue& sdma() noexcept { return *sdma_; }
+  // Host-visible GTT memory that copies to and from VRAM pass through (kStagingBytes).
+  GpuMemory& staging() noexcept { return *staging_; }
+  static constexpr std::uint64_t kStagingBytes = std::uint64_t{4} << 20;
 
   std::unique_ptr<GpuMemory> allocate(std::uint64_t size, MemoryOptions options) {
     return std::make_unique<GpuMemory>(kfd_, node_.gpu_id, drm_fd_, size, options, name_);
@@ -42,6 +47,8 @@ class AmdGpu {
   std::shared_ptr<Kfd> kfd_;
   int drm_fd_ = -1;
   std::unique_ptr<AqlQueue> queue_;
+  std::unique_ptr<SdmaQueue> sdma_;
+  std::unique_ptr<GpuMemory> staging_;
 };
 
 }  // namespace tg::amd

@@ -80,7 +80,7 @@ inline constexpr unsigned long kUnmapMemory = ioc(kIocRead | kIocWrite, 0x19, si
 // The ioctl's name for error messages ("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"); "AMDKFD_IOC_<nr>" for others.
 const char* ioctl_name(unsigned long request);
 
-inline constexpr std::uint32_t kQueueTypeComputeAql = 0x2;
+inline constexpr std::uint32_t kQueueTypeSdma = 0x1, kQueueTypeComputeAql = 0x2;
 inline constexpr std::uint32_t kEventSignal = 0;
 inline constexpr std::uint32_t kWaitComplete = 0, kWaitTimeout = 1;
 
@@ -139,6 +139,22 @@ struct QueueIndices {
 };
 
 }  // namespace tg::amd::hsa
+
+namespace tg::amd::sdma {
+
+// SDMA packets (SDMA 4 and later: gfx9, gfx10, gfx11): dword 0 is op | sub_op << 8. The ring's read and write
+// pointers count bytes.
+inline constexpr std::uint32_t kOpNop = 0, kOpCopy = 1, kOpFence = 5, kOpTrap = 6;
+inline constexpr std::uint32_t kSubOpCopyLinear = 0;
+// COPY_LINEAR: op, count - 1 (bytes; 22 bits on SDMA 4), parameters (0), src lo, src hi, dst lo, dst hi
+inline constexpr std::uint32_t kCopyLinearDwords = 7;
+inline constexpr std::uint64_t kMaxCopyBytes = std::uint64_t{1} << 22;
+// FENCE: op, address lo, hi, 32-bit value (written when every earlier packet is done)
+inline constexpr std::uint32_t kFenceDwords = 4;
+// TRAP: op, interrupt context (raises an interrupt: the event of WAIT_EVENTS)
+inline constexpr std::uint32_t kTrapDwords = 2;
+
+}  // namespace tg::amd::sdma
 
 namespace tg::amd::elf {
 

@@ -114,6 +114,7 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
     d["doorbell_pages"] = s.doorbell_pages;
     d["dispatches"] = s.dispatches;
     d["doorbells"] = s.doorbells;
+    d["sdma_doorbells"] = s.sdma_doorbells;
     d["last_error"] = s.last_error;
     return d;
   });

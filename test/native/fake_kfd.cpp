@@ -39,9 +39,9 @@ struct Memory {
 };
 struct Queue {
   std::uint32_t gpu_id;
+  std::uint32_t type;
   std::uint64_t ring, ring_size, wptr, rptr;
   std::uint64_t doorbell_offset;
-  volatile std::uint64_t* doorbell = nullptr;
 };
 struct Event {
   bool signaled = false;
@@ -70,7 +70,7 @@ struct State {
   std::map<std::uint64_t, std::uint64_t> cpu_views;  // va -> size of render-node mappings
   std::map<unsigned, std::pair<int, int>> faults;  // ioctl nr -> (errno, count)
   bool hung = false;
-  std::uint64_t dispatches = 0, doorbells = 0;
+  std::uint64_t dispatches = 0, doorbells = 0, sdma_doorbells = 0;
   std::string last_error;
   std::map<std::string, TwinLaunch> twins;
 };
@@ -226,7 +226,51 @@ void complete(State& s, const Queue& q, const hsa::DispatchPacket& p) {
   }
 }
 
+// The SDMA engine: COPY_LINEAR, FENCE, TRAP and NOP packets between the read and write pointers (bytes).
+void process_sdma(State& s, Queue& q) {
+  auto* wptr = reinterpret_cast<volatile std::uint64_t*>(q.wptr);
+  auto* rptr = reinterpret_cast<volatile std::uint64_t*>(q.rptr);
+  const auto* ring = reinterpret_cast<const std::uint32_t*>(q.ring);
+  auto dword = [&](std::uint64_t at) { return ring[(at % q.ring_size) / 4]; };
+  while (*rptr < *wptr) {
+    std::uint64_t at = *rptr;
+    std::uint32_t op = dword(at) & 0xff, sub = (dword(at) >> 8) & 0xff;
+    std::uint64_t size;
+    if (op == sdma::kOpNop) {
+      size = 4;
+    } else if (op == sdma::kOpCopy && sub == sdma::kSubOpCopyLinear) {
+      std::uint64_t n = (dword(at + 4) & 0x3fffff) + 1;
+      std::uint64_t src = dword(at + 12) | (std::uint64_t{dword(at + 16)} << 32);
+      std::uint64_t dst = dword(at + 20) | (std::uint64_t{dword(at + 24)} << 32);
+      if (gpu_memory_at(s, q.gpu_id, src, n) == nullptr || gpu_memory_at(s, q.gpu_id, dst, n) == nullptr) {
+        s.last_error = "SDMA COPY_LINEAR outside the GPU's mapped memory";
+        return;
+      }
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+      size = 4 * sdma::kCopyLinearDwords;
+    } else if (op == sdma::kOpFence) {
+      std::uint64_t addr = dword(at + 4) | (std::uint64_t{dword(at + 8)} << 32);
+      if (gpu_memory_at(s, q.gpu_id, addr, 4) == nullptr || addr % 4 != 0) {
+        s.last_error = "SDMA FENCE outside the GPU's mapped memory";
+        return;
+      }
+      *reinterpret_cast<volatile std::uint32_t*>(addr) = dword(at + 12);
+      size = 4 * sdma::kFenceDwords;
+    } else if (op == sdma::kOpTrap) {
+      size = 4 * sdma::kTrapDwords;
+    } else {
+      s.last_error = "SDMA packet op " + std::to_string(op) + " is not one the fake engine runs";
+      return;
+    }
+    *rptr = at + size;
+  }
+}
+
 void process(State& s, Queue& q) {
+  if (q.type == kQueueTypeSdma) {
+    process_sdma(s, q);
+    return;
+  }
   auto* idx_w = reinterpret_cast<volatile std::uint64_t*>(q.wptr);
   auto* idx_r = reinterpret_cast<volatile std::uint64_t*>(q.rptr);
   std::uint64_t packets = q.ring_size / 64;
@@ -327,6 +371,16 @@ int do_ioctl(State& s, unsigned long request, void* arg) {
       a->handle = handle;
       if (kind != kMemUserptr) a->mmap_offset = (s.next_handle << 24);  // page-aligned, unique per allocation
       s.memory[handle] = Memory{a->gpu_id, a->va_addr, a->size, a->mmap_offset, a->flags};
+      if (kind == kMemVram && !(a->flags & kMemPublic)) {
+        // VRAM the CPU cannot map still has to be there for the fake GPU (the host twins): back it at the address
+        void* p = ::mmap(reinterpret_cast<void*>(a->va_addr), a->size, PROT_READ | PROT_WRITE,
+                         MAP_FIXED | MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+          s.memory.erase(handle);
+          g->vram_used -= a->size;
+          return fail(ENOMEM);
+        }
+      }
       return 0;
     }
     case kFreeMemory: {
@@ -362,7 +416,7 @@ int do_ioctl(State& s, unsigned long request, void* arg) {
       auto* a = static_cast<CreateQueueArgs*>(arg);
       Gpu* g = gpu_by_id(s, a->gpu_id);
       if (g == nullptr || g->vm_fd == -1) return fail(EINVAL);
-      if (a->queue_type != kQueueTypeComputeAql) return fail(EINVAL);  // all this fake's CP runs
+      if (a->queue_type != kQueueTypeComputeAql && a->queue_type != kQueueTypeSdma) return fail(EINVAL);
       if (a->queue_percentage > 100 || a->queue_priority > 15) return fail(EINVAL);
       if (a->ring_size < 1024 || (a->ring_size & (a->ring_size - 1)) != 0) return fail(EINVAL);
       if (gpu_memory_at(s, a->gpu_id, a->ring_base_address, a->ring_size) == nullptr ||
@@ -370,16 +424,19 @@ int do_ioctl(State& s, unsigned long request, void* arg) {
           gpu_memory_at(s, a->gpu_id, a->read_pointer_address, 8) == nullptr ||
           a->write_pointer_address % 8 != 0 || a->read_pointer_address % 8 != 0)
         return fail(EFAULT);
-      if (a->eop_buffer_size == 0 || gpu_memory_at(s, a->gpu_id, a->eop_buffer_address, a->eop_buffer_size) == nullptr)
+      // a compute queue needs its EOP buffer and context save area (SDMA queues have neither)
+      bool compute = a->queue_type == kQueueTypeComputeAql;
+      if (compute && (a->eop_buffer_size == 0 ||
+                      gpu_memory_at(s, a->gpu_id, a->eop_buffer_address, a->eop_buffer_size) == nullptr))
         return fail(EINVAL);
-      if (a->ctx_save_restore_size % kPageSize != 0 || a->ctl_stack_size % kPageSize != 0 ||
-          a->ctl_stack_size >= a->ctx_save_restore_size ||
-          gpu_memory_at(s, a->gpu_id, a->ctx_save_restore_address, a->ctx_save_restore_size) == nullptr)
+      if (compute && (a->ctx_save_restore_size % kPageSize != 0 || a->ctl_stack_size % kPageSize != 0 ||
+                      a->ctl_stack_size >= a->ctx_save_restore_size ||
+                      gpu_memory_at(s, a->gpu_id, a->ctx_save_restore_address, a->ctx_save_restore_size) == nullptr))
         return fail(EINVAL);
       std::uint32_t id = s.next_queue++;
       a->queue_id = id;
       a->doorbell_offset = kDoorbellBase | (std::uint64_t{a->gpu_id} << 16) | (std::uint64_t{id % 1024} * 8);
-      s.queues[id] = Queue{a->gpu_id, a->ring_base_address, a->ring_size, a->write_pointer_address,
+      s.queues[id] = Queue{a->gpu_id, a->queue_type, a->ring_base_address, a->ring_size, a->write_pointer_address,
                            a->read_pointer_address, a->doorbell_offset};
       return 0;
     }
@@ -492,11 +549,7 @@ void* f_mmap(void*, void* addr, size_t len, int prot, int flags, int fd, std::in
     }
     void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return p;
-    s.doorbell_pages[reinterpret_cast<std::uint64_t>(p)] = off;
-    for (auto& [id, q] : s.queues) {
-      if ((q.doorbell_offset & ~(kDoorbellPageSize - 1)) == off)
-        q.doorbell = reinterpret_cast<volatile std::uint64_t*>(static_cast<char*>(p) + (q.doorbell_offset - off));
-    }
+    s.doorbell_pages[reinterpret_cast<std::uint64_t>(p)] = off;  // a write there rings the queue of that offset
     return p;
   }
   errno = ENODEV;
@@ -519,12 +572,15 @@ void f_ring_doorbell(void*, volatile std::uint64_t* addr, std::uint64_t value) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
   *addr = value;
-  ++s.doorbells;
-  for (auto& [id, q] : s.queues) {
-    if (q.doorbell != addr) continue;
-    if (s.hung) return;
-    process(s, q);
-    return;
+  auto at = reinterpret_cast<std::uint64_t>(addr);
+  for (const auto& [base, offset] : s.doorbell_pages) {
+    if (at < base || at - base >= kDoorbellPageSize) continue;
+    for (auto& [id, q] : s.queues) {
+      if (q.doorbell_offset != offset + (at - base)) continue;
+      ++(q.type == kQueueTypeSdma ? s.sdma_doorbells : s.doorbells);
+      if (!s.hung) process(s, q);
+      return;
+    }
   }
   s.last_error = "a doorbell write to no queue's doorbell";
 }
@@ -553,7 +609,7 @@ const tg_amd_os* install(const std::vector<GpuModel>& gpus) {
   s.cpu_views.clear();
   s.faults.clear();
   s.hung = false;
-  s.dispatches = s.doorbells = 0;
+  s.dispatches = s.doorbells = s.sdma_doorbells = 0;
   s.last_error.clear();
   std::uint32_t i = 0;
   for (const GpuModel& m : gpus) {
@@ -598,6 +654,7 @@ Stats stats() {
   out.doorbell_pages = s.doorbell_pages.size();
   out.dispatches = s.dispatches;
   out.doorbells = s.doorbells;
+  out.sdma_doorbells = s.sdma_doorbells;
   out.last_error = s.last_error;
   return out;
 }

@@ -42,7 +42,7 @@ void hang(bool on);
 
 struct Stats {
   std::uint64_t allocations, gpu_mappings, cpu_mappings, queues, events, open_fds, doorbell_pages;
-  std::uint64_t dispatches, doorbells;
+  std::uint64_t dispatches, doorbells, sdma_doorbells;  // doorbells: of the AQL queues
   std::string last_error;  // what the fake GPU could not execute, if anything
 };
 Stats stats();

@@ -229,12 +229,14 @@ def test_tinyjit_replays_through_the_prebuilt_packet_stream(kfd):
     r = np.random.default_rng(3)
     for i in range(5):
         x, y = r.standard_normal((16, 50)).astype(np.float32), r.standard_normal((16, 50)).astype(np.float32)
-        doorbells = kfd.stats()["doorbells"]
+        doorbells, copies = kfd.stats()["doorbells"], kfd.stats()["sdma_doorbells"]
         out = step(Tensor(x, device="AMD"), Tensor(y, device="AMD")).numpy()
         np.testing.assert_allclose(out, (np.maximum(x * y, 0) + x).sum(axis=1), rtol=1e-5, atol=1e-5)
         if i >= 2:
-            # a replay: one doorbell for the whole packet stream (the copies' waits ring nothing new)
+            # a replay: one doorbell for the whole packet stream (the copies' waits ring nothing new); the copies
+            # in and out are the SDMA queue's
             assert kfd.stats()["doorbells"] - doorbells == 1
+            assert kfd.stats()["sdma_doorbells"] - copies == 3
     assert isinstance(step.graph, NativeGraph)
     native = [g for v in vars(step.graph).values() if isinstance(v, list) for g in v if isinstance(g, _amd.Graph)]
     assert native and all(g.replays >= 2 for g in native)
@@ -382,3 +384,21 @@ def test_fake_checks_arguments_as_the_kernel_does(kfd):
 def native_doubles_gpu_id(kfd):
     from tinygrad.runtime import _amd
     return _amd.discover()[0]["gpu_id"]
+
+
+def test_copies_go_through_sdma_in_staged_chunks(kfd):
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(0)
+    n = (9 << 20) // 4 + 3  # more than two 4 MiB staging chunks, not a whole number of them
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    a, b = _amd.DeviceBuffer(dev, x.nbytes), _amd.DeviceBuffer(dev, x.nbytes)
+    with pytest.raises(ValueError, match="not host-visible"):
+        memoryview(a)  # VRAM the CPU does not map: every copy is the DMA engine's
+    copies = kfd.stats()["sdma_doorbells"]
+    _amd.copyin(a, x)
+    _amd.transfer(b, a, x.nbytes)
+    out = np.empty_like(x)
+    _amd.copyout(out, b)
+    np.testing.assert_array_equal(out, x)
+    assert kfd.stats()["sdma_doorbells"] - copies == 3 + 1 + 3
+    assert kfd.stats()["last_error"] == "" or "host twin" in kfd.stats()["last_error"]

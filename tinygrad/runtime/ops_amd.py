@@ -67,10 +67,11 @@ class AMDAllocator(LRUAllocator):
         _amd.copyout(dest, src)
 
     def can_transfer(self, src: Allocator) -> bool:
-        return isinstance(src, AMDAllocator)
+        # one SDMA copy within a GPU; between GPUs the engine stages through the host (peer mapping is not written)
+        return isinstance(src, AMDAllocator) and src.device._dev.gpu_id == self.device._dev.gpu_id
 
     def transfer(self, dest, src, sz: int, src_dev=None, dest_dev=None) -> None:
-        """Device-to-device copy of `sz` bytes between two AMD GPUs (or on one), after the work queued on both."""
+        """Copy of `sz` bytes within one AMD GPU, after the kernels queued before it."""
         _amd.transfer(dest, src, sz)
 
 
