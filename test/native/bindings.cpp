@@ -99,8 +99,8 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
       py::arg("gpus"), "A fresh machine with these GPU models; returns the tg_amd_os table's address for _amd.set_os.");
   k.def("uninstall", &kfd::uninstall);
   k.def("table", [] { return reinterpret_cast<std::uintptr_t>(kfd::table()); }, "The tg_amd_os table's address.");
-  k.def("fail_next", &kfd::fail_next, py::arg("nr"), py::arg("errno"), py::arg("count") = 1,
-        "The next `count` ioctls number `nr` fail with `errno`.");
+  k.def("fail_next", &kfd::fail_next, py::arg("nr"), py::arg("errno"), py::arg("count") = 1, py::arg("skip") = 0,
+        "After `skip` more successful ones, the next `count` ioctls number `nr` fail with `errno`.");
   k.def("hang", &kfd::hang, py::arg("on") = true, "While on, doorbell writes are ignored: the queues hang.");
   k.def("stats", [] {
     kfd::Stats s = kfd::stats();

@@ -68,7 +68,10 @@ struct State {
   std::uint32_t next_event = 1;
   std::map<std::uint64_t, std::uint64_t> doorbell_pages;  // CPU address -> mmap offset
   std::map<std::uint64_t, std::uint64_t> cpu_views;  // va -> size of render-node mappings
-  std::map<unsigned, std::pair<int, int>> faults;  // ioctl nr -> (errno, count)
+  struct Fault {
+    int err, count, skip;
+  };
+  std::map<unsigned, Fault> faults;  // by ioctl nr
   bool hung = false;
   std::uint64_t dispatches = 0, doorbells = 0, sdma_doorbells = 0;
   std::string last_error;
@@ -503,13 +506,15 @@ int f_ioctl(void*, int fd, unsigned long request, void* arg) {
   if (!known_request(request)) return fail(ENOTTY);
   if (arg == nullptr) return fail(EFAULT);
   auto fault = s.faults.find(static_cast<unsigned>(ioc_nr(request)));
-  if (fault != s.faults.end() && fault->second.second > 0) {
-    if (--fault->second.second == 0) {
-      int err = fault->second.first;
-      s.faults.erase(fault);
+  if (fault != s.faults.end()) {
+    State::Fault& f = fault->second;
+    if (f.skip > 0) {
+      --f.skip;
+    } else {
+      int err = f.err;
+      if (--f.count <= 0) s.faults.erase(fault);
       return fail(err);
     }
-    return fail(fault->second.first);
   }
   return do_ioctl(s, request, arg);
 }
@@ -629,10 +634,10 @@ void uninstall() {
   s.gpus.clear();
 }
 
-void fail_next(unsigned nr, int err, int count) {
+void fail_next(unsigned nr, int err, int count, int skip) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
-  s.faults[nr] = {err, count};
+  s.faults[nr] = State::Fault{err, count, skip};
 }
 
 void hang(bool on) {

@@ -34,8 +34,9 @@ void uninstall();
 // The OS table (what install returned), for tests that call it directly.
 const tg_amd_os* table();
 
-// The next `count` ioctls number `nr` (0x16: ALLOC_MEMORY_OF_GPU, 0x02: CREATE_QUEUE, ...) fail with `err`.
-void fail_next(unsigned nr, int err, int count);
+// After `skip` more successful ones, the next `count` ioctls number `nr` (0x16: ALLOC_MEMORY_OF_GPU, 0x02:
+// CREATE_QUEUE, ...) fail with `err`.
+void fail_next(unsigned nr, int err, int count, int skip = 0);
 // While `on`, doorbell writes are ignored: every queue hangs, its packets left in the ring (the first doorbell after
 // the hang ends runs them).
 void hang(bool on);

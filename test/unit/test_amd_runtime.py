@@ -402,3 +402,42 @@ def test_copies_go_through_sdma_in_staged_chunks(kfd):
     np.testing.assert_array_equal(out, x)
     assert kfd.stats()["sdma_doorbells"] - copies == 3 + 1 + 3
     assert kfd.stats()["last_error"] == "" or "host twin" in kfd.stats()["last_error"]
+
+
+# every ioctl of opening a GPU, failed in turn (skip: how many of its calls succeed first); GET_VERSION is asked once
+# per process's KFD, which the other devices of this module keep open
+_OPEN_FAULTS = [(0x15, 0, "ACQUIRE_VM"), (0x16, 0, "ALLOC_MEMORY_OF_GPU"),
+                (0x16, 5, "ALLOC_MEMORY_OF_GPU"), (0x18, 3, "MAP_MEMORY_TO_GPU"), (0x08, 0, "CREATE_EVENT"),
+                (0x02, 0, "CREATE_QUEUE"), (0x02, 1, "CREATE_QUEUE")]
+
+
+@pytest.mark.parametrize("nr,skip,name", _OPEN_FAULTS, ids=[f"{n}+{s}" for _, s, n in _OPEN_FAULTS])
+def test_every_fault_while_opening_is_an_exception_and_leaves_nothing(kfd, nr, skip, name):
+    from tinygrad.runtime import _amd
+    gc.collect()
+    before = kfd.stats()
+    kfd.fail_next(nr, errno.EIO, 1, skip)
+    with pytest.raises(RuntimeError, match=f"AMDKFD_IOC_{name}.*EIO"):
+        _amd.Device(2)
+    gc.collect()
+    after = kfd.stats()
+    for key in ("allocations", "gpu_mappings", "cpu_mappings", "queues", "events", "open_fds", "doorbell_pages"):
+        assert after[key] == before[key], key
+    dev = _amd.Device(2)  # the process keeps working
+    assert dev.arch == "gfx942"
+    del dev
+
+
+def test_failed_wait_names_wait_events(kfd):
+    from tinygrad import Device, Tensor
+    t = Tensor(np.ones(64, np.float32), device="AMD:1").realize()
+    kfd.hang(True)
+    try:
+        y = (t * 5).realize()
+        kfd.fail_next(0x0C, errno.EINVAL)
+        with pytest.raises(RuntimeError, match="AMDKFD_IOC_WAIT_EVENTS.*EINVAL"):
+            Device["AMD:1"].synchronize()
+    finally:
+        kfd.hang(False)
+    np.testing.assert_array_equal((t + 1).numpy(), np.full(64, 2, np.float32))
+    np.testing.assert_array_equal(y.numpy(), np.full(64, 5, np.float32))
