@@ -163,14 +163,11 @@ void* AqlQueue::kernargs(std::uint64_t size, std::uint64_t align) {
 }
 
 void AqlQueue::write(const hsa::DispatchPacket& packet) {
-  // a free slot: the CP has consumed everything but ring_packets_ - 1 packets
+  // a free slot: the ring is full only with ring_packets_ packets the CP has not read; then wait for all of them
+  // (simplest, and a full ring is rare: the timeout applies)
   if (written_ - indices()->read_index >= ring_packets_) {
-    ring();
-    auto start = std::chrono::steady_clock::now();
-    while (written_ - indices()->read_index >= ring_packets_) {
-      wait_signal();  // the whole queue: simplest, and a full ring is rare
-      if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(timeout_ms_)) break;
-    }
+    ring(true);
+    wait_signal();
   }
   auto* slot = static_cast<hsa::DispatchPacket*>(ring_->cpu()) + (written_ % ring_packets_);
   // everything but the header, then the header with release order: the CP must never see half a packet
@@ -181,8 +178,8 @@ void AqlQueue::write(const hsa::DispatchPacket& packet) {
   indices()->write_index = written_;
 }
 
-void AqlQueue::ring() {
-  if (written_ == rung_) return;  // nothing new: a doorbell costs the CP a look at the queue
+void AqlQueue::ring(bool force) {
+  if (written_ == 0 || (written_ == rung_ && !force)) return;  // nothing new: a doorbell costs the CP a look
   rung_ = written_;
   std::atomic_thread_fence(std::memory_order_release);
   kfd_->os().ring_doorbell(doorbell_, written_ - 1);  // HSA: the doorbell carries the last packet's index

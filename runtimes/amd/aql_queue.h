@@ -33,8 +33,8 @@ class AqlQueue {
 
   // Writes `packet` (header last) into the next slot, without ringing the doorbell. Waits for a free slot.
   void write(const hsa::DispatchPacket& packet);
-  // Announces the packets written since the last ring to the CP (nothing if there are none).
-  void ring();
+  // Announces the packets written since the last ring to the CP (nothing if there are none, unless `force`).
+  void ring(bool force = false);
   // Blocks until every packet has completed; tg::RuntimeError (the queue is hung) after the timeout.
   void wait_idle();
 

@@ -441,3 +441,32 @@ def test_failed_wait_names_wait_events(kfd):
         kfd.hang(False)
     np.testing.assert_array_equal((t + 1).numpy(), np.full(64, 2, np.float32))
     np.testing.assert_array_equal(y.numpy(), np.full(64, 5, np.float32))
+
+
+def test_ring_wraps_and_a_full_ring_waits(kfd):
+    from tinygrad import Tensor
+    from tinygrad.runtime import _amd
+    dev = _amd.Device(0)
+    prg, dims = _program(dev, lambda: Tensor.empty(64).realize() + 1, "gfx1100", grid=False)
+    buf = _amd.DeviceBuffer(dev, 256)
+    _amd.copyin(buf, np.zeros(64, np.float32))
+    g = _amd.Graph(dev)
+    g.add(prg, [buf, buf], *dims)  # in place: every replay adds one
+    for _ in range(1500):  # past the 1024 slots of the ring
+        g()
+    out = np.zeros(64, np.float32)
+    _amd.copyout(out, buf)
+    np.testing.assert_array_equal(out, np.full(64, 1500, np.float32))
+    dev.timeout_ms = 100
+    kfd.hang(True)
+    try:
+        for _ in range(1024):  # fills the ring
+            g()
+        with pytest.raises(RuntimeError, match="hung"):
+            g()  # no free slot, and nothing frees one
+    finally:
+        kfd.hang(False)
+        dev.timeout_ms = 30000
+    g()  # the doorbell runs the whole ring, then this one
+    _amd.copyout(out, buf)
+    np.testing.assert_array_equal(out, np.full(64, 1500 + 1024 + 1, np.float32))

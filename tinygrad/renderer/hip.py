@@ -156,7 +156,9 @@ class HIPLanguage(CUDALanguage):
     """HIP C++ for clang's amdgcn target, headerless. `wave`: the wavefront width (32 on RDNA, 64 on CDNA)."""
     name = "HIP"
     tensor_cores = ()
-    rdna3_tensor_cores = tuple(_WMMA)  # gfx11 only (ops_amd.py checks the target)
+    hopper_tensor_cores = ()
+    # gfx11 only; not yet offered to the linearizer: codegen/tensor_cores.py has no plan for its fragment layout
+    rdna3_tensor_cores = tuple(_WMMA)
     block_idx_fmt = "__builtin_amdgcn_workgroup_id_{}()"
     thread_idx_fmt = "__builtin_amdgcn_workitem_id_{}()"
     barrier = "tg_barrier();"
