@@ -470,3 +470,39 @@ def test_ring_wraps_and_a_full_ring_waits(kfd):
     g()  # the doorbell runs the whole ring, then this one
     _amd.copyout(out, buf)
     np.testing.assert_array_equal(out, np.full(64, 1500 + 1024 + 1, np.float32))
+
+
+def test_code_object_parser_refuses_malformed_files():
+    import struct
+
+    from amd_twin import code_object
+
+    from tinygrad.runtime import _amd
+    good = code_object("k", 16, "gfx1100", b"TGTWIN01" + bytes(16), True)
+    co = _amd.parse_code_object(good)
+    assert co["gfx"] == "gfx1100" and [k["name"] for k in co["kernels"]] == ["k"]
+    assert co["kernels"][0]["entry_offset"] == 0x200 and co["kernels"][0]["wave32"]
+
+    def patched(offset, fmt, value):
+        b = bytearray(good)
+        struct.pack_into(fmt, b, offset, value)
+        return bytes(b)
+    cases = {
+        "e_machine is 62, not EM_AMDGPU": patched(18, "<H", 62),         # an x86-64 ELF
+        "OS/ABI is 0, not AMDGPU_HSA": patched(7, "<B", 0),
+        "not a little-endian ELF64": patched(4, "<B", 1),                # ELF32
+        "section header": patched(40, "<Q", len(good) * 4),              # e_shoff past the end
+        "lies outside the file": good[:len(good) - 100],                 # truncated section headers
+        "not an ELF": b"MZ" + good[2:],
+    }
+    for message, image in cases.items():
+        with pytest.raises(RuntimeError, match=message):
+            _amd.parse_code_object(image)
+    # a descriptor symbol that is not 64-byte aligned, or not 64 bytes
+    sym = good.index(struct.pack("<IBBHQQ", 1, (1 << 4) | 1, 0, 1, 0x100, 64))
+    with pytest.raises(RuntimeError, match="not 64-byte aligned"):
+        _amd.parse_code_object(patched(sym + 8, "<Q", 0x108))
+    with pytest.raises(RuntimeError, match="is not 64 bytes"):
+        _amd.parse_code_object(patched(sym + 16, "<Q", 32))
+    with pytest.raises(RuntimeError, match="no kernel descriptor"):
+        _amd.parse_code_object(patched(sym + 4, "<B", 0))  # STT_NOTYPE: no .kd object left
