@@ -29,7 +29,8 @@ BUILD = ROOT / "build" / "test-native"
 MODULE = "tinygrad_test_doubles"
 # what the doubles are compiled from: their own folder and the runtime headers they implement
 _INPUTS = [SOURCE, ROOT / "runtimes" / "cuda" / "cuda_api.h", ROOT / "runtimes" / "cuda" / "nccl_api.h",
-           ROOT / "runtimes" / "cpu" / "host_os.h"]
+           ROOT / "runtimes" / "cpu" / "host_os.h", ROOT / "runtimes" / "amd" / "amd_os.h",
+           ROOT / "runtimes" / "amd" / "kfd_abi.h"]
 
 
 def _tool(name: str) -> str | None:
@@ -127,6 +128,32 @@ def uninstall_fake_cuda() -> None:
     fake_cuda().uninstall()
     _cuda.use_driver_library(None)
     _cuda.nvrtc_unload()
+
+
+def fake_kfd():
+    """The fake KFD's configuration and inspection API (test/native/fake_kfd.h): stats(), fail_next(nr, errno),
+    hang(on)."""
+    return doubles().fake_kfd
+
+
+def install_fake_kfd(gpus=("gfx1100",)) -> None:
+    """A fresh fake machine with these GPU models, served to the AMD runtime through its OS table, and the host-twin
+    compiler in place of clang (test/amd_twin.py), so AMD devices opened from now on run on the host."""
+    from amd_twin import TwinCompiler
+
+    from tinygrad.runtime import _amd, ops_amd
+    _amd.set_os(fake_kfd().install(list(gpus)))
+    ops_amd.AMDDevice.compiler_class = TwinCompiler
+
+
+def uninstall_fake_kfd() -> None:
+    """Back to the real OS calls and the real compiler. Devices of the fake are collected first."""
+    from tinygrad.runtime import _amd, ops_amd
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    gc.collect()
+    _amd.set_os(0)
+    fake_kfd().uninstall()
+    ops_amd.AMDDevice.compiler_class = AMDCompiler
 
 
 def install_fault_host_os():

@@ -4,6 +4,7 @@
 //   fake_cuda      inspect and configure the fake CUDA driver and NVRTC. This same library exports the driver's
 //                  bootstrap entry points and NVRTC's functions, so _cuda loads it by path as it loads the real ones.
 //   fault_host_os  a HostOS that fails on request, installed into _cpu through its host-OS table seam.
+//   fake_kfd       a fake /dev/kfd, render nodes and KFD topology, installed into _amd through its OS table seam.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "fake_driver.h"
+#include "fake_kfd.h"
 #include "fault_host_os.h"
 
 namespace py = pybind11;
@@ -84,4 +86,36 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
       py::arg("inner"), "Address of the fault injector's tg_host_os table, delegating to the table at `inner`.");
   f.def("fail_next_alloc", &tg::test::fail_next_allocs, py::arg("n") = 1);
   f.def("fail_next_load", &tg::test::fail_next_loads, py::arg("n") = 1);
+
+  namespace kfd = tg::amd::fake;
+  auto k = m.def_submodule("fake_kfd", "A fake KFD that runs dispatches through host twins (fake_kfd.h).");
+  k.def(
+      "install",
+      [](const std::vector<std::string>& gpus) {
+        std::vector<kfd::GpuModel> models;
+        for (const auto& g : gpus) models.push_back(kfd::model(g));
+        return reinterpret_cast<std::uintptr_t>(kfd::install(models));
+      },
+      py::arg("gpus"), "A fresh machine with these GPU models; returns the tg_amd_os table's address for _amd.set_os.");
+  k.def("uninstall", &kfd::uninstall);
+  k.def("table", [] { return reinterpret_cast<std::uintptr_t>(kfd::table()); }, "The tg_amd_os table's address.");
+  k.def("fail_next", &kfd::fail_next, py::arg("nr"), py::arg("errno"), py::arg("count") = 1, py::arg("skip") = 0,
+        "After `skip` more successful ones, the next `count` ioctls number `nr` fail with `errno`.");
+  k.def("hang", &kfd::hang, py::arg("on") = true, "While on, doorbell writes are ignored: the queues hang.");
+  k.def("stats", [] {
+    kfd::Stats s = kfd::stats();
+    py::dict d;
+    d["allocations"] = s.allocations;
+    d["gpu_mappings"] = s.gpu_mappings;
+    d["cpu_mappings"] = s.cpu_mappings;
+    d["queues"] = s.queues;
+    d["events"] = s.events;
+    d["open_fds"] = s.open_fds;
+    d["doorbell_pages"] = s.doorbell_pages;
+    d["dispatches"] = s.dispatches;
+    d["doorbells"] = s.doorbells;
+    d["sdma_doorbells"] = s.sdma_doorbells;
+    d["last_error"] = s.last_error;
+    return d;
+  });
 }

@@ -1,0 +1,212 @@
+"""The HIP renderer (renderer/hip.py) and the AMD compiler (runtime/compiler_amd.py): the rendered source of the
+standard kernel shapes, and, where a clang with the amdgcn target is installed (Debian 12: clang-19 + lld-19), code
+objects for gfx1100, gfx90a and gfx942 checked as AMDGPU ELF files with a kernel descriptor per kernel."""
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from tinygrad.device import CompileError
+
+
+def _render_hip(*tensors, grid: bool = True, wave: int = 32) -> list[str]:
+    """The HIP source of every kernel computing `tensors` (`grid=False`: loops the renderer spreads over the GPU)."""
+    from tinygrad.codegen.kernel import LinearizerOptions
+    from tinygrad.codegen.linearizer import Linearizer
+    from tinygrad.engine.schedule import create_schedule_with_vars
+    from tinygrad.ops import BufferOps
+    from tinygrad.renderer.hip import hip_renderer
+    opts = LinearizerOptions("AMD", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                             shared_max=64 * 1024)
+    out = []
+    for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
+        if si.ast[0].op is BufferOps.STORE:
+            lin = Linearizer(si.ast, opts)
+            lin.gpu = lin.gpu and grid
+            lin.linearize()
+            out.append(hip_renderer(wave)(lin.name, lin.uops))
+    return out
+
+
+def _kernels(wave: int = 32) -> dict[str, str]:
+    from tinygrad import Tensor, dtypes
+    a = Tensor.empty(40, 300).realize()
+    srcs = {
+        "elementwise": _render_hip(a * 2 + a.exp2(), wave=wave),
+        "reduce_rows": _render_hip(a.max(axis=1), wave=wave),
+        "reduce_all": _render_hip(Tensor.empty(1 << 17).realize().sum() / 2, wave=wave),
+        "matmul": _render_hip(Tensor.empty(64, 64).realize() @ Tensor.empty(64, 64).realize(), wave=wave),
+        "half": _render_hip((a.cast(dtypes.float16) * 3).sqrt(), grid=False, wave=wave),
+        "bfloat16": _render_hip((a.cast(dtypes.bfloat16) + 1).cast(dtypes.float32), wave=wave),
+        "double": _render_hip(Tensor.empty(100, dtype=dtypes.float64).realize().exp2().sin().log2(), wave=wave),
+    }
+    return {k: v[-1] for k, v in srcs.items()}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return _kernels()
+
+
+def test_hip_source_uses_amdgcn_builtins_not_cuda(kernels):
+    for name, src in kernels.items():
+        assert 'extern "C" __global__ void' in src, name
+        # headerless: nothing of CUDA's headers or PTX
+        for cuda in ("blockIdx", "threadIdx", "__syncthreads", "asm(", "__shfl_down_sync", " exp2f("):
+            assert cuda not in src, (name, cuda)
+    g = kernels["elementwise"]
+    assert "__builtin_amdgcn_workgroup_id_x()" in g and "__builtin_amdgcn_workitem_id_x()" in g
+    assert "__builtin_exp2f(" in g and "__launch_bounds__(" in g
+
+
+def test_reduction_uses_local_memory_barriers_and_wave_shuffles(kernels):
+    src = kernels["reduce_all"]
+    assert "__shared__" in src and "tg_barrier();" in src and "tg_shfl_down(" in src
+    assert "tg_red[32]" in src  # a partial per wave32 wavefront of a 1024-thread block
+    assert "__atomic_fetch_add(&tg_done, 1u" in src  # the last block combines the grid's partials
+    wave64 = _kernels(64)["reduce_all"]
+    assert "tg_red[16]" in wave64 and "tg_s = 32" in wave64 and "& 63u" in wave64
+
+
+def test_matmul_stages_tiles_in_local_memory(kernels):
+    src = kernels["matmul"]
+    assert "__shared__" in src and "tg_barrier();" in src
+
+
+def test_half_bfloat16_and_double_need_no_device_library(kernels):
+    half, bf16, dbl = kernels["half"], kernels["bfloat16"], kernels["double"]
+    assert "__builtin_bit_cast(_Float16, h)" in half and "tg_f16_round(" in half
+    assert "tg_f32_to_bf16(" in bf16 or "tg_bf16_to_f32(" in bf16
+    # amdgcn has no double exp2/log2/sin instruction: the prelude's series, never a libcall
+    assert "tg_exp2_f64(" in dbl and "tg_sin_f64(" in dbl and "tg_log2_f64(" in dbl
+
+
+def test_wave_width_is_checked():
+    from tinygrad.renderer.hip import HIPLanguage
+    with pytest.raises(ValueError, match="32 or 64"):
+        HIPLanguage(16)
+
+
+# ---- code objects (need a clang with the amdgcn target) ----
+TARGETS = ("gfx1100", "gfx90a", "gfx942")
+
+
+def _clang():
+    from tinygrad.runtime.compiler_amd import find_amd_clang
+    try:
+        return find_amd_clang()
+    except CompileError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def code_objects(kernels):
+    _clang()
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    out = {}
+    for target in TARGETS:
+        compiler = AMDCompiler(target)
+        for name in ("matmul", "reduce_all", "reduce_rows", "half", "double"):
+            out[target, name] = compiler.code_object(kernels[name])
+    return out
+
+
+def _elf_header(image: bytes) -> dict:
+    ident = image[:16]
+    machine, = struct.unpack_from("<H", image, 18)
+    flags, = struct.unpack_from("<I", image, 48)
+    return {"magic": ident[:4], "class": ident[4], "osabi": ident[7], "abiversion": ident[8], "machine": machine,
+            "flags": flags}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_code_objects_are_amdgpu_elf_with_a_descriptor_per_kernel(code_objects, target):
+    from tinygrad.runtime import _amd
+    for name in ("matmul", "reduce_all", "reduce_rows", "half", "double"):
+        image = code_objects[target, name]
+        h = _elf_header(image)
+        assert h["magic"] == b"\x7fELF" and h["class"] == 2
+        assert h["machine"] == 224 and h["osabi"] == 64  # EM_AMDGPU, ELFOSABI_AMDGPU_HSA
+        co = _amd.parse_code_object(image)
+        assert co["gfx"] == target
+        assert len(co["kernels"]) == 1
+        k = co["kernels"][0]
+        assert k["descriptor_offset"] % 64 == 0 and k["entry_offset"] < co["image_size"]
+        assert k["wave32"] == (target == "gfx1100")
+        # the arguments only: two pointers (16 bytes), or three for the matmul; no hidden arguments
+        assert k["kernarg_size"] == (24 if name == "matmul" else 16)
+        assert k["private_segment_fixed_size"] == 0
+        if name in ("matmul", "reduce_all"):
+            assert k["group_segment_fixed_size"] > 0  # local memory (short rows reduce within a wavefront: none)
+    # each kernel's descriptor names its own code: the names are the kernels'
+    assert _amd.parse_code_object(code_objects[target, "matmul"])["kernels"][0]["name"].startswith("r_64_64")
+
+
+def _wmma_source() -> str:
+    """One wavefront's 16x16x16 half WMMA through the renderer's spelling (prelude and expression)."""
+    from tinygrad.renderer.gpu_plan import VEC_PRELUDE
+    from tinygrad.renderer.hip import HIP_PRELUDE, hip_language
+    lang = hip_language(32)
+    call = lang.render_wmma("wmma_f16_gfx11", ["a", "b", "c"], None)
+    return (HIP_PRELUDE + VEC_PRELUDE + lang.wmma_prelude({"wmma_f16_gfx11"}, False) +
+            'extern "C" __global__ void __launch_bounds__(32) wmma(float* out, const unsigned short* A, '
+            "const unsigned short* B) {\n"
+            "  const int l = __builtin_amdgcn_workitem_id_x();\n"
+            "  tg_vec<unsigned short, 16> a, b; tg_vec<float, 8> c;\n"
+            "  for (int i = 0; i < 16; i++) { a.e[i] = A[(l % 16) * 16 + i]; b.e[i] = B[i * 16 + l % 16]; }\n"
+            "  for (int i = 0; i < 8; i++) c.e[i] = 0.0f;\n"
+            f"  c = {call};\n"
+            "  for (int i = 0; i < 8; i++) out[(2 * i + l / 16) * 16 + l % 16] = c.e[i];\n}\n")
+
+
+def test_wmma_kernel_for_gfx1100():
+    _clang()
+    from tinygrad.runtime import _amd
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    image = AMDCompiler("gfx1100").code_object(_wmma_source())
+    co = _amd.parse_code_object(image)
+    assert co["gfx"] == "gfx1100" and [k["name"] for k in co["kernels"]] == ["wmma"]
+    objdump = shutil.which("llvm-objdump-19") or shutil.which("llvm-objdump")
+    if objdump:
+        import tempfile
+        with tempfile.NamedTemporaryFile(suffix=".co") as f:
+            f.write(image)
+            f.flush()
+            dis = subprocess.run([objdump, "-d", "--mcpu=gfx1100", f.name], capture_output=True, text=True).stdout
+        assert "v_wmma_f32_16x16x16_f16" in dis
+    # CDNA has no RDNA3 WMMA: the compiler's own error, with its log
+    with pytest.raises(CompileError, match="gfx90a"):
+        AMDCompiler("gfx90a").code_object(_wmma_source())
+
+
+def test_compile_errors_carry_the_compilers_log():
+    _clang()
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    with pytest.raises(CompileError, match="error:.*undeclared|undeclared.*error") as e:
+        AMDCompiler("gfx1100").code_object('extern "C" __attribute__((global)) void k() { nope(); }')
+    assert "--- source ---" in str(e.value)
+
+
+def test_missing_clang_is_a_clear_error(monkeypatch):
+    from tinygrad.runtime import compiler_amd
+    monkeypatch.setenv("AMD_CLANG", "clang-that-does-not-exist")
+    compiler_amd.find_amd_clang.cache_clear()
+    try:
+        with pytest.raises(CompileError, match="clang-19 and lld-19"):
+            compiler_amd.find_amd_clang()
+    finally:
+        compiler_amd.find_amd_clang.cache_clear()
+
+
+def test_arch_is_checked():
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    with pytest.raises(ValueError, match="gfx1100"):
+        AMDCompiler("sm_90")
+
+
+def test_lib_header_round_trips():
+    from tinygrad.runtime.compiler_amd import pack_lib, unpack_lib
+    lib = pack_lib(b"\x7fELF...", ((4, 1, 1), (256, 1, 1)), True)
+    assert unpack_lib(lib) == (b"\x7fELF...", ((4, 1, 1), (256, 1, 1)), True)
+    assert unpack_lib(b"\x7fELF") == (b"\x7fELF", None, False)
