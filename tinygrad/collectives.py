@@ -72,10 +72,10 @@ def _check(lbs: Sequence[LazyBuffer], same_shape: bool) -> None:
 # ---- helpers on LazyBuffers of one device ----
 
 def even_bounds(n: int, k: int) -> tuple[tuple[int, int], ...]:
-    """`n` elements split into `k` contiguous ranges whose sizes differ by at most one, larger ones first."""
-    sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
-    starts = [sum(sizes[:i]) for i in range(k)]
-    return tuple((s, s + z) for s, z in zip(starts, sizes))
+    """`n` elements split into `k` contiguous ranges as tinygrad 0.9 splits them: ceil(n / k) each, in order, the
+    last ones shorter or empty (1 element over 4 devices: one range of 1, three empty)."""
+    size = -(-n // k)
+    return tuple((min(i * size, n), min((i + 1) * size, n)) for i in range(k))
 
 
 def slice_axis(lb: LazyBuffer, axis: int, lo: int, hi: int) -> LazyBuffer:

@@ -103,7 +103,7 @@ class MultiLazyBuffer:
     def from_sharded(lb: LazyBuffer, devices: tuple[str, ...], axis: int | None = None,
                      bounds: tuple[tuple[int, int], ...] | None = None) -> MultiLazyBuffer:
         """`lb` (on one device) copied to every device of `devices` (`axis` None), or split along `axis` into
-        `bounds` (default: as evenly as it goes) with each range copied to its device."""
+        `bounds` (default: ceil(size / devices) a device, as 0.9) with each range copied to its device."""
         if not devices:
             raise ArgumentError("shard needs at least one device")
         if len(set(devices)) != len(devices):
@@ -259,9 +259,6 @@ def _check_bounds(shape: tuple, axis: int, devices: tuple[str, ...],
     if not isinstance(n, int):
         raise ArgumentError(f"can't shard the symbolic axis {axis} of shape {shape}")
     if bounds is None:
-        if n < len(devices):
-            raise ArgumentError(f"can't shard axis {axis} of size {n} over {len(devices)} devices: every device "
-                                f"needs at least one element")
         return even_bounds(n, len(devices))
     bounds = tuple(tuple(b) for b in bounds)
     if len(bounds) != len(devices) or bounds[0][0] != 0 or bounds[-1][1] != n or \

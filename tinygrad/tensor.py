@@ -306,10 +306,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return ret
 
     def shard(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
-        """This tensor spread over `devices`: a copy on each (`axis` None), or split along `axis` into ranges as
-        equal as they go, one per device in order. The result's `device` is the tuple of canonical names and its
-        `lazydata` a MultiLazyBuffer; ops on it run on every device. A tensor already on several devices is
-        placed anew. Differentiable: the gradient of the result goes back to this tensor's placement.
+        """This tensor spread over `devices`: a copy on each (`axis` None), or split along `axis` into ranges of
+        ceil(size / devices), one per device in order (the last ones shorter or empty, as in 0.9). The result's
+        `device` is the tuple of canonical names and its `lazydata` a MultiLazyBuffer; ops on it run on every
+        device. A tensor already on several devices is placed anew. Differentiable: the gradient of the result
+        goes back to this tensor's placement.
 
         >>> t = Tensor.arange(6).reshape(3, 2).shard(("CLANG:0", "CLANG:1"), axis=0)
         >>> t.device, t.lazydata.bounds, t.tolist()
