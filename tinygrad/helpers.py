@@ -27,7 +27,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "DEBUG": (0, "1: schedule summary, 2: one line per kernel launch with its time, 3: kernel shapes, "
                  "4: kernel source when compiled, 5: kernel AST, 6: kernel uops"),
     DEVICE_KNOB: (0, "1: make <DEVICE> the default device, for every device tinygrad.runtime has a module "
-                     "ops_<device>.py for: CLANG (C kernels on host memory), CPU (numpy buffers, C kernels), CUDA"),
+                     "ops_<device>.py for: CLANG (C kernels on host memory), CPU (numpy buffers, C kernels), CUDA, "
+                     "METAL"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: the first of clang, cc, gcc that builds half kernels"),
     "COMPILE_TIMEOUT": (300, "seconds a kernel compile may take before it is stopped with an error (0: no limit)"),
