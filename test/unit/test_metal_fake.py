@@ -1,0 +1,201 @@
+"""The Metal runtime end to end against the fake Objective-C runtime and Metal framework of test/native: every message
+the runtime sends is checked (receiver, argument classes, reference counts, autorelease pools), kernels rendered as MSL
+run on the host (built by g++ against test/native/msl_host.h, threadgroups as fibers), results match numpy, nothing
+leaks, and each injected Metal failure becomes a Python exception naming Metal's error while the process keeps
+working."""
+import gc
+
+import native_doubles
+import numpy as np
+import pytest
+
+from tinygrad.runtime import _metal
+
+
+@pytest.fixture(scope="module")
+def fake():
+    if not native_doubles.install_fake_metal():
+        pytest.skip("the fake Objective-C runtime needs x86-64 Linux and g++")
+    yield native_doubles.fake_metal()
+    native_doubles.uninstall_fake_metal()
+
+
+@pytest.fixture
+def F(fake):
+    fake.clear_records()
+    yield fake
+    assert fake.violations() == []
+
+
+ADD = """#include <metal_stdlib>
+using namespace metal;
+kernel void add(device float* out [[buffer(0)]], const device float* a [[buffer(1)]], constant int& n [[buffer(2)]],
+uint3 tg_gid [[threadgroup_position_in_grid]], uint3 tg_lid [[thread_position_in_threadgroup]],
+uint3 tg_bdim [[threads_per_threadgroup]], uint3 tg_gdim [[threadgroups_per_grid]]) {
+  int i = tg_gid.x * tg_bdim.x + tg_lid.x;
+  if (i < n) out[i] = a[i] + 1.0f;
+}
+"""
+
+
+def _live(F) -> dict:
+    gc.collect()
+    return F.live_objects()
+
+
+def test_runtime_launches_and_releases_everything_it_made(F):
+    before = _live(F)
+    dev = _metal.Device()
+    assert dev.gpu_name == "Fake Apple GPU (host)" and dev.max_threadgroup_memory == 32768
+    prg = dev.load_program("add", ADD.encode())
+    assert prg.max_threads == 1024 and prg.simd_width == 32
+    a, out = _metal.DeviceBuffer(dev, 400), _metal.DeviceBuffer(dev, 400)
+    _metal.copyin(a, np.arange(100, dtype=np.float32))
+    prg.launch((4, 1, 1), (32, 1, 1), False, out, a, 100)
+    seconds = prg.launch((4, 1, 1), (32, 1, 1), True, out, a, 100)
+    assert isinstance(seconds, float) and seconds > 0  # GPUEndTime - GPUStartTime
+    res = np.zeros(100, np.float32)
+    _metal.copyout(res, out)
+    np.testing.assert_array_equal(res, np.arange(100) + 1)
+    assert np.frombuffer(memoryview(out), np.float32)[:3].tolist() == [1.0, 2.0, 3.0]  # shared storage, in place
+    assert [d[:3] for d in F.dispatches()] == [("add", (4, 1, 1), (32, 1, 1))] * 2
+    # per launch objects (command buffers, encoders, strings) went with their autorelease pools
+    live = _live(F)
+    assert not {k for k in live if k in ("MTLCommandBuffer", "MTLComputeCommandEncoder", "NSError")}
+    del prg, a, out, dev
+    assert _live(F) == before  # the device, queue, buffers, library, function and pipeline were all released
+
+
+def test_metallib_images_load_through_dispatch_data(F):
+    dev = _metal.Device()
+    prg = dev.load_program("add", b"MTLB" + ADD.encode())
+    a, out = _metal.DeviceBuffer(dev, 16), _metal.DeviceBuffer(dev, 16)
+    prg.launch((1, 1, 1), (4, 1, 1), True, out, a, 4)
+    assert np.frombuffer(memoryview(out), np.float32).tolist() == [1.0] * 4
+    del prg, a, out, dev
+    assert "OS_dispatch_data" not in _live(F)
+
+
+def test_bad_launches_are_python_errors(F):
+    dev = _metal.Device()
+    prg = dev.load_program("add", ADD.encode())
+    out = _metal.DeviceBuffer(dev, 16)
+    with pytest.raises(ValueError, match="2048 threads per threadgroup, but its pipeline allows 1024"):
+        prg.launch((1, 1, 1), (2048, 1, 1), False, out, out, 4)
+    with pytest.raises(ValueError, match="needs its grid and threadgroup sizes"):
+        prg(out, out, 4)
+    with pytest.raises(RuntimeError, match="MTLLibraryErrorFunctionNotFound"):
+        dev.load_program("nope", ADD.encode())
+    out.free()
+    with pytest.raises(ValueError, match="freed"):
+        prg.launch((1, 1, 1), (4, 1, 1), False, out, out, 4)
+
+
+def test_injected_failures_name_metals_errors_and_the_process_goes_on(F):
+    dev = _metal.Device()
+    with pytest.raises(RuntimeError, match=r"(?s)Compilation failed.*error: .*MTLLibraryErrorCompileFailure"):
+        dev.check_source("kernel void broken( {")  # a real compile error, with the compiler's log
+    F.fail_next("library")
+    with pytest.raises(RuntimeError, match=r"(?s)injected compile failure.*MTLLibraryErrorCompileFailure"):
+        dev.load_program("add", ADD.encode())
+    F.fail_next("buffer")
+    with pytest.raises(MemoryError, match="newBufferWithLength:options:"):
+        _metal.DeviceBuffer(dev, 1 << 20)
+    prg = dev.load_program("add", ADD.encode())
+    a, out = _metal.DeviceBuffer(dev, 16), _metal.DeviceBuffer(dev, 16)
+    F.fail_next("command_buffer", 3)
+    with pytest.raises(RuntimeError, match=r"waitUntilCompleted: the GPU failed .*\(MTLCommandBufferErrorPageFault\)"):
+        prg.launch((1, 1, 1), (4, 1, 1), True, out, a, 4)
+    F.fail_next("command_buffer", 8)
+    prg.launch((1, 1, 1), (4, 1, 1), False, out, a, 4)
+    with pytest.raises(MemoryError, match="MTLCommandBufferErrorOutOfMemory"):
+        dev.synchronize()
+    # and everything still works
+    prg.launch((1, 1, 1), (4, 1, 1), True, out, a, 4)
+    assert np.frombuffer(memoryview(out), np.float32).tolist() == [1.0] * 4
+    del prg, a, out, dev
+    assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+
+
+def test_graph_replays_as_one_command_buffer(F):
+    dev = _metal.Device()
+    prg = dev.load_program("add", ADD.encode())
+    bufs = [_metal.DeviceBuffer(dev, 16) for _ in range(4)]
+    g = dev.create_graph()
+    for i in range(3):
+        g.add(prg, [bufs[i + 1], bufs[i], 4], (1, 1, 1), (4, 1, 1))
+    committed = F.committed()
+    g()
+    dev.synchronize()
+    assert F.committed() == committed + 1 and len({d[3] for d in F.dispatches()}) == 1
+    assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [3.0] * 4
+    g.set_arg(0, 1, bufs[3])  # the chain now starts from the last result
+    g()
+    dev.synchronize()
+    assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [6.0] * 4
+    del g, prg, bufs, dev
+    assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+
+
+# ---- the METAL device: rendered MSL run on the host, against numpy ----
+@pytest.fixture(scope="module")
+def metal(fake):
+    from tinygrad import Device
+    return Device["METAL"]
+
+
+def T(x):
+    from tinygrad import Tensor
+    return Tensor(x, device="METAL")
+
+
+def test_ops_match_numpy(F, metal):
+    r = np.random.default_rng(0)
+    x, y = r.standard_normal((33, 65)).astype(np.float32), r.standard_normal((65, 17)).astype(np.float32)
+    np.testing.assert_allclose((T(x) @ T(y)).numpy(), x @ y, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose((T(x).exp() * 2 - T(x).abs().sqrt().relu()).numpy(),
+                               np.exp(x) * 2 - np.sqrt(np.abs(x)), rtol=1e-5, atol=1e-6)
+    big = r.random(70001).astype(np.float32)
+    np.testing.assert_allclose(T(big).sum().numpy(), big.astype(np.float64).sum(), rtol=1e-5)
+    m = r.standard_normal((40, 1001)).astype(np.float32)
+    np.testing.assert_array_equal(T(m).max(axis=1).numpy(), m.max(axis=1))
+    i = r.integers(-1000, 1000, 70001).astype(np.int64)
+    assert T(i).sum().numpy() == i.sum()
+    h = r.standard_normal(999).astype(np.float16)
+    np.testing.assert_allclose((T(h) * 3 + 1).numpy(), h * np.float16(3) + np.float16(1), rtol=1e-3)
+    names = {d[0] for d in F.dispatches()}
+    assert any(n.startswith("r_") for n in names) and any(n.startswith("E_") for n in names)
+
+
+def test_bfloat16_and_symbolic_sizes(F, metal):
+    from tinygrad import Tensor, Variable, dtypes
+    x = np.arange(64, dtype=np.float32) / 8
+    out = (Tensor(x, device="METAL").cast(dtypes.bfloat16) * 3).cast(dtypes.float32).numpy()
+    np.testing.assert_allclose(out, x * 3, rtol=1e-2)
+    base = Tensor(np.arange(300, dtype=np.float32), device="METAL").realize()
+    for n in (1, 7, 300):
+        v = Variable("n", 1, 300).bind(n)
+        np.testing.assert_array_equal((base.shrink(((0, v),)) * 2).numpy()[:n], np.arange(n) * 2)
+
+
+def test_tinyjit_replays_through_the_graph(F, metal):
+    from tinygrad import Tensor, TinyJit
+
+    @TinyJit
+    def step(a, b):
+        return ((a + b) * 2).sum(axis=1).realize()
+    r = np.random.default_rng(1)
+    for k in range(4):
+        a, b = r.random((8, 300)).astype(np.float32), r.random((8, 300)).astype(np.float32)
+        ta, tb = Tensor(a, device="METAL").realize(), Tensor(b, device="METAL").realize()
+        committed = F.committed()
+        out = step(ta, tb)
+        if k >= 2:  # captured at the second call: each replay is one command buffer
+            assert F.committed() - committed == 1
+        np.testing.assert_allclose(out.numpy(), ((a + b) * 2).sum(axis=1), rtol=1e-5)
+
+
+def test_compile_errors_are_compile_errors(F, metal):
+    from tinygrad.device import CompileError
+    with pytest.raises(CompileError, match="MTLLibraryErrorCompileFailure"):
+        metal.compiler.compile("kernel void x( {")
