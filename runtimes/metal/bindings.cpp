@@ -50,6 +50,8 @@ PYBIND11_MODULE(_metal, m) {
   c.device.def(py::init<>(), py::call_guard<py::gil_scoped_release>(),
                "Opens the default GPU (RuntimeError naming the library where Metal is not available).")
       .def_property_readonly("gpu_name", [](const MetalDevice& d) { return d.context()->gpu_name(); })
+      .def_property_readonly("supports_icb", [](const MetalDevice& d) { return d.context()->supports_icb(); },
+                             "Whether graphs replay through indirect command buffers.")
       .def_property_readonly("max_threadgroup_memory",
                              [](const MetalDevice& d) { return d.context()->max_threadgroup_memory(); })
       .def(
@@ -61,5 +63,6 @@ PYBIND11_MODULE(_metal, m) {
           py::arg("source"), "Compile MSL and drop the library: RuntimeError with the compiler's log on failure.");
   c.program.def_property_readonly("max_threads", &MetalProgram::max_threads)
       .def_property_readonly("simd_width", &MetalProgram::simd_width);
-  c.graph.def(py::init([](MetalDevice& d) { return std::make_unique<MetalGraph>(d.context()); }), py::arg("device"));
+  c.graph.def(py::init([](MetalDevice& d) { return std::make_unique<MetalGraph>(d.context()); }), py::arg("device"))
+      .def_property_readonly("uses_icb", &MetalGraph::uses_icb);
 }

@@ -26,6 +26,10 @@ MetalContext::MetalContext(std::shared_ptr<const ObjcApi> api) : api_(std::move(
   if (q == nullptr) throw RuntimeError(name_, "newCommandQueueWithMaxCommandBufferCount:", "nil", "no command queue");
   queue_ = Owned(api_, q);
   max_threadgroup_memory_ = send<NSUInteger>(a, dev, a.sel.maxThreadgroupMemoryLength);
+  // compute commands in indirect command buffers: Apple GPUs from the A11 (MTLGPUFamilyApple4, 1004) and Macs of
+  // MTLGPUFamilyMac2 (2002)
+  supports_icb_ = send<bool>(a, dev, a.sel.supportsFamily, NSInteger{1004}) ||
+                  send<bool>(a, dev, a.sel.supportsFamily, NSInteger{2002});
 }
 
 MetalContext::~MetalContext() {

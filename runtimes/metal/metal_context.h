@@ -27,6 +27,8 @@ class MetalContext {
   id device() const noexcept { return device_.get(); }
   id queue() const noexcept { return queue_.get(); }
   NSUInteger max_threadgroup_memory() const noexcept { return max_threadgroup_memory_; }
+  // Whether graphs replay through indirect command buffers (pipelines are then made able to go into one).
+  bool supports_icb() const noexcept { return supports_icb_; }
 
   // Retains the (autoreleased) command buffer, commits it and keeps it until synchronize() has checked it. With more
   // than kMaxInFlight waiting, the oldest is waited for first, so a long stream of launches holds bounded memory.
@@ -44,6 +46,7 @@ class MetalContext {
   std::string name_ = "METAL", gpu_name_;
   Owned device_, queue_;
   NSUInteger max_threadgroup_memory_ = 0;
+  bool supports_icb_ = false;
   std::mutex mutex_;
   std::deque<Owned> in_flight_;
 };

@@ -42,10 +42,22 @@ MetalProgram::MetalProgram(std::shared_ptr<MetalContext> ctx, std::string name, 
                        "the kernel library has no function " + name_);
   function_ = Owned(ctx_->api_ptr(), fn);
   id err = nullptr;
-  id p = send<id>(a, ctx_->device(), a.sel.newComputePipelineStateWithFunction_error, fn, &err);
-  if (p == nullptr)
-    throw_ns_error(a, ctx_->name(), "newComputePipelineStateWithFunction:error:", err,
-                   "Metal could not make a pipeline of " + name_);
+  id p;
+  const char* call;
+  if (ctx_->supports_icb()) {
+    // a pipeline goes into an indirect command buffer only if made able to, through a descriptor
+    call = "newComputePipelineStateWithDescriptor:options:reflection:error:";
+    Owned desc(ctx_->api_ptr(),
+               send<id>(a, send<id>(a, a.cls("MTLComputePipelineDescriptor"), a.sel.alloc), a.sel.init));
+    send<void>(a, desc.get(), a.sel.setComputeFunction, fn);
+    send<void>(a, desc.get(), a.sel.setSupportIndirectCommandBuffers, true);
+    p = send<id>(a, ctx_->device(), a.sel.newComputePipelineStateWithDescriptor_options_reflection_error, desc.get(),
+                 NSUInteger{0}, static_cast<id*>(nullptr), &err);
+  } else {
+    call = "newComputePipelineStateWithFunction:error:";
+    p = send<id>(a, ctx_->device(), a.sel.newComputePipelineStateWithFunction_error, fn, &err);
+  }
+  if (p == nullptr) throw_ns_error(a, ctx_->name(), call, err, "Metal could not make a pipeline of " + name_);
   pipeline_ = Owned(ctx_->api_ptr(), p);
   max_threads_ = send<NSUInteger>(a, p, a.sel.maxTotalThreadsPerThreadgroup);
   simd_width_ = send<NSUInteger>(a, p, a.sel.threadExecutionWidth);

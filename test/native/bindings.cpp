@@ -83,9 +83,11 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
   mt.def(
       "install",
       [](const std::string& compiler, const std::string& shim, const std::string& cache_dir, unsigned max_threads,
-         std::uint64_t memory_bytes) { fm::install({compiler, shim, cache_dir, max_threads, memory_bytes}); },
+         std::uint64_t memory_bytes, bool icb) {
+        fm::install({compiler, shim, cache_dir, max_threads, memory_bytes, icb});
+      },
       py::arg("compiler"), py::arg("shim"), py::arg("cache_dir"), py::arg("max_threads") = 1024,
-      py::arg("memory_bytes") = std::uint64_t{1} << 32,
+      py::arg("memory_bytes") = std::uint64_t{1} << 32, py::arg("icb") = true,
       "A fresh fake GPU: MSL is built for the host by `compiler` against the `shim` header, cached in `cache_dir`.");
   mt.def("uninstall", &fm::uninstall);
   mt.def("fail_next", &fm::fail_next, py::arg("what"), py::arg("code") = 0, py::arg("count") = 1,

@@ -2,6 +2,7 @@
 // and autorelease pools, the objc_msgSend trampoline, and the Metal classes' methods as typed C++ functions.
 #include "fake_objc.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -171,6 +172,16 @@ struct Function : Obj {
 struct Pipeline : Obj {
   std::shared_ptr<HostLibrary> lib;
   const HostKernel* kernel = nullptr;
+  bool icb = false;  // made able to go into an indirect command buffer
+};
+struct PipelineDescriptor : Obj {
+  Function* function = nullptr;  // retained
+  bool icb = false;
+  ~PipelineDescriptor() override;
+};
+struct ICBDescriptor : Obj {
+  NSUInteger types = 0, max_bindings = 0;
+  bool inherit_buffers = true, inherit_pipeline = true;
 };
 struct Binding {
   Buffer* buffer = nullptr;  // retained while recorded
@@ -183,16 +194,35 @@ struct Recorded {
   Binding bindings[31];
   unsigned grid[3], block[3];
 };
+struct ICB;
+struct IndirectCommand : Obj {
+  ICB* icb = nullptr;  // owned by its ICB (+0 to the caller)
+  Recorded cmd;        // pipeline and buffers retained
+  bool encoded = false, barrier = false;
+  ~IndirectCommand() override;
+};
+struct ICB : Obj {
+  NSUInteger max_bindings = 0;
+  std::vector<IndirectCommand*> commands;
+  ~ICB() override;
+};
 struct CommandBuffer;
 struct Encoder : Obj {
   CommandBuffer* cb = nullptr;
   Pipeline* pipeline = nullptr;
   Binding bindings[31];
+  std::vector<Buffer*> resources;  // useResource:usage:
   bool ended = false;
+};
+struct Execution {
+  ICB* icb = nullptr;  // retained while recorded
+  size_t count = 0;
+  std::vector<Buffer*> resources;  // what useResource: declared
 };
 struct CommandBuffer : Obj {
   NSUInteger status = 0;  // MTLCommandBufferStatus: 0 not enqueued, 2 committed, 4 completed, 5 error
   std::vector<Recorded> commands;
+  std::vector<std::pair<size_t, Execution>> executions;  // ICB runs, after commands[0, first)
   bool encoding = false;
   NSError* error = nullptr;
   double start = 0, end = 0;
@@ -201,6 +231,7 @@ struct CommandBuffer : Obj {
       release(r.pipeline);
       for (Binding& b : r.bindings) release(b.buffer);
     }
+    for (auto& e : executions) release(e.second.icb);
     release(error);
   }
 };
@@ -213,6 +244,14 @@ struct Device : Obj {
 void destroy(Obj* o) {
   st().live.erase(o);
   delete o;
+}
+PipelineDescriptor::~PipelineDescriptor() { release(function); }
+IndirectCommand::~IndirectCommand() {
+  release(cmd.pipeline);
+  for (Binding& b : cmd.bindings) release(b.buffer);
+}
+ICB::~ICB() {
+  for (IndirectCommand* c : commands) release(c);
 }
 
 // ---- NSObject ----
@@ -249,7 +288,7 @@ void m_setFastMathEnabled(CompileOptions* self, SEL, bool on) { self->fast_math 
 id m_name(Device* self, SEL) { return self->name; }
 id m_newCommandQueue(Device*, SEL, NSUInteger) { return make<Queue>("MTLCommandQueue"); }
 NSUInteger m_maxThreadgroupMemoryLength(Device*, SEL) { return 32768; }
-bool m_supportsFamily(Device*, SEL, NSInteger) { return false; }
+bool m_supportsFamily(Device*, SEL, NSInteger family) { return st().cfg.icb && (family == 1004 || family == 2002); }
 id m_newBuffer(Device*, SEL, NSUInteger length, NSUInteger options) {
   if (options != 0) violation("newBufferWithLength:options: with options " + std::to_string(options));
   long code;
@@ -311,6 +350,81 @@ id m_newComputePipelineState(Device*, SEL, id function, id* error) {
   p->kernel = f->kernel;
   return p;
 }
+
+id m_newComputePipelineStateWithDescriptor(Device*, SEL, id descriptor, NSUInteger, id* reflection, id* error) {
+  PipelineDescriptor* d = as<PipelineDescriptor>(descriptor, "newComputePipelineStateWithDescriptor: descriptor");
+  if (error == nullptr) violation("newComputePipelineStateWithDescriptor: without an error out-parameter");
+  if (reflection != nullptr) violation("newComputePipelineStateWithDescriptor: reflection is not supported by the fake");
+  if (d == nullptr || d->function == nullptr) {
+    violation("newComputePipelineStateWithDescriptor: no compute function set");
+    return nullptr;
+  }
+  Pipeline* p = make<Pipeline>("MTLComputePipelineState");
+  p->lib = d->function->lib;
+  p->kernel = d->function->kernel;
+  p->icb = d->icb;
+  return p;
+}
+void m_setComputeFunction(PipelineDescriptor* self, SEL, id function) {
+  Function* f = as<Function>(function, "setComputeFunction: function");
+  retain(f);
+  release(self->function);
+  self->function = f;
+}
+void m_setSupportIndirectCommandBuffers(PipelineDescriptor* self, SEL, bool on) { self->icb = on; }
+void m_setCommandTypes(ICBDescriptor* self, SEL, NSUInteger types) { self->types = types; }
+void m_setInheritBuffers(ICBDescriptor* self, SEL, bool on) { self->inherit_buffers = on; }
+void m_setInheritPipelineState(ICBDescriptor* self, SEL, bool on) { self->inherit_pipeline = on; }
+void m_setMaxKernelBufferBindCount(ICBDescriptor* self, SEL, NSUInteger n) { self->max_bindings = n; }
+id m_newIndirectCommandBuffer(Device*, SEL, id descriptor, NSUInteger count, NSUInteger options) {
+  ICBDescriptor* d = as<ICBDescriptor>(descriptor, "newIndirectCommandBufferWithDescriptor: descriptor");
+  if (d == nullptr) return nullptr;
+  if (!st().cfg.icb) violation("an indirect command buffer on a GPU without compute ICBs");
+  if (d->types != 32) violation("the fake's ICBs hold concurrent dispatches only (MTLIndirectCommandTypeConcurrentDispatch)");
+  if (d->inherit_buffers || d->inherit_pipeline) violation("the fake's ICB commands inherit nothing");
+  if (options != 0) violation("newIndirectCommandBufferWithDescriptor: options other than shared storage");
+  ICB* icb = make<ICB>("MTLIndirectCommandBuffer");
+  icb->max_bindings = d->max_bindings;
+  for (NSUInteger i = 0; i < count; ++i) {
+    IndirectCommand* c = make<IndirectCommand>("MTLIndirectComputeCommand");
+    c->icb = icb;
+    icb->commands.push_back(c);
+  }
+  return icb;
+}
+
+// ---- MTLIndirectCommandBuffer, MTLIndirectComputeCommand ----
+id m_indirectComputeCommandAtIndex(ICB* self, SEL, NSUInteger index) {
+  if (index < self->commands.size()) return self->commands[index];
+  violation("indirectComputeCommandAtIndex: " + std::to_string(index) + " past the ICB's commands");
+  return nullptr;
+}
+void m_icmd_setPipeline(IndirectCommand* self, SEL, id pipeline) {
+  Pipeline* p = as<Pipeline>(pipeline, "indirect setComputePipelineState: pipeline");
+  if (p != nullptr && !p->icb) violation("a pipeline not made with supportIndirectCommandBuffers in an ICB command");
+  retain(p);
+  release(self->cmd.pipeline);
+  self->cmd.pipeline = p;
+}
+void m_icmd_setKernelBuffer(IndirectCommand* self, SEL, id buffer, NSUInteger offset, NSUInteger index) {
+  Buffer* b = as<Buffer>(buffer, "setKernelBuffer:offset:atIndex: buffer");
+  if (index >= self->icb->max_bindings) {
+    violation("setKernelBuffer:offset:atIndex: index past the ICB's maxKernelBufferBindCount");
+    return;
+  }
+  if (b != nullptr && offset > b->length) violation("setKernelBuffer:offset:atIndex: offset past the buffer's end");
+  retain(b);
+  release(self->cmd.bindings[index].buffer);
+  self->cmd.bindings[index] = {b, offset, {}, true};
+}
+void m_icmd_dispatch(IndirectCommand* self, SEL, MTLSize grid, MTLSize block) {
+  unsigned g[3] = {unsigned(grid.width), unsigned(grid.height), unsigned(grid.depth)};
+  unsigned b[3] = {unsigned(block.width), unsigned(block.height), unsigned(block.depth)};
+  std::memcpy(self->cmd.grid, g, sizeof(g));
+  std::memcpy(self->cmd.block, b, sizeof(b));
+  self->encoded = true;
+}
+void m_icmd_setBarrier(IndirectCommand* self, SEL) { self->barrier = true; }
 
 // ---- MTLLibrary, MTLComputePipelineState ----
 id m_newFunctionWithName(Library* self, SEL, id name) {
@@ -379,45 +493,91 @@ void m_dispatch(Encoder* self, SEL, MTLSize grid, MTLSize block) {
   std::memcpy(r.block, b, sizeof(b));
   self->cb->commands.push_back(std::move(r));
 }
+void m_useResource(Encoder* self, SEL, id resource, NSUInteger usage) {
+  Buffer* b = as<Buffer>(resource, "useResource:usage: resource");
+  if (usage == 0 || usage > 3) violation("useResource:usage: with usage " + std::to_string(usage));
+  if (b != nullptr) self->resources.push_back(b);
+}
+struct NSRange {
+  NSUInteger location, length;
+};
+void m_executeCommands(Encoder* self, SEL, id icb, NSRange range) {
+  ICB* i = as<ICB>(icb, "executeCommandsInBuffer:withRange: buffer");
+  if (i == nullptr || self->ended) return;
+  if (range.location != 0 || range.length > i->commands.size())
+    return violation("executeCommandsInBuffer:withRange: range outside the ICB");
+  retain(i);
+  self->cb->executions.push_back({self->cb->commands.size(), {i, range.length, self->resources}});
+}
 void m_endEncoding(Encoder* self, SEL) {
   if (self->ended) violation("endEncoding twice");
   self->ended = true;
   self->cb->encoding = false;
 }
 
-// Runs a command buffer's dispatches in order: false (and the error set) where one cannot run.
-bool execute(CommandBuffer* cb) {
-  for (Recorded& r : cb->commands) {
-    const HostKernel* k = r.pipeline->kernel;
-    void* bufs[31] = {};
-    for (int slot : k->buffer_slots) {
-      Binding& b = r.bindings[slot];
-      if (!b.set || b.buffer == nullptr) {
-        violation(k->name + ": buffer slot " + std::to_string(slot) + " has no buffer bound");
-        return false;
-      }
-      if (!st().live.count(b.buffer)) {
-        cb->error = new_error("MTLCommandBufferErrorDomain", 9, "a buffer of the command buffer was released");
-        return false;
-      }
-      bufs[slot] = static_cast<char*>(b.buffer->memory) + b.offset;
-    }
-    for (int slot : k->bytes_slots) {
-      Binding& b = r.bindings[slot];
-      if (!b.set || b.bytes.empty()) {
-        violation(k->name + ": slot " + std::to_string(slot) + " has no bytes set");
-        return false;
-      }
-      bufs[slot] = b.bytes.data();
-    }
-    st().dispatches.push_back({k->name, {r.grid[0], r.grid[1], r.grid[2]}, {r.block[0], r.block[1], r.block[2]},
-                               reinterpret_cast<std::uint64_t>(cb)});
-    if (!k->run(bufs, r.grid, r.block, k->fibers)) {
-      cb->error = new_error("MTLCommandBufferErrorDomain", 2,
-                            "Caused GPU Timeout Error (threads of " + k->name + " wait at a barrier forever)");
+// Runs one dispatch: false (and the command buffer's error set) where it cannot run. `resources`: for an ICB's
+// command, the buffers the encoder declared with useResource: (others are out of the GPU's reach: a page fault).
+bool run_one(CommandBuffer* cb, Recorded& r, const std::vector<Buffer*>* resources) {
+  const HostKernel* k = r.pipeline->kernel;
+  void* bufs[31] = {};
+  for (int slot : k->buffer_slots) {
+    Binding& b = r.bindings[slot];
+    if (!b.set || b.buffer == nullptr) {
+      violation(k->name + ": buffer slot " + std::to_string(slot) + " has no buffer bound");
       return false;
     }
+    if (!st().live.count(b.buffer)) {
+      cb->error = new_error("MTLCommandBufferErrorDomain", 9, "a buffer of the command buffer was released");
+      return false;
+    }
+    if (resources != nullptr &&
+        std::find(resources->begin(), resources->end(), b.buffer) == resources->end()) {
+      violation(k->name + ": an ICB command's buffer was not declared with useResource:");
+      cb->error = new_error("MTLCommandBufferErrorDomain", 3, "Caused GPU Address Fault Error");
+      return false;
+    }
+    bufs[slot] = static_cast<char*>(b.buffer->memory) + b.offset;
   }
+  for (int slot : k->bytes_slots) {  // a `constant T&`: bytes set on the encoder, or a buffer (an ICB's only way)
+    Binding& b = r.bindings[slot];
+    if (!b.set || (b.bytes.empty() && b.buffer == nullptr)) {
+      violation(k->name + ": slot " + std::to_string(slot) + " has neither bytes nor a buffer set");
+      return false;
+    }
+    bufs[slot] = b.buffer ? static_cast<char*>(b.buffer->memory) + b.offset : b.bytes.data();
+  }
+  st().dispatches.push_back({k->name, {r.grid[0], r.grid[1], r.grid[2]}, {r.block[0], r.block[1], r.block[2]},
+                             reinterpret_cast<std::uint64_t>(cb)});
+  if (!k->run(bufs, r.grid, r.block, k->fibers)) {
+    cb->error = new_error("MTLCommandBufferErrorDomain", 2,
+                          "Caused GPU Timeout Error (threads of " + k->name + " wait at a barrier forever)");
+    return false;
+  }
+  return true;
+}
+
+// Runs a command buffer's dispatches and ICB executions in encoding order.
+bool execute(CommandBuffer* cb) {
+  size_t next = 0;
+  auto run_icb = [&](const Execution& e) {
+    for (size_t c = 0; c < e.count; ++c) {
+      IndirectCommand* cmd = e.icb->commands[c];
+      if (!cmd->encoded || cmd->cmd.pipeline == nullptr) {
+        violation("an ICB command run before it was encoded");
+        return false;
+      }
+      if (c > 0 && !cmd->barrier) violation("an ICB command without setBarrier may overlap the one before");
+      if (!run_one(cb, cmd->cmd, &e.resources)) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < cb->commands.size(); ++i) {
+    for (; next < cb->executions.size() && cb->executions[next].first == i; ++next)
+      if (!run_icb(cb->executions[next].second)) return false;
+    if (!run_one(cb, cb->commands[i], nullptr)) return false;
+  }
+  for (; next < cb->executions.size(); ++next)
+    if (!run_icb(cb->executions[next].second)) return false;
   return true;
 }
 
@@ -450,6 +610,9 @@ double m_GPUEndTime(CommandBuffer* self, SEL) { return self->end; }
 
 id c_alloc(Class* cls, SEL) {
   if (cls->name == "MTLCompileOptions") return make<CompileOptions>("MTLCompileOptions");
+  if (cls->name == "MTLComputePipelineDescriptor") return make<PipelineDescriptor>("MTLComputePipelineDescriptor");
+  if (cls->name == "MTLIndirectCommandBufferDescriptor")
+    return make<ICBDescriptor>("MTLIndirectCommandBufferDescriptor");
   violation("alloc of " + cls->name + ", which the fake cannot make");
   return nullptr;
 }
@@ -497,6 +660,23 @@ void register_classes() {
   def(c, "newLibraryWithSource:options:error:", m_newLibraryWithSource);
   def(c, "newLibraryWithData:error:", m_newLibraryWithData);
   def(c, "newComputePipelineStateWithFunction:error:", m_newComputePipelineState);
+  def(c, "newComputePipelineStateWithDescriptor:options:reflection:error:", m_newComputePipelineStateWithDescriptor);
+  def(c, "newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", m_newIndirectCommandBuffer);
+  c = cls("MTLComputePipelineDescriptor");
+  def(c, "setComputeFunction:", m_setComputeFunction);
+  def(c, "setSupportIndirectCommandBuffers:", m_setSupportIndirectCommandBuffers);
+  c = cls("MTLIndirectCommandBufferDescriptor");
+  def(c, "setCommandTypes:", m_setCommandTypes);
+  def(c, "setInheritBuffers:", m_setInheritBuffers);
+  def(c, "setInheritPipelineState:", m_setInheritPipelineState);
+  def(c, "setMaxKernelBufferBindCount:", m_setMaxKernelBufferBindCount);
+  c = cls("MTLIndirectCommandBuffer");
+  def(c, "indirectComputeCommandAtIndex:", m_indirectComputeCommandAtIndex);
+  c = cls("MTLIndirectComputeCommand");
+  def(c, "setComputePipelineState:", m_icmd_setPipeline);
+  def(c, "setKernelBuffer:offset:atIndex:", m_icmd_setKernelBuffer);
+  def(c, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", m_icmd_dispatch);
+  def(c, "setBarrier", m_icmd_setBarrier);
   c = cls("MTLLibrary");
   def(c, "newFunctionWithName:", m_newFunctionWithName);
   cls("MTLFunction");
@@ -521,6 +701,8 @@ void register_classes() {
   def(c, "setBuffer:offset:atIndex:", m_setBuffer);
   def(c, "setBytes:length:atIndex:", m_setBytes);
   def(c, "dispatchThreadgroups:threadsPerThreadgroup:", m_dispatch);
+  def(c, "useResource:usage:", m_useResource);
+  def(c, "executeCommandsInBuffer:withRange:", m_executeCommands);
   def(c, "endEncoding", m_endEncoding);
 }
 

@@ -117,24 +117,33 @@ def test_injected_failures_name_metals_errors_and_the_process_goes_on(F):
     assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
 
 
-def test_graph_replays_as_one_command_buffer(F):
-    dev = _metal.Device()
-    prg = dev.load_program("add", ADD.encode())
-    bufs = [_metal.DeviceBuffer(dev, 16) for _ in range(4)]
-    g = dev.create_graph()
-    for i in range(3):
-        g.add(prg, [bufs[i + 1], bufs[i], 4], (1, 1, 1), (4, 1, 1))
-    committed = F.committed()
-    g()
-    dev.synchronize()
-    assert F.committed() == committed + 1 and len({d[3] for d in F.dispatches()}) == 1
-    assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [3.0] * 4
-    g.set_arg(0, 1, bufs[3])  # the chain now starts from the last result
-    g()
-    dev.synchronize()
-    assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [6.0] * 4
-    del g, prg, bufs, dev
-    assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+@pytest.mark.parametrize("icb", [True, False])
+def test_graph_replays_as_one_command_buffer(F, icb):
+    native_doubles.install_fake_metal(icb=icb)  # whether the GPU has compute ICBs is read when a device opens
+    try:
+        dev = _metal.Device()
+        assert dev.supports_icb == icb
+        prg = dev.load_program("add", ADD.encode())
+        bufs = [_metal.DeviceBuffer(dev, 16) for _ in range(4)]
+        g = dev.create_graph()
+        assert g.uses_icb == icb
+        for i in range(3):
+            g.add(prg, [bufs[i + 1], bufs[i], 4], (1, 1, 1), (4, 1, 1))
+        committed = F.committed()
+        g()
+        dev.synchronize()
+        assert F.committed() == committed + 1 and len({d[3] for d in F.dispatches()}) == 1
+        assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [3.0] * 4
+        g.set_arg(0, 1, bufs[3])  # the chain now starts from the last result: one command re-encoded
+        g.set_arg(2, 2, 2)        # and its last launch covers two elements (an integer of the ICB's own buffer)
+        g()
+        dev.synchronize()
+        assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [6.0, 6.0, 3.0, 3.0]
+        assert F.committed() == committed + 2 and len(F.dispatches()) == 6
+        del g, prg, bufs, dev
+        assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+    finally:
+        native_doubles.install_fake_metal()
 
 
 # ---- the METAL device: rendered MSL run on the host, against numpy ----
