@@ -19,6 +19,16 @@ def pytest_configure(config):
 if os.environ.get("METAL", "") not in ("", "0"):
     import pytest
 
+    @pytest.fixture(autouse=True)
+    def _metal_rules_kept():
+        """Under METAL=1 on the fake, every test ends with no Objective-C or Metal rule broken (over-releases,
+        messages to freed objects, objects autoreleased with no pool, bad arguments: test/native/fake_objc.h)."""
+        yield
+        if sys.platform != "darwin":
+            import native_doubles
+            broken = native_doubles.fake_metal().violations()
+            assert not broken, f"the Metal runtime broke Objective-C or Metal rules: {broken}"
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item, call):
         """Under METAL=1 a test of float64, which Metal does not have, is reported skipped, naming why."""

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "buffer.h"
+#include "metal_allocator.h"
 #include "metal_device.h"
 #include "objc_api.h"
 #include "pybind_runtime.h"
@@ -61,6 +63,26 @@ PYBIND11_MODULE(_metal, m) {
             d.check_source(source);
           },
           py::arg("source"), "Compile MSL and drop the library: RuntimeError with the compiler's log on failure.");
+  m.def(
+      "wrap_host",
+      [](MetalDevice& d, const py::buffer& memory) {
+        auto view = std::make_unique<Py_buffer>();
+        if (PyObject_GetBuffer(memory.ptr(), view.get(), PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
+          throw py::error_already_set();
+        void* host = view->buf;
+        size_t nbytes = static_cast<size_t>(view->len);
+        std::shared_ptr<const void> owner(view.release(), [](Py_buffer* v) {
+          py::gil_scoped_acquire gil;  // the buffer may die in C++ without the GIL
+          PyBuffer_Release(v);
+          delete v;
+        });
+        auto alloc = std::make_shared<tg::metal::HostMemoryAllocator>(d.context(), host, nbytes, std::move(owner));
+        return std::make_shared<tg::Buffer>(alloc, nbytes);
+      },
+      py::arg("device"), py::arg("memory"),
+      "A DeviceBuffer over writable, page-aligned host memory (whole pages): the GPU uses it in place, and the "
+      "memory's owner stays alive as long as the buffer (ValueError where it is not page-aligned).");
+
   c.program.def_property_readonly("max_threads", &MetalProgram::max_threads)
       .def_property_readonly("simd_width", &MetalProgram::simd_width);
   c.graph.def(py::init([](MetalDevice& d) { return std::make_unique<MetalGraph>(d.context()); }), py::arg("device"))

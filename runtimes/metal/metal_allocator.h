@@ -30,4 +30,26 @@ class MetalAllocator final : public Allocator {
   std::shared_ptr<MetalContext> ctx_;
 };
 
+// The allocator of one buffer over host memory the caller owns (zero-copy: Apple GPUs share memory with the CPU).
+// `owner` keeps the memory alive while the buffer lives. alloc() wraps the memory once (tg::UsageError where it is not
+// page-aligned or the size differs).
+class HostMemoryAllocator final : public Allocator {
+ public:
+  HostMemoryAllocator(std::shared_ptr<MetalContext> ctx, void* host, size_t nbytes, std::shared_ptr<const void> owner)
+      : ctx_(ctx), shared_(std::move(ctx)), host_(host), nbytes_(nbytes), owner_(std::move(owner)) {}
+  const std::string& device() const noexcept override { return ctx_->name(); }
+  DevicePtr alloc(size_t nbytes, const AllocOptions& options) override;
+  void free(DevicePtr ptr, size_t nbytes, const AllocOptions& options) noexcept override;
+  void copyin(DevicePtr dst, const void* src, size_t nbytes) override { shared_.copyin(dst, src, nbytes); }
+  void copyout(void* dst, DevicePtr src, size_t nbytes) override { shared_.copyout(dst, src, nbytes); }
+  void* as_host(DevicePtr ptr) noexcept override { return shared_.as_host(ptr); }
+
+ private:
+  std::shared_ptr<MetalContext> ctx_;
+  MetalAllocator shared_;
+  void* host_;
+  size_t nbytes_;
+  std::shared_ptr<const void> owner_;
+};
+
 }  // namespace tg::metal

@@ -14,6 +14,8 @@
 
 #include "fake_metal_exec.h"
 
+#include <unistd.h>
+
 #define TG_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace tg::metal::fake {
@@ -301,7 +303,8 @@ id m_newBuffer(Device*, SEL, NSUInteger length, NSUInteger options) {
   return b;
 }
 id m_newBufferNoCopy(Device*, SEL, void* bytes, NSUInteger length, NSUInteger, void* deallocator) {
-  if (reinterpret_cast<std::uintptr_t>(bytes) % 16384 != 0 || length % 16384 != 0)
+  const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (reinterpret_cast<std::uintptr_t>(bytes) % page != 0 || length % page != 0)
     violation("newBufferWithBytesNoCopy: memory not page-aligned");
   if (deallocator != nullptr) violation("newBufferWithBytesNoCopy: a deallocator block is not supported by the fake");
   Buffer* b = make<Buffer>("MTLBuffer");

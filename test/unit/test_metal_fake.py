@@ -208,3 +208,46 @@ def test_compile_errors_are_compile_errors(F, metal):
     from tinygrad.device import CompileError
     with pytest.raises(CompileError, match="MTLLibraryErrorCompileFailure"):
         metal.compiler.compile("kernel void x( {")
+
+
+def test_repeated_work_holds_no_more_objects(F, metal):
+    from tinygrad import Tensor, TinyJit
+    x = np.arange(1000, dtype=np.float32)
+
+    @TinyJit
+    def step(a):
+        return (a * 2 + 1).sum().realize()
+
+    def work():
+        t = Tensor(x, device="METAL")
+        assert (t * 3).numpy()[5] == 15.0
+        step(Tensor(x, device="METAL").realize()).numpy()
+        metal.synchronize()
+    for _ in range(3):
+        work()  # warm up: kernels compiled, the JIT captured, the allocator's cache filled
+    counts = _live(F)
+    for _ in range(20):
+        work()
+    assert _live(F) == counts  # every command buffer, encoder, string and error of 20 rounds was released
+    assert not {k for k in counts if k in ("MTLCommandBuffer", "MTLComputeCommandEncoder", "NSError")}
+
+
+def test_page_aligned_host_memory_is_used_in_place(F):
+    import mmap
+    dev = _metal.Device()
+    prg = dev.load_program("add", ADD.encode())
+    page = mmap.PAGESIZE
+    mem = mmap.mmap(-1, 2 * page)  # page-aligned, whole pages
+    host = np.frombuffer(mem, np.float32)
+    host[:] = np.arange(host.size)
+    a = _metal.wrap_host(dev, mem)
+    out = _metal.DeviceBuffer(dev, a.nbytes)
+    prg.launch((host.size // 32, 1, 1), (32, 1, 1), True, out, a, host.size)
+    np.testing.assert_array_equal(np.frombuffer(memoryview(out), np.float32), np.arange(host.size) + 1)
+    prg.launch((host.size // 32, 1, 1), (32, 1, 1), True, a, out, host.size)  # and written in place
+    np.testing.assert_array_equal(host, np.arange(host.size) + 2)
+    with pytest.raises(ValueError, match="page boundary"):
+        _metal.wrap_host(dev, bytearray(100))
+    del a, out, prg, dev, host
+    gc.collect()
+    mem.close()  # the buffer's view of the memory was released with it
