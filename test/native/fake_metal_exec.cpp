@@ -132,7 +132,8 @@ std::shared_ptr<HostLibrary> build_library(const Config& cfg, const std::string&
   mkdir(cfg.cache_dir.c_str(), 0755);
   std::string base = cfg.cache_dir + "/" + name, so = base + ".so";
   if (access(so.c_str(), R_OK) != 0) {
-    std::string cpp = base + ".cpp", tmp = base + "." + std::to_string(getpid()) + ".tmp.so";
+    // per process: parallel test processes may build the same library at once
+    std::string tag = "." + std::to_string(getpid()), cpp = base + tag + ".cpp", tmp = base + tag + ".tmp.so";
     std::ofstream(cpp) << src;
     std::string cmd = cfg.compiler + " -std=c++17 -O1 -w -shared -fPIC -include " + cfg.shim + " -x c++ " + cpp +
                       " -o " + tmp + " 2>&1";
@@ -145,9 +146,11 @@ std::shared_ptr<HostLibrary> build_library(const Config& cfg, const std::string&
     if (status != 0) {
       *log = output.empty() ? "the host compiler failed to run: " + cmd : output;
       unlink(tmp.c_str());
+      unlink(cpp.c_str());
       return nullptr;
     }
     rename(tmp.c_str(), so.c_str());  // atomic: a parallel test process sees the whole library or none
+    unlink(cpp.c_str());
   }
   auto lib = std::make_shared<HostLibrary>();
   lib->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
