@@ -92,6 +92,7 @@ def test_bad_launches_are_python_errors(F):
 
 
 def test_injected_failures_name_metals_errors_and_the_process_goes_on(F):
+    before = _live(F)
     dev = _metal.Device()
     with pytest.raises(RuntimeError, match=r"(?s)Compilation failed.*error: .*MTLLibraryErrorCompileFailure"):
         dev.check_source("kernel void broken( {")  # a real compile error, with the compiler's log
@@ -114,13 +115,14 @@ def test_injected_failures_name_metals_errors_and_the_process_goes_on(F):
     prg.launch((1, 1, 1), (4, 1, 1), True, out, a, 4)
     assert np.frombuffer(memoryview(out), np.float32).tolist() == [1.0] * 4
     del prg, a, out, dev
-    assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+    assert _live(F) == before  # the failed builds, buffers and command buffers left nothing behind
 
 
 @pytest.mark.parametrize("icb", [True, False])
 def test_graph_replays_as_one_command_buffer(F, icb):
     native_doubles.install_fake_metal(icb=icb)  # whether the GPU has compute ICBs is read when a device opens
     try:
+        before = _live(F)
         dev = _metal.Device()
         assert dev.supports_icb == icb
         prg = dev.load_program("add", ADD.encode())
@@ -141,7 +143,7 @@ def test_graph_replays_as_one_command_buffer(F, icb):
         assert np.frombuffer(memoryview(bufs[3]), np.float32).tolist() == [6.0, 6.0, 3.0, 3.0]
         assert F.committed() == committed + 2 and len(F.dispatches()) == 6
         del g, prg, bufs, dev
-        assert not {k for k in _live(F) if k.startswith(("MTL", "NS"))}
+        assert _live(F) == before
     finally:
         native_doubles.install_fake_metal()
 
@@ -251,3 +253,46 @@ def test_page_aligned_host_memory_is_used_in_place(F):
     del a, out, prg, dev, host
     gc.collect()
     mem.close()  # the buffer's view of the memory was released with it
+
+
+def test_the_fake_catches_broken_rules(F):
+    """The checker itself: messages sent through the fake's own objc_msgSend with typed prototypes, as the runtime
+    sends them, breaking one rule each."""
+    import ctypes
+    lib = ctypes.CDLL(str(native_doubles.build()))
+    vp = ctypes.c_void_p
+    get_class, sel = lib.objc_getClass, lib.sel_registerName
+    get_class.restype, sel.restype = vp, vp
+    get_class.argtypes, sel.argtypes = [ctypes.c_char_p], [ctypes.c_char_p]
+    push, pop = lib.objc_autoreleasePoolPush, lib.objc_autoreleasePoolPop
+    push.restype, pop.argtypes = vp, [vp]
+    msg_addr = ctypes.cast(lib.objc_msgSend, vp).value
+    send0 = ctypes.CFUNCTYPE(vp, vp, vp)(msg_addr)
+    send1 = ctypes.CFUNCTYPE(vp, vp, vp, vp)(msg_addr)
+    send_str = ctypes.CFUNCTYPE(vp, vp, vp, ctypes.c_char_p)(msg_addr)
+    dev_fn = lib.MTLCreateSystemDefaultDevice
+    dev_fn.restype = vp
+    dev = dev_fn()
+    q = send1(dev, sel(b"newCommandQueueWithMaxCommandBufferCount:"), 4)
+    token = push()
+    s = send_str(get_class(b"NSString"), sel(b"stringWithUTF8String:"), b"x")
+    send1(dev, sel(b"newFunctionWithName:"), s)          # a device does not respond to it
+    cb = send0(q, sel(b"commandBuffer"))
+    enc = send0(cb, sel(b"computeCommandEncoder"))
+    send1(enc, sel(b"setComputePipelineState:"), s)      # a string where a pipeline goes
+    send0(cb, sel(b"commit"))                             # with the encoder still open
+    pop(token)
+    leaked = send_str(get_class(b"NSString"), sel(b"stringWithUTF8String:"), b"y")  # autoreleased with no pool
+    send0(q, sel(b"release"))
+    send0(q, sel(b"release"))                             # over-release: the queue is gone
+    send0(dev, sel(b"release"))
+    send0(leaked, sel(b"release"))
+    broken = F.violations()
+    F.clear_records()
+    assert broken == [
+        "MTLDevice does not respond to newFunctionWithName:",
+        "setComputePipelineState: pipeline is a NSString, not the class expected",
+        "commit with an encoder still open (no endEncoding)",
+        "NSString autoreleased with no autorelease pool in place (it leaks)",
+        "message release to a freed or unknown object",
+    ]
