@@ -296,3 +296,24 @@ def test_the_fake_catches_broken_rules(F):
         "NSString autoreleased with no autorelease pool in place (it leaks)",
         "message release to a freed or unknown object",
     ]
+
+
+def test_no_gpu_is_a_clear_error(F):
+    F.uninstall()  # the libraries load, but MTLCreateSystemDefaultDevice finds no GPU
+    try:
+        with pytest.raises(RuntimeError, match=r"MTLCreateSystemDefaultDevice: Metal found no GPU"):
+            _metal.Device()
+    finally:
+        native_doubles.install_fake_metal()
+
+
+def test_kernel_timing_through_the_device_program(F, metal):
+    from tinygrad import Tensor
+    t = Tensor(np.ones(64, np.float32), device="METAL").realize()
+    out = Tensor.empty(64, device="METAL").realize()
+    src = ADD.replace("kernel void add", "kernel void add2")
+    prg = metal.runtime("add2", metal.compiler.compile(src))
+    seconds = prg(out.lazydata.buffer._buf, t.lazydata.buffer._buf, global_size=(2, 1, 1), local_size=(32, 1, 1),
+                  vals=(64,), wait=True)
+    assert isinstance(seconds, float) and seconds > 0
+    assert out.numpy().tolist() == [2.0] * 64
