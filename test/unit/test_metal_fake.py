@@ -317,3 +317,34 @@ def test_kernel_timing_through_the_device_program(F, metal):
                   vals=(64,), wait=True)
     assert isinstance(seconds, float) and seconds > 0
     assert out.numpy().tolist() == [2.0] * 64
+
+
+def test_loop_kernels_fit_the_pipelines_thread_limit(F):
+    """A pipeline may allow fewer threads per threadgroup than a kernel was written for (register-heavy kernels on
+    a real GPU): the renderer's loop kernels are correct for any threadgroup of whole SIMD groups, so their launch
+    is lowered to the pipeline's limit."""
+    from tinygrad import Tensor
+    from tinygrad.codegen.linearizer import Linearizer
+    from tinygrad.engine.schedule import create_schedule_with_vars
+    from tinygrad.runtime.ops_metal import MetalDevice
+    native_doubles.install_fake_metal(max_threads=256)
+    try:
+        dev = MetalDevice("METAL")  # a device of its own, on the fake with the lower limit
+        x = np.arange(70001, dtype=np.float32)
+        t = Tensor(x, device="METAL").sum()
+        (si,) = [s for s in create_schedule_with_vars([t.lazydata])[0] if s.ast[0].op.name == "STORE"]
+        lin = Linearizer(si.ast, dev.linearizer_opts)
+        lin.linearize()
+        src = dev.renderer(lin.name, lin.uops)
+        assert "block=(1024,1,1) persistent" in src
+        prg = dev.runtime(lin.name, dev.compiler.compile(src))
+        assert prg.default_dims[1] == (256, 1, 1)
+        out, inp = _metal.DeviceBuffer(dev.native, 4), _metal.DeviceBuffer(dev.native, x.nbytes)
+        _metal.copyin(inp, x)
+        prg(out, inp, wait=True)
+        assert F.dispatches()[-1][2] == (256, 1, 1)
+        np.testing.assert_allclose(np.frombuffer(memoryview(out), np.float32)[0], x.astype(np.float64).sum(),
+                                   rtol=1e-6)
+        del prg, out, inp, dev
+    finally:
+        native_doubles.install_fake_metal()
