@@ -49,7 +49,6 @@ struct State {
   std::unordered_map<std::string, std::unique_ptr<Class>> classes;
   std::unordered_set<const void*> class_ptrs;
   std::unordered_set<Obj*> live;
-  std::vector<std::vector<Obj*>> pools;
   std::vector<std::string> violations;
   std::vector<Dispatch> dispatches;
   std::uint64_t messages = 0, committed = 0, memory_used = 0;
@@ -62,11 +61,21 @@ State& st() {
   return *s;
 }
 
+// Autorelease pools belong to a thread, as Objective-C's do (tinygrad compiles kernels on several threads at once).
+thread_local std::vector<std::vector<Obj*>> t_pools;
+
+// Every handler that touches the shared state holds this (recursive: handlers call each other's helpers).
+#define FAKE_LOCK std::lock_guard<std::recursive_mutex> fake_lock(st().mu)
+
 SEL intern(const std::string& name) { return st().selectors.insert(name).first->c_str(); }
 
-void violation(const std::string& what) { st().violations.push_back(what); }
+void violation(const std::string& what) {
+  FAKE_LOCK;
+  st().violations.push_back(what);
+}
 
 bool take_failure(const std::string& what, long* code) {
+  FAKE_LOCK;
   auto it = st().failures.find(what);
   if (it == st().failures.end() || it->second.second <= 0) return false;
   *code = it->second.first;
@@ -76,6 +85,7 @@ bool take_failure(const std::string& what, long* code) {
 
 template <class T>
 T* make(const char* cls) {
+  FAKE_LOCK;
   T* o = new T;
   o->cls = st().classes.at(cls).get();
   st().live.insert(o);
@@ -86,6 +96,7 @@ void destroy(Obj* o);
 
 void release(Obj* o) {
   if (o == nullptr) return;
+  FAKE_LOCK;
   if (!st().live.count(o)) {
     violation("release of a freed object");
     return;
@@ -94,18 +105,20 @@ void release(Obj* o) {
 }
 
 void retain(Obj* o) {
+  FAKE_LOCK;
   if (o != nullptr) ++o->refs;
 }
 
 Obj* autorelease(Obj* o) {
-  if (st().pools.empty()) violation(o->cls->name + " autoreleased with no autorelease pool in place (it leaks)");
-  else st().pools.back().push_back(o);
+  if (t_pools.empty()) violation(o->cls->name + " autoreleased with no autorelease pool in place (it leaks)");
+  else t_pools.back().push_back(o);
   return o;
 }
 
 // The object `x` as a T, or a violation naming the argument (`what`) and nullptr.
 template <class T>
 T* as(id x, const char* what, bool nil_ok = false) {
+  FAKE_LOCK;
   if (x == nullptr) {
     if (!nil_ok) violation(std::string(what) + " is nil");
     return nullptr;
@@ -244,6 +257,7 @@ struct Device : Obj {
 };
 
 void destroy(Obj* o) {
+  FAKE_LOCK;
   st().live.erase(o);
   delete o;
 }
@@ -585,6 +599,7 @@ bool execute(CommandBuffer* cb) {
 }
 
 void m_commit(CommandBuffer* self, SEL) {
+  FAKE_LOCK;  // command buffers of one queue run one at a time
   if (self->status != 0) return violation("commit of a command buffer committed before");
   if (self->encoding) violation("commit with an encoder still open (no endEncoding)");
   ++st().committed;
@@ -807,22 +822,19 @@ TG_FAKE_EXPORT const char* sel_registerName(const char* name) {
 }
 
 TG_FAKE_EXPORT void* objc_autoreleasePoolPush() {
-  std::lock_guard<std::recursive_mutex> lock(st().mu);
-  st().pools.emplace_back();
-  return reinterpret_cast<void*>(st().pools.size());
+  t_pools.emplace_back();
+  return reinterpret_cast<void*>(t_pools.size());
 }
 
 TG_FAKE_EXPORT void objc_autoreleasePoolPop(void* token) {
-  State& s = st();
-  std::lock_guard<std::recursive_mutex> lock(s.mu);
   size_t depth = reinterpret_cast<size_t>(token);
-  if (depth == 0 || depth != s.pools.size()) {
-    violation("autorelease pools popped out of order");
-    if (depth == 0 || depth > s.pools.size()) return;
+  if (depth == 0 || depth != t_pools.size()) {
+    violation("autorelease pools popped out of order (or on another thread)");
+    if (depth == 0 || depth > t_pools.size()) return;
   }
-  while (s.pools.size() >= depth) {
-    std::vector<Obj*> objs = std::move(s.pools.back());
-    s.pools.pop_back();
+  while (t_pools.size() >= depth) {
+    std::vector<Obj*> objs = std::move(t_pools.back());
+    t_pools.pop_back();
     for (Obj* o : objs) release(o);
   }
 }

@@ -348,3 +348,14 @@ def test_loop_kernels_fit_the_pipelines_thread_limit(F):
         del prg, out, inp, dev
     finally:
         native_doubles.install_fake_metal()
+
+
+def test_kernels_compile_on_several_threads_at_once(F):
+    """tinygrad compiles a schedule's new kernels in parallel: each thread's autorelease pool is its own."""
+    from concurrent.futures import ThreadPoolExecutor
+    dev = _metal.Device()
+    before = _live(F)
+    srcs = [ADD.replace("a[i] + 1.0f", f"a[i] + {k}.0f") for k in range(8)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(dev.check_source, srcs))
+    assert _live(F) == before
