@@ -4,6 +4,7 @@ Being here puts test/ on sys.path (pytest's default import mode), so tests anywh
 builds and loads the C++ test doubles: `import native_doubles` (test/native_doubles.py).
 """
 import os
+import sys
 
 
 def pytest_sessionstart(session):
@@ -12,3 +13,40 @@ def pytest_sessionstart(session):
     if os.environ.get("AMD", "") not in ("", "0") and not os.path.exists("/dev/kfd"):
         import native_doubles
         native_doubles.install_fake_kfd(tuple(os.environ.get("FAKE_KFD_GPUS", "gfx1100").split(",")))
+
+
+def pytest_configure(config):
+    """METAL=1 off macOS runs the suite on the fake Objective-C runtime and Metal of test/native (kernels rendered as
+    MSL, built and run on the host), so the op tests check the Metal path against their oracles without a Mac."""
+    if os.environ.get("METAL", "") not in ("", "0") and sys.platform != "darwin":
+        import native_doubles
+        if not native_doubles.install_fake_metal():
+            raise RuntimeError("METAL=1 without a Mac needs the fake Objective-C runtime: x86-64 Linux and g++")
+
+
+if os.environ.get("METAL", "") not in ("", "0"):
+    import pytest
+
+    @pytest.fixture(autouse=True)
+    def _metal_rules_kept():
+        """Under METAL=1 on the fake, every test ends with no Objective-C or Metal rule broken (over-releases,
+        messages to freed objects, objects autoreleased with no pool, bad arguments: test/native/fake_objc.h)."""
+        if sys.platform == "darwin":
+            yield
+            return
+        import native_doubles
+        before = len(native_doubles.fake_metal().violations())
+        yield
+        broken = native_doubles.fake_metal().violations()[before:]
+        assert not broken, f"the Metal runtime broke Objective-C or Metal rules: {broken}"
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        """Under METAL=1 a test of float64, which Metal does not have, is reported skipped, naming why."""
+        outcome = yield
+        report = outcome.get_result()
+        exc = call.excinfo
+        if report.failed and exc is not None and exc.errisinstance(NotImplementedError) and \
+                "Metal has no double" in str(exc.value):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, "Skipped: Metal has no float64")

@@ -6,6 +6,7 @@ with cmake (and ninja where available), from the environment the tests run in; i
 since the last one, so after the first run it costs a hash of a few files.
 
     T = fake_cuda()             # the fake driver's inspection API: T.launches(), T.calls("cuMemAlloc"), ...
+    install_fake_metal()        # the fake Objective-C runtime and Metal: fake_metal().live_objects(), ...
     install_fake_cuda(device_count=2)
     ...
     uninstall_fake_cuda()
@@ -154,6 +155,34 @@ def uninstall_fake_kfd() -> None:
     _amd.set_os(0)
     fake_kfd().uninstall()
     ops_amd.AMDDevice.compiler_class = AMDCompiler
+
+
+def fake_metal():
+    """The fake Objective-C runtime and Metal's configuration and inspection API (test/native/fake_objc.h)."""
+    return doubles().fake_metal
+
+
+def install_fake_metal(**config) -> bool:
+    """A fresh fake GPU loaded by the Metal runtime in place of libobjc and Metal; its kernels are built for the host
+    by the C++ compiler (`config`: max_threads, memory_bytes). False, installing nothing, without x86-64 Linux and
+    g++ (the fake's objc_msgSend is x86-64 assembly)."""
+    import platform
+    compiler = shutil.which("g++")
+    if compiler is None or platform.machine() != "x86_64" or sys.platform != "linux":
+        return False
+    from tinygrad.runtime import _metal
+    fake_metal().install(compiler, str(SOURCE / "msl_host.h"), str(BUILD / "msl-cache"), **config)
+    path = str(build())
+    _metal.use_libraries(path, path)
+    return True
+
+
+def uninstall_fake_metal() -> None:
+    """Back to Apple's libraries. Devices of the fake are collected first, while it still answers."""
+    from tinygrad.runtime import _metal
+    gc.collect()
+    fake_metal().uninstall()
+    _metal.use_libraries(None)
 
 
 def install_fault_host_os():

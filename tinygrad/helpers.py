@@ -28,7 +28,7 @@ KNOBS: dict[str, tuple[Any, str]] = {
                  "4: kernel source when compiled, 5: kernel AST, 6: kernel uops"),
     DEVICE_KNOB: (0, "1: make <DEVICE> the default device, for every device tinygrad.runtime has a module "
                      "ops_<device>.py for: CLANG (C kernels on host memory), CPU (numpy buffers, C kernels), CUDA, "
-                     "AMD"),
+                     "AMD, METAL"),
     "NCCL": (1, "0: collectives between CUDA devices use the ring of copies instead of NCCL"),
     "NCCL_LIBRARY": ("", "NCCL library for CUDA collectives; default: libnccl.so.2, else the nvidia-nccl wheel's"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),

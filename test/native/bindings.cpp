@@ -3,6 +3,8 @@
 //
 //   fake_cuda      inspect and configure the fake CUDA driver and NVRTC. This same library exports the driver's
 //                  bootstrap entry points and NVRTC's functions, so _cuda loads it by path as it loads the real ones.
+//   fake_metal     configure and inspect the fake Objective-C runtime and Metal (fake_objc.h); this library exports
+//                  objc_msgSend and the other entry points, so _metal loads it in place of libobjc and Metal.
 //   fault_host_os  a HostOS that fails on request, installed into _cpu through its host-OS table seam.
 //   fake_kfd       a fake /dev/kfd, render nodes and KFD topology, installed into _amd through its OS table seam.
 #include <pybind11/pybind11.h>
@@ -14,6 +16,7 @@
 
 #include "fake_driver.h"
 #include "fake_kfd.h"
+#include "fake_objc.h"
 #include "fault_host_os.h"
 
 namespace py = pybind11;
@@ -76,6 +79,36 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
   t.def("pending_ops", &fake::pending_ops);
   t.def("device_allocations", &fake::device_allocations);
   t.def("pinned_allocations", &fake::pinned_allocations);
+
+  namespace fm = tg::metal::fake;
+  auto mt = m.def_submodule("fake_metal", "A fake Objective-C runtime and Metal framework (fake_objc.h).");
+  mt.def(
+      "install",
+      [](const std::string& compiler, const std::string& shim, const std::string& cache_dir, unsigned max_threads,
+         std::uint64_t memory_bytes, bool icb) {
+        fm::install({compiler, shim, cache_dir, max_threads, memory_bytes, icb});
+      },
+      py::arg("compiler"), py::arg("shim"), py::arg("cache_dir"), py::arg("max_threads") = 1024,
+      py::arg("memory_bytes") = std::uint64_t{1} << 32, py::arg("icb") = true,
+      "A fresh fake GPU: MSL is built for the host by `compiler` against the `shim` header, cached in `cache_dir`.");
+  mt.def("uninstall", &fm::uninstall);
+  mt.def("fail_next", &fm::fail_next, py::arg("what"), py::arg("code") = 0, py::arg("count") = 1,
+         "'library', 'buffer' or 'command_buffer' (ending with MTLCommandBufferError `code`) fails next.");
+  mt.def("live_objects", &fm::live_objects, "Class name -> objects alive.");
+  mt.def("violations", &fm::violations, "Rules broken by the messages sent, in order.");
+  mt.def(
+      "dispatches",
+      [] {
+        py::list out;
+        for (const auto& d : fm::dispatches())
+          out.append(py::make_tuple(d.kernel, py::make_tuple(d.grid[0], d.grid[1], d.grid[2]),
+                                    py::make_tuple(d.block[0], d.block[1], d.block[2]), d.command_buffer));
+        return out;
+      },
+      "Kernel executions: (kernel, grid, block, command buffer id).");
+  mt.def("messages", &fm::messages);
+  mt.def("committed", &fm::committed);
+  mt.def("clear_records", &fm::clear_records);
 
   auto f = m.def_submodule("fault_host_os", "A HostOS that fails on request (fault_host_os.h).");
   f.def(

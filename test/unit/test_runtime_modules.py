@@ -1,4 +1,4 @@
-"""What every compiled runtime module (tinygrad.runtime._cpu, _cuda) offers, and what none of them may contain.
+"""What every compiled runtime module (tinygrad.runtime._cpu, _cuda, _metal) offers, and what none of them may contain.
 
 Every runtime binds one Python surface from csrc/pybind_runtime.h; the test doubles (fake CUDA driver and NVRTC,
 fault-injecting HostOS) live in test/native and are never part of a shipped module.
@@ -10,19 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tinygrad.runtime import _cpu, _cuda
+from tinygrad.runtime import _cpu, _cuda, _metal
 
-MODULES = {"_cpu": _cpu, "_cuda": _cuda}
-BUFFER_CLASS = {"_cpu": "HostBuffer", "_cuda": "DeviceBuffer"}
+MODULES = {"_cpu": _cpu, "_cuda": _cuda, "_metal": _metal}
+BUFFER_CLASS = {"_cpu": "HostBuffer", "_cuda": "DeviceBuffer", "_metal": "DeviceBuffer"}
 SURFACE = {
     None: ["abi_version", "copyin", "copyout", "transfer", "Device", "Program", "Graph"],
     "Device": ["name", "load_program", "create_graph", "synchronize"],
     "Program": ["name", "device", "launch", "__call__"],
     "Graph": ["add", "set_arg", "set_dims", "__call__", "run", "__len__"],
 }
-# Defined dynamic symbols that would mean a test double was linked in: driver and NVRTC entry points (a module
-# exporting them could be loaded as a driver), and the doubles' own names.
-DOUBLE_SYMBOL = re.compile(r"^(cu[A-Z]\w*|nvrtc[A-Z]\w*)$|fake|faultinjecting|fault_host_os|_testing", re.IGNORECASE)
+# Defined dynamic symbols that would mean a test double was linked in: driver, NVRTC, Objective-C runtime and Metal
+# entry points (a module exporting them could be loaded as a driver), and the doubles' own names.
+DOUBLE_SYMBOL = re.compile(r"^(cu[A-Z]\w*|nvrtc[A-Z]\w*|objc_\w+|sel_\w+|MTL\w+|dispatch_\w+)$|"
+                           r"fake|faultinjecting|fault_host_os|_testing", re.IGNORECASE)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -75,6 +75,12 @@ class GPULanguage(CStyleLanguage):
     # (1024-byte aligned, as are the arrays in it: the granule of the tensor cores' 128-byte swizzle)
     dynamic_shared = "extern __shared__ __align__(1024) unsigned char {}[];"
     tensor_cores: tuple[str, ...] = ()  # the matrix instructions render_wmma spells (codegen/tensor_cores.py)
+    # one big reduction spread over the whole grid needs device variables at module scope and an atomic counter;
+    # a language without them (Metal) reduces it in one block instead
+    grid_reduce = True
+    # the loop plan's 16-byte accesses cast buffer pointers to tg_vec pointers and to integers (alignment checks),
+    # which a language with address-space-qualified pointers (Metal) does not spell this way: it loops per element
+    vector_loops = True
 
     def block_idx(self, axis: str) -> str:
         return self.block_idx_fmt.format(axis)
@@ -87,6 +93,11 @@ class GPULanguage(CStyleLanguage):
 
     def grid_dim(self, axis: str) -> str:
         return self.grid_dim_fmt.format(axis)
+
+    def address_space(self, buf: UOp) -> str:
+        """The address-space qualifier (with a trailing space) of a pointer into buffer `buf` (a DEFINE_GLOBAL or
+        DEFINE_LOCAL), for the render loop's pointer casts: none where pointers have no address space (CUDA)."""
+        return ""
 
     def render_shuffle_down(self, val: str, offset: str) -> str:
         """`val` of the thread `offset` lanes further in this warp (every lane of the warp takes part)."""
@@ -181,7 +192,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     """The source of GPU kernel `name` from its uops, in `lang`'s spelling."""
     specials = [u for u in uops if u.uop is UOps.SPECIAL]
     has_barrier = any(u.uop is UOps.BARRIER for u in uops)
-    par = _Parallel() if specials else _plan_parallel(uops, lang.warp_size)
+    par = _Parallel() if specials else _plan_parallel(uops, lang.warp_size, lang.grid_reduce, lang.vector_loops)
     flat_loops = {id(lp) for lp in par.global_loops + par.reduce_loops}
     kw = KernelWriter(lang, uops)
     bx, tx, bdim, gdim = lang.block_idx("x"), lang.thread_idx("x"), lang.block_dim("x"), lang.grid_dim("x")
@@ -421,7 +432,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
                  "frag", inline=False)
         elif op is UOps.LOAD and dt.count > 1:
             if u.arg == "aligned":
-                access = f"*(const tg_vec<{buf_type(vin[0])}, {dt.count}>*)({r[id(vin[0])]}+{r[id(vin[1])]})"
+                vt = f"{lang.address_space(vin[0])}tg_vec<{buf_type(vin[0])}, {dt.count}>"
+                access = f"*(const {vt}*)({r[id(vin[0])]}+{r[id(vin[1])]})"
             else:
                 access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"
             if len(vin) > 2:
@@ -437,7 +449,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.STORE and vin[2].dtype.count > 1:
             vt = f"{buf_type(vin[0])}, {vin[2].dtype.count}"
             if u.arg == "aligned":
-                line = f"*(tg_vec<{vt}>*)({r[id(vin[0])]}+{r[id(vin[1])]}) = {r[id(vin[2])]};"
+                space = lang.address_space(vin[0])
+                line = f"*({space}tg_vec<{vt}>*)({r[id(vin[0])]}+{r[id(vin[1])]}) = {r[id(vin[2])]};"
             else:
                 line = f"tg_vstore<{vt}>({r[id(vin[0])]}+{r[id(vin[1])]}, {r[id(vin[2])]});"
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)

@@ -205,9 +205,10 @@ def _closes_last(uops: list[UOp], loops: list[UOp], end: int) -> bool:
                                            for t, lp in zip(tail, reversed(loops)))
 
 
-def _plan_reduce(uops: list[UOp], plan: _Parallel, after: int, outputs: int, memo: dict) -> bool:
-    """A block per output, or the whole grid for one output: DEFINE_ACC, a perfect nest of reduce loops whose PHI
-    folds with ADD/MAX/MUL, then the rest. Fills `plan` and returns True where the kernel has that form."""
+def _plan_reduce(uops: list[UOp], plan: _Parallel, after: int, outputs: int, memo: dict, grid_reduce: bool) -> bool:
+    """A block per output, or the whole grid for one output (where `grid_reduce`): DEFINE_ACC, a perfect nest of
+    reduce loops whose PHI folds with ADD/MAX/MUL, then the rest. Fills `plan` and returns True where the kernel has
+    that form."""
     accs = [i for i, u in enumerate(uops) if u.uop is UOps.DEFINE_ACC]
     if len(accs) != 1 or accs[0] < after or not all(u.uop in _PURE for u in uops[after:accs[0]]):
         return False
@@ -222,7 +223,7 @@ def _plan_reduce(uops: list[UOp], plan: _Parallel, after: int, outputs: int, mem
             and _closes_last(uops, red, red_after + 1 + len(red))):
         return False
     inputs = math.prod(_eval_max(lp.vin[1]) or 0 for lp in red)
-    if not plan.global_loops and inputs >= GRID_REDUCE_MIN_INPUTS:
+    if grid_reduce and not plan.global_loops and inputs >= GRID_REDUCE_MIN_INPUTS:
         plan.mode, plan.block = "grid", THREADS
         plan.grid = max(2, min(GRID_REDUCE_MAX_BLOCKS, inputs // (THREADS * GRID_REDUCE_PER_THREAD)))
     elif 0 < outputs and inputs >= BLOCK_REDUCE_MIN_INPUTS and \
@@ -236,8 +237,10 @@ def _plan_reduce(uops: list[UOp], plan: _Parallel, after: int, outputs: int, mem
     return True
 
 
-def _plan_parallel(uops: list[UOp], warp: int = 32) -> _Parallel:
-    """The plan for a loop-only kernel on a GPU whose warps have `warp` threads."""
+def _plan_parallel(uops: list[UOp], warp: int = 32, grid_reduce: bool = True, vectors: bool = True) -> _Parallel:
+    """The plan for a loop-only kernel on a GPU whose warps have `warp` threads. A language without device variables
+    at module scope (Metal) asks for no `grid_reduce` (one big reduction then takes a block); one whose pointer casts
+    the render loop cannot spell asks for no `vectors`."""
     memo: dict[int, bool] = {}
     start = next((i for i, u in enumerate(uops) if u.uop not in (UOps.DEFINE_GLOBAL, UOps.DEFINE_VAR)), len(uops))
     glob, after = _nest(uops, start, memo)
@@ -246,8 +249,8 @@ def _plan_parallel(uops: list[UOp], warp: int = 32) -> _Parallel:
     outputs = math.prod(_eval_max(lp.vin[1]) or 0 for lp in glob) if glob else 1
     plan = _Parallel(global_loops=glob)
     affine: dict = {}
-    if _plan_reduce(uops, plan, after, outputs, memo):
-        vec = _plan_vector(uops, plan.reduce_loops, affine, narrowest=True)
+    if _plan_reduce(uops, plan, after, outputs, memo, grid_reduce):
+        vec = _plan_vector(uops, plan.reduce_loops, affine, narrowest=True) if vectors else None
         if vec is not None:
             vec.unroll = VEC_UNROLL
             plan.vec[id(plan.reduce_loops[-1])] = vec
@@ -258,16 +261,17 @@ def _plan_parallel(uops: list[UOp], warp: int = 32) -> _Parallel:
             plan.grid = max(1, min(-(-outputs // warps), MAX_GRID))
         elif plan.mode == "blocks" and outputs > BLOCK_REDUCE_MAX_OUTPUTS:
             plan.mode, plan.global_loops, plan.reduce_loops, plan.acc, plan.vec = "single", glob, [], None, {}
-            return _threads(uops, plan, glob, outputs, affine) if glob else plan
+            return _threads(uops, plan, glob, outputs, affine, vectors) if glob else plan
     elif glob:
-        return _threads(uops, plan, glob, outputs, affine)
+        return _threads(uops, plan, glob, outputs, affine, vectors)
     return plan
 
 
-def _threads(uops: list[UOp], plan: _Parallel, glob: list[UOp], outputs: int, affine: dict) -> _Parallel:
+def _threads(uops: list[UOp], plan: _Parallel, glob: list[UOp], outputs: int, affine: dict,
+             vectors: bool = True) -> _Parallel:
     """A thread per output element (or vector of them) in a grid-stride loop."""
     plan.mode = "threads"
-    vec = _plan_vector(uops, glob, affine)
+    vec = _plan_vector(uops, glob, affine) if vectors else None
     if vec is not None:
         plan.vec[id(glob[-1])] = vec
     # a thread takes a vector of elements at a time

@@ -1,0 +1,210 @@
+"""Renders a linearized kernel (a list of UOps) as Metal Shading Language: Metal's GPULanguage table for the shared GPU
+render loop (renderer/gpu.py).
+
+MSL is C++14 with address spaces, so the spelling is CUDA's with these differences:
+  * a kernel is `kernel void name(...)`; each buffer is `device T* dataN [[buffer(N)]]` (`const device` when only
+    read), each symbolic variable `constant int& name [[buffer(N)]]` (the runtime passes it with setBytes), and the
+    grid indices are parameters too: `tg_gid` (threadgroup in the grid), `tg_lid` (thread in its threadgroup),
+    `tg_bdim` (threads per threadgroup), `tg_gdim` (threadgroups in the grid);
+  * shared memory is `threadgroup`, the barrier `threadgroup_barrier(mem_flags::mem_threadgroup)`, a warp is a SIMD
+    group of 32 threads and its shuffle `simd_shuffle_down` (64-bit values go through two 32-bit halves);
+  * half is the native `half`; bfloat16 is kept as its 16 bits (`ushort`) and computed in float, rounded after each
+    op as PyTorch does, which every Metal version runs (the native `bfloat` needs MSL 3.1); there is no double;
+  * math functions take float (a half operand is widened and the result narrowed: the same rounding as the CPU);
+  * Metal has no device variables at module scope, so one big reduction takes one threadgroup instead of the whole
+    grid (GPULanguage.grid_reduce), and the loop plan keeps one element per access (GPULanguage.vector_loops).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from typing import Callable
+
+from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.dtype import DType, PtrDType, dtypes
+from tinygrad.ops import BinaryOps, UnaryOps
+from tinygrad.renderer.cstyle import CStyleLanguage
+from tinygrad.renderer.gpu import GPULanguage, uops_to_gpu
+
+HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
+
+# the grid indices every kernel takes, after its buffers: (name, MSL attribute)
+GRID_PARAMS = (("tg_gid", "threadgroup_position_in_grid"), ("tg_lid", "thread_position_in_threadgroup"),
+               ("tg_bdim", "threads_per_threadgroup"), ("tg_gdim", "threadgroups_per_grid"))
+
+# simd_shuffle_down takes 32-bit and narrower values: a 64-bit one is shuffled as two halves
+SHUFFLE_PRELUDE = """template <class T> inline T tg_shfl_down(T v, ushort d) { return simd_shuffle_down(v, d); }
+inline long tg_shfl_down(long v, ushort d) { return as_type<long>(simd_shuffle_down(as_type<uint2>(v), d)); }
+inline ulong tg_shfl_down(ulong v, ushort d) { return as_type<ulong>(simd_shuffle_down(as_type<uint2>(v), d)); }
+inline bool tg_shfl_down(bool v, ushort d) { return simd_shuffle_down((ushort)v, d) != 0; }
+"""
+
+# bfloat16: stored as its 16 bits, computed in float; round to nearest even, NaN stays a quiet NaN
+BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_type<float>(((uint)b) << 16); }
+inline ushort tg_f32_to_bf16(float f) {
+  uint u = as_type<uint>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
+"""
+
+# vector values of the linearizer's kernels: W lanes of T with lane-by-lane arithmetic, loaded and stored one element
+# at a time (so at any alignment, from device or threadgroup memory); the compiler merges the accesses it can
+VEC_PRELUDE = """template <class T, int W> struct tg_vec { T e[W]; };
+"""
+VEC_OPS_PRELUDE = """#define TG_VEC_OP(OP) template <class T, int W> inline tg_vec<T, W> operator OP(tg_vec<T, W> a, \\
+    tg_vec<T, W> b) { tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = a.e[i] OP b.e[i]; return r; }
+TG_VEC_OP(+) TG_VEC_OP(-) TG_VEC_OP(*) TG_VEC_OP(/)
+template <class T, int W> inline tg_vec<T, W> operator-(tg_vec<T, W> a) {
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = -a.e[i]; return r;
+}
+template <class T, int W> inline tg_vec<T, W> tg_vmax(tg_vec<T, W> a, tg_vec<T, W> b) {
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = (a.e[i] != a.e[i] || a.e[i] > b.e[i]) ? a.e[i] : b.e[i];
+  return r;
+}
+// P: a pointer into any address space (device or threadgroup), deduced
+template <class T, int W, class P> inline tg_vec<T, W> tg_vload(P p) {
+  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = p[i]; return r;
+}
+template <class T, int W, class P> inline void tg_vstore(P p, tg_vec<T, W> v) {
+  for (int i = 0; i < W; i++) p[i] = v.e[i];
+}
+"""
+
+
+def _metal_math(name: str) -> Callable[[str, DType], str]:
+    """An MSL math function: computed in float, a half operand widened first and the result narrowed after."""
+    return lambda x, dt: f"((half){name}((float)({x})))" if dt == dtypes.float16 else f"{name}({x})"
+
+
+def _bf16_round(val: float) -> float:
+    bits = struct.unpack("<I", struct.pack("<f", val))[0]
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+class MetalLanguage(GPULanguage):
+    """Metal Shading Language, compiled by the Metal framework (newLibraryWithSource) or offline into a metallib."""
+    name = "METAL"
+    kernel_prefix = "kernel void "
+    restrict = ""
+    arg_int_prefix = "constant int&"
+    block_idx_fmt = "tg_gid.{}"
+    thread_idx_fmt = "tg_lid.{}"
+    block_dim_fmt = "tg_bdim.{}"
+    grid_dim_fmt = "tg_gdim.{}"
+    shared_prefix = "threadgroup "
+    shared_align = ""
+    device_var_prefix = "device "  # unused: no grid reductions (grid_reduce), which need module-scope variables
+    barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    fence = "threadgroup_barrier(mem_flags::mem_device);"
+    warp_size = 32  # the SIMD-group width of every Apple GPU
+    vec_prelude = VEC_PRELUDE
+    vec_ops_prelude = VEC_OPS_PRELUDE
+    static_shared_max = None  # 32 KB of threadgroup memory, all declared statically (LinearizerOptions.shared_max)
+    grid_reduce = False
+    vector_loops = False
+    type_map = {
+        dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
+        dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
+        dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.bfloat16: "float", dtypes.float32: "float",
+    }
+    buffer_type_map = {dtypes.bfloat16: "ushort"}
+    code_for_op = {
+        **CStyleLanguage.code_for_op,
+        UnaryOps.EXP2: _metal_math("exp2"),
+        UnaryOps.LOG2: _metal_math("log2"),
+        # precise:: keeps sin accurate for large arguments whatever the fast-math setting
+        UnaryOps.SIN: _metal_math("precise::sin"),
+        UnaryOps.SQRT: _metal_math("sqrt"),
+        BinaryOps.MOD: lambda a, b, dt: (f"((half)fmod((float)({a}),(float)({b})))" if dt == dtypes.float16
+                                         else f"fmod({a},{b})") if dtypes.is_float(dt) else f"({a}%{b})",
+    }
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt == dtypes.float64:
+            raise NotImplementedError("Metal has no double: float64 is not supported on METAL")
+        return super().render_dtype(dt)
+
+    def _render_const(self, val, dt: DType) -> str:
+        if not dtypes.is_float(dt):
+            if dt == dtypes.int64:
+                return "(-9223372036854775807l-1)" if val == dtypes.min(dtypes.int64) else f"{int(val)}l"
+            if dt == dtypes.uint64:
+                return f"{int(val)}ul"
+            return super()._render_const(val, dt)
+        self.render_dtype(dt)  # refuses float64
+        if math.isnan(val) or math.isinf(val):
+            bits = 0x7FC00000 if math.isnan(val) else (0xFF800000 if val < 0 else 0x7F800000)
+            body = f"as_type<float>({bits:#x}u)"
+        else:
+            body = repr(_bf16_round(float(val)) if dt == dtypes.bfloat16 else float(val)) + "f"
+        return f"((half){body})" if dt == dtypes.float16 else body
+
+    def render_cast(self, x: str, dt: DType) -> str:
+        if dt == dtypes.bfloat16:
+            return f"tg_bf16_round((float)({x}))"
+        return f"(({self.render_dtype(dt)})({x}))"
+
+    def render_result(self, expr: str, dt: DType) -> str:
+        if dt == dtypes.bfloat16:
+            return f"tg_bf16_round({expr})"
+        if dt.itemsize < 4 and (dtypes.is_int(dt) or dt == dtypes.bool or dt == dtypes.float16):
+            # C++ promotes narrow operands to int (and a comparison to bool): narrow each result, as PyTorch does
+            return f"(({self.render_dtype(dt)}){expr})"
+        return expr
+
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        if src == dtypes.bfloat16:
+            x, src = f"tg_f32_to_bf16({x})", dtypes.uint16
+        if dt == dtypes.bfloat16:
+            return f"tg_bf16_to_f32(as_type<ushort>(({self.render_dtype(src)})({x})))"
+        return f"as_type<{self.render_dtype(dt)}>(({self.render_dtype(src)})({x}))"
+
+    def prelude(self, dts: set[DType]) -> str:
+        return HEADER + SHUFFLE_PRELUDE + (BF16_PRELUDE if dtypes.bfloat16 in dts else "")
+
+    # ---- vectors (tg_vec, see VEC_PRELUDE) ----
+    def vector_type_name(self, dt: DType) -> str:
+        return f"tg_vec<{self.render_dtype(dt.scalar())}, {dt.count}>"
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"{self.render_dtype(dt)}{{{{{', '.join(lanes)}}}}}"
+
+    def render_gep(self, vec: str, lane: int) -> str:
+        return f"{vec}.e[{lane}]" if vec.isidentifier() else f"({vec}).e[{lane}]"
+
+    def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
+        if op is BinaryOps.MAX:
+            return f"tg_vmax({operands[0]}, {operands[1]})"
+        return super().render_vector_alu(op, operands, dt)
+
+    def address_space(self, buf: UOp) -> str:
+        return "threadgroup " if buf.uop is UOps.DEFINE_LOCAL else "device "
+
+    def render_shuffle_down(self, val: str, offset: str) -> str:
+        return f"tg_shfl_down({val}, (ushort)({offset}))"
+
+    def render_atomic_inc(self, var: str) -> str:
+        raise NotImplementedError("Metal kernels keep no module-scope counters (grid_reduce is off)")
+
+    def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
+        args = []
+        for index, (pname, dt, is_out) in enumerate(params):
+            if isinstance(dt, PtrDType):
+                base = self.buffer_type_map.get(dt.base) or self.render_dtype(dt.base)
+                args.append(f"{'' if is_out else 'const '}device {base}* {pname} [[buffer({index})]]")
+            else:
+                args.append(f"{self.arg_int_prefix} {pname} [[buffer({index})]]")
+        args += [f"uint3 {n} [[{attr}]]" for n, attr in GRID_PARAMS]
+        # NOTE: no max_total_threads_per_threadgroup attribute: the runtime reads the pipeline's own limit and lowers
+        # the block of a loop kernel to it (every such kernel is correct for any block of whole SIMD groups)
+        return f"{self.kernel_prefix}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+
+
+_METAL = MetalLanguage()
+
+
+def MetalRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
+    return uops_to_gpu(_METAL, name, uops)
