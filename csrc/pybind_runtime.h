@@ -10,7 +10,8 @@
 //   Program                                    .name, .device, .launch(global_size, local_size, wait, *args),
 //                                              __call__(*args)
 //   Graph                                      .add(program, args, global_size=None, local_size=None) -> index,
-//                                              .set_arg(launch, arg, value), .set_dims(launch, global, local),
+//                                              .set_arg(launch, arg, value), .set_arg_many(slots, value),
+//                                              .set_dims(launch, global, local),
 //                                              __call__() (and .run()), __len__()
 //   copyin(dst, src), copyout(dst, src), transfer(dst, src, nbytes)
 //
@@ -198,6 +199,19 @@ RuntimeClasses<Traits> bind_runtime(py::module_& m) {
             g.set_arg(launch, arg, to_bound_arg(value, arg, kArgs));
           },
           py::arg("launch"), py::arg("arg"), py::arg("value"), "Replace one argument for later replays.")
+      .def(
+          "set_arg_many",
+          [](Grph& g, const py::list& slots, py::handle value) {
+            // one call for a variable that many launches take (a decode step's position): the JIT's replay would
+            // otherwise cross into C++ once a launch
+            if (slots.size() % 2 != 0) throw UsageError("set_arg_many takes a flat list of (launch, arg) pairs");
+            for (size_t i = 0; i < slots.size(); i += 2) {
+              size_t launch = slots[i].cast<size_t>(), arg = slots[i + 1].cast<size_t>();
+              g.set_arg(launch, arg, to_bound_arg(value, arg, kArgs));
+            }
+          },
+          py::arg("slots"), py::arg("value"),
+          "set_arg(launch, arg, value) for each (launch, arg) of the flat list `slots`.")
       .def(
           "set_dims",
           [](Grph& g, size_t launch, py::handle global, py::handle local) {

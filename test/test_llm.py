@@ -347,6 +347,82 @@ def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_
     srv.server_close()
 
 
+
+def test_forward_batch_rows_equal_each_sequence_alone(tmp_path):
+    path, _ = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    rng = np.random.default_rng(5)
+    prompts = [[int(i) for i in rng.integers(3, VOCAB, n)] for n in (5, 9, 3)]
+    alone = Transformer(kv, tensors, max_context=48)
+    want = []
+    for p in prompts:  # each sequence by itself, slot 0, unjitted: prompt, then one more token
+        alone.forward(p, 0, jit=False)
+        want.append(alone.forward([7], len(p), jit=False).numpy())
+    model = Transformer(kv, tensors, max_context=48, slots=3)
+    for _ in range(3):  # captured on the second call, replayed on the third
+        for s, p in enumerate(prompts):
+            model.forward(p, 0, slot=s)
+        got = model.forward_batch([7, 7, 7], [len(p) for p in prompts], [0, 1, 2]).numpy()
+        np.testing.assert_allclose(got, np.stack(want), rtol=1e-4, atol=1e-4)
+    # two of the slots, in another order of slots: a capture of its own
+    got = model.forward_batch([7, 7], [len(prompts[2]), len(prompts[0])], [2, 0]).numpy()
+    np.testing.assert_allclose(got, np.stack([want[2], want[0]]), rtol=1e-4, atol=1e-4)
+    assert model.batched_steps == 4
+    for bad in (([7], [3], [3]), ([7, 7], [3, 3], [1, 1]), ([7], [0], [0]), ([7], [48], [0]), ([], [], [])):
+        with pytest.raises(ValueError):
+            model.forward_batch(*bad)
+    with pytest.raises(ValueError, match="slot"):
+        model.forward([3], 0, slot=3)
+    with pytest.raises(ValueError, match="slots"):
+        Transformer(kv, tensors, max_context=48, slots=0)
+
+
+def test_server_batches_concurrent_requests_and_survives_a_client_that_leaves(tmp_path):
+    import socket
+    import threading
+    import urllib.request
+
+    from tinygrad.apps.llm.generate import generate
+    from tinygrad.apps.llm.sampling import SamplingParams
+    from tinygrad.apps.llm.server import LLMServer
+    path, _ = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    tok = Tokenizer.from_gguf(kv)
+    single = Transformer(kv, tensors, max_context=48)
+    prompts = ["t1", "t2 t3", "t4 t5 t6", "t7", "t8 t9"]
+    want = {p: generate(single, tok, tok.encode(p), 8, SamplingParams()).text for p in prompts}
+    model = Transformer(kv, tensors, max_context=48, slots=3)
+    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+
+    # a streaming client that hangs up after the headers: its request ends, the others go on
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"prompt": "t1", "max_tokens": 30, "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s.recv(64)
+    s.close()
+    results = {}
+
+    def client(p):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                     data=json.dumps({"prompt": p, "max_tokens": 8, "temperature": 0}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            results[p] = json.loads(r.read())["choices"][0]["text"]
+
+    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == want  # five requests over three slots: each answer what it gets alone
+    assert model.batched_steps > 0  # and they ran together
+    srv.shutdown()
+    srv.server_close()
+
+
 def test_cli_names_what_it_cannot_load(tmp_path, capsys):
     bad = tmp_path / "not.gguf"
     bad.write_bytes(b"# not a model")

@@ -270,6 +270,22 @@ def test_graph_replay_and_set_arg(lib):
     assert not out.any()
 
 
+def test_graph_set_arg_many_patches_every_slot(lib):
+    x = np.arange(4, dtype=np.float32)
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    graph = _cpu.Graph()
+    graph.add(_cpu.Program(lib, "scale"), [a, x, 4, 3])
+    graph.add(_cpu.Program(lib, "scale"), [b, x, 4, 5])
+    graph.set_arg_many([0, 3, 1, 3], -2)  # one value for both launches' factor
+    graph()
+    np.testing.assert_array_equal(a, -2 * x)
+    np.testing.assert_array_equal(b, -2 * x)
+    with pytest.raises(ValueError, match="pairs"):
+        graph.set_arg_many([0, 3, 1], 1)
+    with pytest.raises(ValueError, match="out of range"):
+        graph.set_arg_many([0, 3, 2, 3], 1)
+
+
 def test_graph_set_arg_errors(lib):
     graph = _cpu.Graph()
     graph.add(_cpu.Program(lib, "E_4"), [np.zeros(4, np.float32)] * 3 + [4])

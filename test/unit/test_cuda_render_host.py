@@ -124,6 +124,14 @@ def _placed(data: np.ndarray, misalign: int = 0) -> np.ndarray:
     return view
 
 
+def _qmatvec(empty, out: int, inner: int, groups: int):
+    """An LLM's quantized matrix-vector product: int8 weights (out, inner), a float scale per group of each row."""
+    from tinygrad import dtypes
+    qs, d, x = empty(out, inner, dtype=dtypes.int8), empty(out, groups), empty(1, inner)
+    w = qs.cast(dtypes.float32).reshape(out, groups, inner // groups) * d.reshape(out, groups, 1)
+    return (x.reshape(1, 1, groups, inner // groups) * w).sum((-2, -1))
+
+
 @pytest.fixture(scope="module")
 def host():
     if shutil.which("g++") is None:
@@ -151,8 +159,16 @@ def host():
         "int8_add": _render_all(empty(1003, dtype=dtypes.int8) + 3, grid=False),
         "double_max": _render_all(empty(70001, dtype=dtypes.float64).max()),
         "symbolic": _render_all(empty(3000).shrink(((0, v),)) * 2, grid=False),
+        "rows_long": _render_all(empty(40, 4001).sum(axis=1)),
+        "qmatvec": _render_all(_qmatvec(empty, 300, 640, 20)),
+        "qmatvec_many": _render_all(_qmatvec(empty, 20000, 256, 8)),
     }
     srcs = {k: s[-1] for k, s in cases.items()}
+    # short rows get a warp each (shuffles, no shared memory), long ones a block; int8 weights move 16 at a time
+    for k in ("rows", "qmatvec", "qmatvec_many"):
+        assert "tg_red" not in srcs[k] and "__syncthreads" not in srcs[k], k
+    assert "tg_red" in srcs["rows_long"]
+    assert "tg_vec<signed char, 16>" in srcs["qmatvec"] and "tg_vec<signed char, 16>" in srcs["qmatvec_many"]
     # every case moves whole vectors, but a strided view keeps a thread per element
     assert all(("tg_vec<" in s) == (k != "strided") for k, s in srcs.items())
     return _host_kernels(srcs)
@@ -238,3 +254,23 @@ def test_host_block_per_row_reduction(host, launch):
     np.testing.assert_allclose(out, m.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-4)
     host["rows_max"](*launch, [out, _placed(m)])
     np.testing.assert_array_equal(out, m.max(axis=1))  # the NaN row is NaN, as numpy's max
+
+
+@pytest.mark.parametrize("launch", _LAUNCHES + [(2, 256)])
+def test_host_warp_per_row_quantized_matvec(host, launch):
+    # int8 weights in 16-lane vectors beside 16 floats of x (four 16-byte loads), a scale per group of each row;
+    # x misaligned takes the scalar path; 20,000 rows (more than a block per row would take) also get a warp each
+    r = np.random.default_rng(4)
+    for (out, inner, groups), case in (((300, 640, 20), "qmatvec"), ((20000, 256, 8), "qmatvec_many")):
+        qs = r.integers(-128, 128, (out, inner)).astype(np.int8)
+        d = r.random((out, groups)).astype(np.float32)
+        w = (qs.astype(np.float64).reshape(out, groups, -1) * d[:, :, None]).reshape(out, inner)
+        for misalign in (0, 1):
+            x = r.standard_normal(inner).astype(np.float32)
+            y = _placed(np.full(out, np.nan, np.float32))
+            host[case](*launch, [y, _placed(x, misalign), _placed(d), _placed(qs)])
+            np.testing.assert_allclose(y, w @ x, rtol=1e-4, atol=1e-3)
+    m = r.standard_normal((40, 4001)).astype(np.float32)
+    y = _placed(np.zeros(40, np.float32))
+    host["rows_long"](*launch, [y, _placed(m)])
+    np.testing.assert_allclose(y, m.astype(np.float64).sum(axis=1), rtol=1e-4, atol=1e-4)

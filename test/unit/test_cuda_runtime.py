@@ -657,6 +657,26 @@ def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monke
     assert not calls("cuGraphExecKernelNodeSetParams") and len(calls("cuGraphLaunch")) == 3
 
 
+
+def test_cuda_graph_patches_symbolic_launch_sizes_only_when_they_change(cuda):
+    # (the fake driver runs no kernels: what is checked is what each replay launches)
+    from tinygrad import Tensor, TinyJit, Variable
+    a = Tensor(np.arange(4096, dtype=np.float32), device="CUDA").realize()
+    w = Variable("w", 1, 4096)
+    jf = TinyJit(lambda a, w: (a.shrink(((0, w),)) * 2 + 1).realize())
+    for n in (100, 200, 300):
+        jf(a, w.bind(n))
+    grids, patches = {}, {}
+    for n in (1000, 3000, 3001):
+        T.clear_records()
+        jf(a, w.bind(n))
+        (_, grid, block, _, from_graph), = T.launches()
+        assert from_graph and grid[0] * block[0] * 4 >= n  # enough threads for n outputs (4 a thread at most)
+        grids[n], patches[n] = grid, len(T.calls("cuGraphExecKernelNodeSetParams"))
+    assert grids[3000] != grids[1000] and grids[3001] == grids[3000]
+    assert patches[3001] == 1  # the variable's new value; the sizes, unchanged, are not resolved into a patch again
+
+
 # --- the renderer ---------------------------------------------------------------------------------------------------
 
 
@@ -721,9 +741,10 @@ def test_rendered_kernels_look_like_cuda(kernels):
     # the contiguous load and store move 16 bytes at a time where both pointers are aligned, one element otherwise
     assert "*(const tg_vec<float, 4>*)(data1+" in e and "*(tg_vec<float, 4>*)(data0+" in e
     assert "((unsigned long long)(data1) & 15ull) == 0" in e and "data0[flat0] = tg_st0;" in e
-    r = kernels["reduce_rows"]  # few outputs, long rows: a block per row, combined by warp shuffles
-    assert "__shared__ float tg_red[32];" in r and "__shfl_down_sync(0xffffffffu, acc0, tg_s)" in r
-    assert "__syncthreads();" in r and "if (threadIdx.x == 0) {" in r
+    r = kernels["reduce_rows"]  # few outputs, rows of 75 vectors: a warp per row, combined by shuffles alone
+    assert "tg_red" not in r and "__shfl_down_sync(0xffffffffu, acc0, tg_s)" in r
+    assert "__syncthreads();" not in r and "if ((threadIdx.x&31) == 0) {" in r
+    assert "blockIdx.x*(blockDim.x>>5)+(threadIdx.x>>5)" in r  # the warp's row
     assert "(data1+(ridx0*300))" in r  # each row's own offset, its alignment checked at run time
     assert "__uint_as_float(0xff800000u)" in r  # max starts at -inf
     g = kernels["reduce_all_big"]  # one output: the whole grid, then the last block to finish

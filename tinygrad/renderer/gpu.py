@@ -40,7 +40,7 @@ from typing import Callable
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
-from tinygrad.renderer.gpu_plan import VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
+from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
 
 LAUNCH_MARKER = "// tinygrad launch:"
 SHARED_MARKER = "// tinygrad dynamic shared memory:"
@@ -192,10 +192,11 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     """The source of GPU kernel `name` from its uops, in `lang`'s spelling."""
     specials = [u for u in uops if u.uop is UOps.SPECIAL]
     has_barrier = any(u.uop is UOps.BARRIER for u in uops)
-    par = _Parallel() if specials else _plan_parallel(uops, lang.grid_reduce, lang.vector_loops)
+    par = _Parallel() if specials else _plan_parallel(uops, lang.warp_size, lang.grid_reduce, lang.vector_loops)
     flat_loops = {id(lp) for lp in par.global_loops + par.reduce_loops}
     kw = KernelWriter(lang, uops)
     bx, tx, bdim, gdim = lang.block_idx("x"), lang.thread_idx("x"), lang.block_dim("x"), lang.grid_dim("x")
+    wsz, wshift = lang.warp_size, lang.warp_size.bit_length() - 1
     r, body, fresh, emit, bind = kw.r, kw.body, kw.fresh, kw.emit, kw.bind
     dts: set[DType] = set()
     shared_at, shared_total = _shared_layout(lang, uops)
@@ -240,7 +241,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
 
     def close_vec(state: dict) -> None:
         """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
-        pointer is aligned, their loads issued together; then one vector at a time; then single elements."""
+        pointer is aligned, their loads issued together (one vector a step without unrolling); then single
+        elements."""
         lines = [line[2 * (kw.depth + 1):] for line in body[state["start"]:]]
         del body[state["start"]:]
         vec, n, first, stride, flat = state["vec"], state["n"], state["first"], state["stride"], state["flat"]
@@ -263,26 +265,33 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             kw.depth -= 1
             emit("}")
 
-        aligned = " && ".join(f"((unsigned long long)({ptr[id(u)]}) & {w * u.vin[0].dtype.base.itemsize - 1}ull) == 0"
-                              for u in moved)
+        # (a vector of more than 16 bytes is accessed 16 bytes at a time: see VEC_PRELUDE)
+        aligned = " && ".join(f"((unsigned long long)({ptr[id(u)]}) & "
+                              f"{min(w * u.vin[0].dtype.base.itemsize, VEC_BYTES) - 1}ull) == 0" for u in moved)
         nv, v = fresh("tg_nv"), fresh("tg_v")
         emit(f"const int {nv} = ({aligned}) ? {n}/{w} : 0;")
         emit(f"int {v} = {first};")
         if unroll > 1:
-            emit(f"for (; {v}+{unroll - 1}*{stride} < {nv}; {v} += {unroll}*{stride}) {{")
+            # every vector of a step loaded before any is used, each guarded: a thread with fewer vectors left than
+            # `unroll` (a short row's last step) still issues all of its loads together, one memory latency a step
+            emit(f"for (; {v} < {nv}; {v} += {unroll}*{stride}) {{")
             kw.depth += 1
             at = f"({v}+tg_u*{stride})*{w}"
+            live = f"{v}+tg_u*{stride} < {nv}"
             for u in moved:
                 emit(f"{vt[id(u)]} {names[id(u)]}[{unroll}];")
             if vec.loads:
                 emit("#pragma unroll")
                 emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
+                emit(f"  if ({live}) {{")
                 for u in vec.loads:
-                    emit(f"  {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
+                    emit(f"    {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
+                emit("  }")
                 emit("}")
             emit("#pragma unroll")
             emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
             kw.depth += 1
+            emit(f"if (!({live})) break;")
             element(f"{at}+tg_j", "{}[tg_u].e[tg_j]")
             for u in vec.stores:
                 emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}[tg_u];")
@@ -290,17 +299,18 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit("}")
             kw.depth -= 1
             emit("}")
-        emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
-        kw.depth += 1
-        for u in vec.loads:
-            emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
-        for u in vec.stores:
-            emit(f"{vt[id(u)]} {names[id(u)]};")
-        element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
-        for u in vec.stores:
-            emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
-        kw.depth -= 1
-        emit("}")
+        else:
+            emit(f"for (; {v} < {nv}; {v} += {stride}) {{")
+            kw.depth += 1
+            for u in vec.loads:
+                emit(f"const {vt[id(u)]} {names[id(u)]} = *(const {vt[id(u)]}*)({ptr[id(u)]}+{v}*{w});")
+            for u in vec.stores:
+                emit(f"{vt[id(u)]} {names[id(u)]};")
+            element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
+            for u in vec.stores:
+                emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
+            kw.depth -= 1
+            emit("}")
         # after the last whole vector, or everything where a pointer is misaligned
         emit(f"for (int {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
         kw.depth += 1
@@ -362,10 +372,14 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             if u is nest[-1]:  # every bound is rendered by now
                 if nest is par.reduce_loops and par.mode == "grid":
                     open_flat(nest, f"{bx}*{bdim}+{tx}", f"tg_blocks*{bdim}")
+                elif nest is par.reduce_loops and par.mode == "warps":
+                    open_flat(nest, f"({tx}&{wsz - 1})", str(wsz))
                 elif nest is par.reduce_loops:
                     open_flat(nest, tx, bdim)
                 elif par.mode == "blocks":
                     open_flat(nest, bx, gdim)
+                elif par.mode == "warps":
+                    open_flat(nest, f"{bx}*({bdim}>>{wshift})+({tx}>>{wshift})", f"{gdim}*({bdim}>>{wshift})")
                 else:
                     open_flat(nest, f"{bx}*{bdim}+{tx}", f"{gdim}*{bdim}")
         elif op is UOps.LOOP:
@@ -377,15 +391,19 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             nest = par.global_loops if any(vin[0] is lp for lp in par.global_loops) else par.reduce_loops
             if vin[0] is not nest[0]:
                 continue
-            if nest is par.global_loops and par.mode == "blocks":
+            if nest is par.global_loops and par.mode in ("blocks", "warps"):
                 kw.depth -= 1
-                emit("}")  # the `if (thread 0)` around the stores
+                emit("}")  # the `if (thread 0)` (lane 0) around the stores
             kw.depth -= 1
             if id(nest[0]) in open_vec:
                 close_vec(open_vec.pop(id(nest[0])))
             else:
                 emit("}")
-            if nest is par.reduce_loops:
+            if nest is par.reduce_loops and par.mode == "warps":
+                _emit_warp_tree(lang, par, r[id(par.acc)], emit)
+                emit(f"if (({tx}&{wsz - 1}) == 0) {{")
+                kw.depth += 1
+            elif nest is par.reduce_loops:
                 _emit_block_combine(lang, par, r[id(par.acc)], emit)
                 if par.mode == "grid":
                     _emit_grid_combine(lang, par, r[id(par.acc)], emit)
@@ -442,7 +460,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(f"if ({r[id(vin[3])]}) {line}" if len(vin) > 3 else line)
         else:
             raise NotImplementedError(f"the {lang.name} renderer has no rule for {op}")
-    if par.mode in ("blocks", "grid") and not par.global_loops:
+    if par.mode in ("blocks", "grid", "warps") and not par.global_loops:
         kw.depth -= 1
         emit("}")  # the `if (thread 0)` of a kernel without output loops
     bounds = _launch_bounds(specials, par)
@@ -454,7 +472,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     async_ops = (UOps.COPY_ASYNC, UOps.ASYNC_COMMIT, UOps.ASYNC_WAIT)
     prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA},
                                  any(u.uop in async_ops for u in uops))
-    persistent = " persistent" if par.mode in ("blocks", "grid") else ""
+    persistent = " persistent" if par.mode in ("blocks", "grid", "warps") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     marker += f"{SHARED_MARKER} {shared_total} bytes\n" if shared_total else ""
     if par.mode == "grid":
@@ -464,20 +482,27 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     return marker + prelude + kernel
 
 
+def _emit_warp_tree(lang: GPULanguage, par: _Parallel, acc: str, emit: Callable[[str], None],
+                    indent: str = "") -> None:
+    """Folds the partial results of a warp's lanes into its first lane's `acc`, by shuffles."""
+    dt = par.acc.dtype
+    ty = lang.render_dtype(dt)
+    folded = lang.render_result(lang.code_for_op[par.reduce_op]("tg_o", acc, dt), dt)
+    emit(f"{indent}for (int tg_s = {lang.warp_size // 2}; tg_s > 0; tg_s >>= 1) {{")
+    emit(f"{indent}  const {ty} tg_o = ({ty}){lang.render_shuffle_down(acc, 'tg_s')};")
+    emit(f"{indent}  {acc} = {folded};")
+    emit(f"{indent}}}")
+
+
 def _emit_block_combine(lang: GPULanguage, par: _Parallel, acc: str, emit: Callable[[str], None]) -> None:
     """Folds the block's partial results into every thread's `acc`: a shuffle tree in each warp, the warps' results
     through shared memory, a shuffle tree in the first warp. Needs a block of whole warps (every launch's is)."""
     dt = par.acc.dtype
-    ty = lang.render_dtype(dt)
-    folded = lang.render_result(lang.code_for_op[par.reduce_op]("tg_o", acc, dt), dt)
     tx, bdim, w = lang.thread_idx("x"), lang.block_dim("x"), lang.warp_size
     shift = w.bit_length() - 1
 
     def warp_tree(indent: str = "") -> None:
-        emit(f"{indent}for (int tg_s = {w // 2}; tg_s > 0; tg_s >>= 1) {{")
-        emit(f"{indent}  const {ty} tg_o = ({ty}){lang.render_shuffle_down(acc, 'tg_s')};")
-        emit(f"{indent}  {acc} = {folded};")
-        emit(f"{indent}}}")
+        _emit_warp_tree(lang, par, acc, emit, indent)
     warp_tree()
     emit(f"if (({tx} & {w - 1}u) == 0) tg_red[{tx} >> {shift}] = {acc};")
     emit(lang.barrier)

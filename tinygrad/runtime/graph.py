@@ -1,10 +1,11 @@
 """NativeGraph: a TinyJit capture replayed through a C++ runtime's Graph, the same class for every such device.
 
 Every C++ runtime binds the one graph surface of csrc/ (`add(program, args, global_size, local_size)`,
-`set_arg(launch, arg, value)`, `set_dims(launch, global_size, local_size)`, `__call__()`); a device offers it to
-TinyJit by setting `graph=NativeGraph` (or a subclass with a different `max_nodes`) in its `Compiled.__init__`, and
-providing `create_graph()` (by default its `native` device's). A replay patches only what changes between calls
-(the input buffers, the symbolic variables and launch sizes that depend on them) and runs each native graph once.
+`set_arg(launch, arg, value)`, `set_arg_many(slots, value)`, `set_dims(launch, global_size, local_size)`,
+`__call__()`); a device offers it to TinyJit by setting `graph=NativeGraph` (or a subclass with a different
+`max_nodes`) in its `Compiled.__init__`, and providing `create_graph()` (by default its `native` device's). A replay
+patches only what changes between calls (the input buffers, the symbolic variables and launch sizes that depend on
+them) and runs each native graph once.
 
 What a captured kernel must provide, duck-typed so this module stays below the engine: the JIT's ExecItem
 (`prg`, `bufs`), its runner (`dname`, `vars`, `global_size`, `local_size`, `clprg`) and the device program
@@ -43,8 +44,12 @@ class NativeGraph:
         self.graphs: list[Any] = []
         # where each input, variable and symbolic launch size goes: (graph, launch in it, ...)
         self.input_slots: list[tuple[Any, int, int, int]] = []
-        self.var_slots: list[tuple[Any, int, int, Variable]] = []
-        self.dim_slots: list[tuple[Any, int, Any, Any]] = []
+        # a variable's slots per graph, as set_arg_many's flat (launch, arg) list: {(graph index, variable): slots}
+        self.var_slots: dict[tuple[int, Variable], list[int]] = {}
+        # launches whose sizes depend on variables, grouped by their (global, local) sizes: each group is resolved
+        # once a call, and its launches patched only when the sizes change (a decode step's dozens of attention
+        # kernels share one or two such sizes, which change every few hundred positions)
+        self.dim_groups: dict[Any, list] = {}
         self.kernels = len(jit_cache)
         for j, ei in enumerate(jit_cache):
             if not self.graphs or (self.max_nodes is not None and j % self.max_nodes == 0):
@@ -59,18 +64,25 @@ class NativeGraph:
                 launch = graph.add(prg.native, args)
             else:
                 launch = graph.add(prg.native, args, gs, ls)
-            self.var_slots += [(graph, launch, len(ei.bufs) + n, v) for n, v in enumerate(runner.vars)]
+            for n, v in enumerate(runner.vars):
+                self.var_slots.setdefault((len(self.graphs) - 1, v), []).extend((launch, len(ei.bufs) + n))
             if symbolic:
-                self.dim_slots.append((graph, launch, gs, ls))
+                key = (tuple(gs or ()), tuple(ls or ()))
+                self.dim_groups.setdefault(key, [gs, ls, None, []])[3].append((graph, launch))
             self.input_slots += [(graph, launch, i, k) for (jj, i), k in input_replace.items() if jj == j]
 
     def __call__(self, bufs: list, var_vals: dict) -> None:
         for graph, launch, i, k in self.input_slots:
             graph.set_arg(launch, i, bufs[k]._buf)
-        for graph, launch, i, v in self.var_slots:
-            graph.set_arg(launch, i, var_vals[v])
-        for graph, launch, gs, ls in self.dim_slots:
-            graph.set_dims(launch, resolve_launch(gs, var_vals), resolve_launch(ls, var_vals))
+        for (g, v), slots in self.var_slots.items():
+            self.graphs[g].set_arg_many(slots, var_vals[v])
+        for group in self.dim_groups.values():
+            gs, ls, last, launches = group
+            dims = (resolve_launch(gs, var_vals), resolve_launch(ls, var_vals))
+            if dims != last:
+                for graph, launch in launches:
+                    graph.set_dims(launch, *dims)
+                group[2] = dims
         for graph in self.graphs:
             graph()
         GlobalCounters.kernel_count += self.kernels

@@ -5,7 +5,8 @@ Prints the generated text as it is made; with --json, one JSON object as the las
 to the model, BOS included), ids (the generated ones), text, prefill_tok_s, decode_tok_s. `--logits-for IDS_JSON`
 prints the final-position logits for the given ids (a JSON list) as a JSON list, for testing against a reference.
 `--chat` is an interactive conversation in the model's turn format; `--serve PORT` an OpenAI-style HTTP server
-(`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py).
+(`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py), which runs up to
+`--slots N` requests at once, batched (each slot a KV cache of --context positions).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=4096, help="the most positions the KV cache holds")
     ap.add_argument("--chat", action="store_true", help="an interactive chat (a line of input a turn)")
     ap.add_argument("--serve", type=int, metavar="PORT", help="an OpenAI-style HTTP server on this port")
+    ap.add_argument("--slots", type=int, default=4, help="--serve: requests generated together (default 4)")
     args = ap.parse_args(argv)
 
     from tinygrad.apps.llm.generate import generate
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kv, tensors = gguf_tensors(args.model)
         tok = Tokenizer.from_gguf(kv)
-        model = Transformer(kv, tensors, max_context=args.context)
+        model = Transformer(kv, tensors, max_context=args.context, slots=args.slots if args.serve is not None else 1)
     except (OSError, CheckpointError, ValueError, KeyError) as e:
         ap.error(f"can't load {args.model}: {e}")
     # the metadata (its vocabulary lists alone take ~40 MB) and the tensor table have been read into the model and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import Sampler, SamplingParams
@@ -21,48 +22,69 @@ class Result:
     finish: str = "length"  # "stop": EOS or a stop string; "length": max_tokens or the context's end
 
 
+class Decoding:
+    """One sequence's generation after its prompt, token by token, whoever runs the model (`generate` alone, or the
+    server's batches): `push(token)` takes each sampled token and says whether to go on; `pos` is the position the
+    next token goes to; `finish()` the Result. Text goes to `on_text` as it is made, held back while it could
+    still be the start of a stop string."""
+
+    def __init__(self, tok: Tokenizer, prompt_ids: list[int], max_tokens: int, max_context: int,
+                 params: SamplingParams | None = None, stop: list[str] | None = None,
+                 on_text: Callable[[str], None] | None = None):
+        self.tok, self.max_tokens, self.max_context, self.on_text = tok, max_tokens, max_context, on_text
+        self.sampler = Sampler(params or SamplingParams())
+        self.stop = [s for s in (stop or []) if s]
+        self.res = Result(list(prompt_ids))
+        self.history = list(prompt_ids)
+        self.pos = len(prompt_ids)
+        self.stream = StreamDecoder(tok)
+        self.text, self.shown, self.stopped = "", 0, False
+
+    def push(self, nxt: int) -> bool:
+        """Takes the next sampled token; False once generation is over (EOS, a stop string, max_tokens, or the
+        context's end)."""
+        res = self.res
+        res.ids.append(nxt)
+        self.history.append(nxt)
+        if nxt == self.tok.eos or nxt in self.tok.end_ids:
+            res.finish = "stop"
+            return False
+        self.text += self.stream.feed(nxt)
+        cut = min((self.text.find(s) for s in self.stop if s in self.text), default=-1)
+        if cut >= 0:
+            self.text, self.stopped, res.finish = self.text[:cut], True, "stop"
+            return False
+        # what can be shown: all but a tail that could still grow into a stop string
+        hold = max((k for s in self.stop for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
+        if self.on_text is not None and len(self.text) - hold > self.shown:
+            self.on_text(self.text[self.shown:len(self.text) - hold])
+            self.shown = len(self.text) - hold
+        return len(res.ids) < self.max_tokens and self.pos < self.max_context
+
+    def finish(self) -> Result:
+        if not self.stopped:
+            self.text += self.stream.flush()
+        if self.on_text is not None and len(self.text) > self.shown:
+            self.on_text(self.text[self.shown:])
+            self.shown = len(self.text)
+        self.res.text = self.text
+        return self.res
+
+
 def generate(model: Transformer, tok: Tokenizer, prompt_ids: list[int], max_tokens: int,
              params: SamplingParams | None = None, stop: list[str] | None = None, on_text=None) -> Result:
     """Generate up to `max_tokens` after `prompt_ids`; `on_text(str)` gets the text as it is made (held back while
     it could still be the start of a stop string)."""
-    sampler = Sampler(params or SamplingParams())
-    stop = [s for s in (stop or []) if s]
-    res = Result(list(prompt_ids))
-    stream = StreamDecoder(tok)
+    d = Decoding(tok, prompt_ids, max_tokens, model.max_context, params, stop, on_text)
     t0 = time.perf_counter()
-    logits = model.forward(prompt_ids, 0)
-    history = list(prompt_ids)
-    nxt = sampler(logits, history)
-    res.ttft_s = time.perf_counter() - t0
-    res.prefill_tok_s = len(prompt_ids) / res.ttft_s if res.ttft_s > 0 else 0.0
-    pos = len(prompt_ids)
+    nxt = d.sampler(model.forward(prompt_ids, 0), d.history)
+    d.res.ttft_s = time.perf_counter() - t0
+    d.res.prefill_tok_s = len(prompt_ids) / d.res.ttft_s if d.res.ttft_s > 0 else 0.0
     t1 = time.perf_counter()
-    text, shown, stopped = "", 0, False
-    while True:
-        res.ids.append(nxt)
-        history.append(nxt)
-        if nxt == tok.eos or nxt in tok.end_ids:
-            res.finish = "stop"
-            break
-        text += stream.feed(nxt)
-        cut = min((text.find(s) for s in stop if s in text), default=-1)
-        if cut >= 0:
-            text, stopped, res.finish = text[:cut], True, "stop"
-            break
-        # what can be shown: all but a tail that could still grow into a stop string
-        hold = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
-        if on_text is not None and len(text) - hold > shown:
-            on_text(text[shown:len(text) - hold])
-            shown = len(text) - hold
-        if len(res.ids) >= max_tokens or pos >= model.max_context:
-            break
-        nxt = sampler(model.forward([nxt], pos), history)
-        pos += 1
-    if not stopped:
-        text += stream.flush()
-    if on_text is not None and len(text) > shown:
-        on_text(text[shown:])
-    res.text = text
+    while d.push(nxt):
+        nxt = d.sampler(model.forward([nxt], d.pos), d.history)
+        d.pos += 1
+    res = d.finish()
     dt = time.perf_counter() - t1
     res.decode_tok_s = len(res.ids) / dt if dt > 0 else 0.0
     return res

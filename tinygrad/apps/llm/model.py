@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -150,13 +151,7 @@ class Linear:
         self.raw = self.w = self.qs = self.d = self.m = None
         if t.ttype in PLANE_TYPES:
             # read straight from the mapped file (a copy of the blocks first would double the peak while loading)
-            q, d, m = _planes(t.ttype, t.host_blocks())
-            out, inner = self.shape
-            self.groups = inner * d.shape[1] // q.shape[1]
-            self.qs = Tensor(np.ascontiguousarray(q).reshape(out, inner), device=device).realize()
-            self.d = Tensor(np.ascontiguousarray(d).reshape(out, self.groups), device=device).realize()
-            if m is not None:
-                self.m = Tensor(np.ascontiguousarray(m).reshape(out, self.groups), device=device).realize()
+            self._set_planes([_planes(t.ttype, t.host_blocks())], device)
         elif t.quantized:
             self.raw = t.raw().to(device).realize()
         else:
@@ -164,6 +159,37 @@ class Linear:
         # copied out: the file's pages of this matrix need not stay resident while the next ones are read (the peak
         # while loading is then about one matrix of the file, not all of it)
         t.src.release_pages(t.where, t.nbytes)
+
+    def _set_planes(self, planes: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], device: str) -> None:
+        """The planes of one matrix, or of several stacked along the output dim (rows of each in turn)."""
+        out, inner = self.shape
+        self.groups = inner * planes[0][1].shape[1] // planes[0][0].shape[1]
+
+        def stack(k: int) -> np.ndarray:
+            parts = [np.ascontiguousarray(p[k]) for p in planes]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.qs = Tensor(stack(0).reshape(out, inner), device=device).realize()
+        self.d = Tensor(stack(1).reshape(out, self.groups), device=device).realize()
+        if planes[0][2] is not None:
+            self.m = Tensor(stack(2).reshape(out, self.groups), device=device).realize()
+
+    @classmethod
+    def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
+        """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
+        kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
+        where their planes differ in group size or offsets (or have none), so they can't share one kernel."""
+        if len({t.shape[1] for t in ts}) != 1 or any(t.ttype not in PLANE_TYPES for t in ts):
+            return None
+        planes = [_planes(t.ttype, t.host_blocks()) for t in ts]
+        if len({(p[0].shape[1] // p[1].shape[1], p[2] is None) for p in planes}) != 1:
+            return None
+        self = cls.__new__(cls)
+        self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
+        self.raw = self.w = self.qs = self.d = self.m = None
+        self._set_planes(planes, device)
+        for t in ts:
+            t.src.release_pages(t.where, t.nbytes)
+        return self
 
     def weight(self) -> Tensor:
         if self.w is not None:
@@ -192,6 +218,12 @@ class Linear:
         return (x.reshape(*lead, 1, g, inner // g) * w).sum((-2, -1))
 
 
+def _split(y: Tensor, sizes: list[int]) -> list[Tensor]:
+    """The outputs of a stacked Linear (n, sum(sizes)) as each matrix's (n, size)."""
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return [y[:, a:a + n] for a, n in zip(starts, sizes)]
+
+
 def _gelu(x: Tensor) -> Tensor:
     """GELU with the tanh approximation, as x * sigmoid(2z) (= x * (1 + tanh z) / 2): one exp2 and one division an
     element, where Tensor.gelu's tanh, exact near 0 through expm1, takes an exp2, a log2 and two divisions."""
@@ -202,30 +234,45 @@ def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
 
 
-def _rope_tables(base: float, head_dim: int, positions: int, device: str) -> tuple[Tensor, Tensor]:
-    """cos and sin of every position's angles, (positions, head_dim/2): a step slices its positions' rows."""
+def _rms_scale(x: Tensor, eps: float) -> Tensor:
+    """RMSNorm's per-row factor, 1 / sqrt(mean(x^2) + eps), (..., 1): `_rms(x, w) == x * w * _rms_scale(x)`."""
+    return (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt()
+
+
+def _normed_linear(lin: Linear, x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """lin(_rms(x, w)), as lin(x * w) * _rms_scale(x): the norm's factor is one number a row, applied to the
+    matrix-vector product's outputs in the kernel that makes them, so its square root is not computed again for
+    every output reading the input (which would make the normed input a kernel of its own)."""
+    return lin(x * w) * _rms_scale(x, eps)
+
+
+def _rope_tables(base: float, head_dim: int, positions: int, device: str, neox: bool) -> tuple[Tensor, Tensor]:
+    """RoPE as x * C + swap(x) * S (see _rope): C and S for every position, (positions, head_dim), a step slicing
+    its positions' rows. C is each pair's cos twice, S its -sin then sin."""
     inv = Tensor([base ** (-2.0 * i / head_dim) for i in range(head_dim // 2)], dtype=dtypes.float32, device=device)
     ang = Tensor.arange(positions, device=device).cast(dtypes.float32).reshape(-1, 1) * inv.reshape(1, -1)
-    return ang.cos().contiguous().realize(), ang.sin().contiguous().realize()
+    cos, sin = ang.cos(), ang.sin()
+    # neox pairs dim i with i + head_dim/2 (the two halves), the others 2i with 2i+1 (neighbours)
+    c, s = (cos.cat(cos, dim=-1), (-sin).cat(sin, dim=-1)) if neox else \
+        (Tensor.stack(cos, cos, dim=-1), Tensor.stack(-sin, sin, dim=-1))
+    return c.reshape(positions, head_dim).contiguous().realize(), s.reshape(positions, head_dim).contiguous().realize()
 
 
-def _rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
-    """RoPE on x (T, heads, head_dim) with its positions' cos and sin (T, head_dim/2)."""
-    d = x.shape[-1]
-    cos, sin = cos.reshape(cos.shape[0], 1, d // 2), sin.reshape(sin.shape[0], 1, d // 2)
-    if neox:
-        x1, x2 = x[..., :d // 2], x[..., d // 2:]
-        return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
-    xp = x.reshape(*x.shape[:-1], d // 2, 2)
-    x1, x2 = xp[..., 0], xp[..., 1]
-    return Tensor.stack(x1 * cos - x2 * sin, x2 * cos + x1 * sin, dim=-1).reshape(x.shape)
+def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool) -> Tensor:
+    """RoPE on x (T, heads, head_dim) with its positions' rows of the tables (T, head_dim): x * C + swap(x) * S,
+    where swap exchanges the two members of each rotated pair, a flip of a size-2 dim (a view: the rotation is one
+    elementwise kernel, where concatenating the rotated halves would pad them and store each half first)."""
+    t, h, d = x.shape
+    pairs = x.reshape(t, h, 2, d // 2).flip(2) if neox else x.reshape(t, h, d // 2, 2).flip(3)
+    return x * c.reshape(t, 1, d) + pairs.reshape(t, h, d) * s.reshape(t, 1, d)
 
 
 class Transformer:
     """The model of a GGUF file (see the module docstring). `forward(ids, start_pos)` runs ids at positions
     start_pos.. and returns the logits of the last one; the KV cache keeps what came before."""
 
-    def __init__(self, kv: dict, tensors: dict[str, GGUFTensor], device: str | None = None, max_context: int = 4096):
+    def __init__(self, kv: dict, tensors: dict[str, GGUFTensor], device: str | None = None, max_context: int = 4096,
+                 slots: int = 1):
         from tinygrad.device import Device
         self.device = device or Device.DEFAULT
         self.cfg = cfg = Config.from_gguf(kv, tensors)
@@ -238,8 +285,18 @@ class Transformer:
         self.layers = []
         for i in range(cfg.layers):
             p = f"blk.{i}."
-            layer = {n: Linear(tensors[p + n + ".weight"], self.device)
-                     for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+            layer: dict = {}
+            # q, k and v (gate and up) read the same normed input: stacked where their types allow, one kernel
+            for fused, names in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
+                ts = [tensors[p + n + ".weight"] for n in names]
+                both = Linear.stacked(ts, self.device)
+                if both is not None:
+                    layer[fused] = both
+                    layer[fused + "_split"] = [t.shape[0] for t in ts]
+                else:
+                    layer.update({n: Linear(t, self.device) for n, t in zip(names, ts)})
+            for n in ("attn_output", "ffn_down"):
+                layer[n] = Linear(tensors[p + n + ".weight"], self.device)
             norms = ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ())
             for n in norms + (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
                 layer[n] = load(p + n + ".weight")
@@ -251,20 +308,25 @@ class Transformer:
         # NOTE: allocated, not written: a step reads positions 0..end-1 only, each written before (a padded prefill
         # chunk writes its padding too), so memory pages of positions never reached are never touched (resident
         # memory grows with the context used, not the context allowed)
-        self.cache = [(Tensor.empty(*shape, device=self.device).realize(),
-                       Tensor.empty(*shape, device=self.device).realize()) for _ in range(cfg.layers)]
+        # one KV cache per slot: a slot holds one sequence, and a batched step (forward_batch) advances several
+        if slots < 1:
+            raise ValueError(f"a model needs at least one sequence slot, got slots={slots}")
+        self.caches = [[(Tensor.empty(*shape, device=self.device).realize(),
+                         Tensor.empty(*shape, device=self.device).realize()) for _ in range(cfg.layers)]
+                       for _ in range(slots)]
+        self.cache = self.caches[0]
         bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
-        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device) for b in bases}
+        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device, fam.neox_rope) for b in bases}
         # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels; prefill
-        # goes in chunks of PREFILL_CHUNKS tokens the same way (the last one padded), the logits from its last row
-        from tinygrad.engine.jit import TinyJit
+        # goes in chunks of PREFILL_CHUNKS tokens the same way (the last one padded), the logits from its last row.
+        # Each slot has its own (their captures hold its cache's buffers), made at its first use.
         from tinygrad.shape.symbolic import Variable
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
-        self._decode = TinyJit(lambda x, start_pos: self._head(self._layers(x, start_pos, 1)).realize())
-        self._chunks = {c: (Variable(f"chunk_pos{c}", 0, self.max_context - c),
-                            TinyJit(lambda x, start_pos, c=c: self._layers(x, start_pos, c).realize()))
-                        for c in PREFILL_CHUNKS if c <= self.max_context}
-        self._head_jit = TinyJit(lambda h: self._head(h).realize())
+        self._slot_pos = [Variable(f"slot{k}_pos", 1, max(1, self.max_context - 1)) for k in range(slots)]
+        self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c) for c in PREFILL_CHUNKS
+                           if c <= self.max_context}
+        self._jits: dict = {}
+        self.batched_steps = 0  # forward_batch calls with more than one sequence (what a server's batching did)
         # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
         # it again, a few pages a token)
         self.embd.src.release_pages()
@@ -293,94 +355,165 @@ class Transformer:
             rows = rows * np.float32(math.sqrt(cfg.dim))
         return rows.astype(np.float32)
 
-    def forward(self, ids: list[int], start_pos: int, jit: bool = True) -> Tensor:
-        """The logits (vocab,) after `ids` at positions start_pos.. (the KV cache holds the ones before). A single
-        token after the first position runs the jitted decode step."""
+    def _jit(self, key, fn):
+        """The TinyJit of `key` (made at first use: a capture holds the buffers of the slots it was made for)."""
+        from tinygrad.engine.jit import TinyJit
+        if key not in self._jits:
+            self._jits[key] = TinyJit(fn)
+        return self._jits[key]
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < len(self.caches):
+            raise ValueError(f"slot {slot} is not one of this model's {len(self.caches)} sequence slots")
+
+    def forward(self, ids: list[int], start_pos: int, jit: bool = True, slot: int = 0) -> Tensor:
+        """The logits (vocab,) after `ids` at positions start_pos.. of sequence slot `slot` (its KV cache holds the
+        ones before). A single token after the first position runs the jitted decode step."""
         n = len(ids)
+        self._check_slot(slot)
         if start_pos < 0 or start_pos + n > self.max_context:
             raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
         xs = self.embed(ids)
         if not jit:
-            return self._head(self._layers(Tensor(xs, device=self.device), start_pos, n)[n - 1:n])
+            return self._head(self._layers(Tensor(xs, device=self.device), [(slot, start_pos, n)])[n - 1:n])
         if n == 1 and start_pos >= 1:
-            return self._decode(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
+            step = self._jit(("decode", slot), lambda x, p: self._head(self._layers(x, [(slot, p, 1)])).realize())
+            return step(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
         # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
         # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
+        chunks = list(self._chunk_pos)
         pos, h = start_pos, None
         while pos < start_pos + n:
             left = start_pos + n - pos
-            fits = [c for c in self._chunks if pos + c <= self.max_context]
+            fits = [c for c in chunks if pos + c <= self.max_context]
             if not fits:  # the context's last few positions: one step of its own size
                 x = Tensor(xs[pos - start_pos:], device=self.device)
-                return self._head(self._layers(x, pos, left)[left - 1:left])
+                return self._head(self._layers(x, [(slot, pos, left)])[left - 1:left])
             whole = [c for c in fits if c <= left]
             c = max(whole) if whole else min(fits)
             part = xs[pos - start_pos:pos - start_pos + c]
             if len(part) < c:
                 part = np.concatenate([part, np.zeros((c - len(part), part.shape[1]), np.float32)])
-            var, fn = self._chunks[c]
-            h = fn(Tensor(part, device=self.device), var.bind(pos))
+            fn = self._jit(("chunk", slot, c), lambda x, p, c=c: self._layers(x, [(slot, p, c)]).realize())
+            h = fn(Tensor(part, device=self.device), self._chunk_pos[c].bind(pos))
             last = min(c, left) - 1
             pos += min(c, left)
-        return self._head_jit(h[last:last + 1].contiguous().realize())
+        head = self._jit("head", lambda h: self._head(h).realize())
+        return head(h[last:last + 1].contiguous().realize())
+
+    def forward_batch(self, tokens: list[int], positions: list[int], slots: list[int]) -> Tensor:
+        """One decode step for several sequences at once: token `tokens[b]` at position `positions[b]` (>= 1) of
+        slot `slots[b]` (distinct). Returns their logits (len(tokens), vocab). The matrix products read each weight
+        once for all of them (what a step is bound by); attention reads each sequence's own cache. Jitted per set
+        of slots, with each slot's position a Variable."""
+        k = len(tokens)
+        if not k or len(positions) != k or len(slots) != k or len(set(slots)) != k:
+            raise ValueError(f"forward_batch takes as many tokens, positions and distinct slots, got {tokens}, "
+                             f"{positions}, {slots}")
+        for s, p in zip(slots, positions):
+            self._check_slot(s)
+            if not 1 <= p < self.max_context:
+                raise ValueError(f"position {p} of slot {s} is outside 1..{self.max_context - 1}")
+        if k > 1:
+            self.batched_steps += 1
+        key = ("batch", tuple(slots))
+        fn = self._jit(key, lambda x, *ps: self._head(self._layers(x, list(zip(key[1], ps, [1] * k)))).realize())
+        x = Tensor(self.embed(tokens), device=self.device).realize()
+        return fn(x, *[self._slot_pos[s].bind(p) for s, p in zip(slots, positions)]).reshape(k, self.cfg.vocab)
 
     def _head(self, h: Tensor) -> Tensor:
-        """The logits (vocab,) of one hidden state (1, dim)."""
-        return self.output(_rms(h, self.output_norm, self.cfg.eps)).reshape(self.cfg.vocab)
+        """The logits of hidden states (k, dim): (vocab,) for one, else (k, vocab)."""
+        logits = _normed_linear(self.output, h, self.output_norm, self.cfg.eps)
+        return logits.reshape(self.cfg.vocab) if h.shape[0] == 1 else logits
 
-    def _layers(self, x: Tensor, start_pos, n: int) -> Tensor:
-        """The layers on embeddings x (n, dim) at positions start_pos.. (an int, or a bound Variable): the hidden
-        states (n, dim)."""
+    def _layers(self, x: Tensor, groups: list[tuple[int, Any, int]]) -> Tensor:
+        """The layers on embeddings x (rows, dim): `groups` lists (slot, start_pos, n) for consecutive runs of rows,
+        each n tokens of one sequence at positions start_pos.. (an int, or a bound Variable). The matrix products
+        take every row at once; attention each group against its slot's cache. Returns the hidden states."""
         cfg, fam = self.cfg, self.cfg.family
-        end = start_pos + n
-        # causal mask (and the sliding window's) over the cached positions 0..end-1, (n, end)
-        qpos = (Tensor.arange(n, device=self.device) + (Tensor(start_pos, device=self.device)
-                                                        if not isinstance(start_pos, int) else start_pos)).reshape(n, 1)
-        kpos = Tensor.arange(end, device=self.device).reshape(1, end)
-        causal = kpos <= qpos
-        sliding = causal & (kpos > qpos - cfg.window) if cfg.window else causal
+        masks = [self._masks(start_pos, n) for _, start_pos, n in groups]
+        rows = [sum(g[2] for g in groups[:k]) for k in range(len(groups))]
         for i, L in enumerate(self.layers):
             glob = cfg.is_global(i)
-            h = _rms(x, L["attn_norm"], cfg.eps)
-            q, k, v = L["attn_q"](h), L["attn_k"](h), L["attn_v"](h)
+            qk = None
+            n = x.shape[0]
+            if "qkv" in L:
+                qkv = _normed_linear(L["qkv"], x, L["attn_norm"], cfg.eps)
+                q, k, v = _split(qkv, L["qkv_split"])
+                # q's heads then k's: one view of the stacked output
+                qk = qkv[:, :(cfg.heads + cfg.kv_heads) * cfg.head_dim].reshape(n, cfg.heads + cfg.kv_heads, -1)
+            else:
+                q, k, v = (_normed_linear(L[m], x, L["attn_norm"], cfg.eps) for m in ("attn_q", "attn_k", "attn_v"))
             if fam.qkv_bias:
                 q, k, v = q + L["attn_q_bias"], k + L["attn_k_bias"], v + L["attn_v_bias"]
             q = q.reshape(n, cfg.heads, cfg.head_dim)
             k = k.reshape(n, cfg.kv_heads, cfg.head_dim)
             v = v.reshape(n, cfg.kv_heads, cfg.head_dim)
             if fam.qk_norm:
-                q, k = _rms(q, L["attn_q_norm"], cfg.eps), _rms(k, L["attn_k_norm"], cfg.eps)
-            base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
-            cos, sin = (t[start_pos:end] for t in self.rope[base])
-            q, k = _rope(q, cos, sin, fam.neox_rope), _rope(k, cos, sin, fam.neox_rope)
-            # NOTE: q made once: fused into the scores, RoPE's two halves are masked reads that the CPU heuristic
-            # can't take as vectors along head_dim
-            q = q.contiguous()
-            ck, cv = self.cache[i]
-            ck[start_pos:end].assign(k).realize()
-            cv[start_pos:end].assign(v).realize()
-            keys, vals = ck[:end], cv[:end]
-            rep = cfg.heads // cfg.kv_heads
-            keys = keys.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
-            vals = vals.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
-            keys = keys.reshape(end, cfg.heads, cfg.head_dim).permute(1, 2, 0)  # (heads, head_dim, end)
-            vals = vals.reshape(end, cfg.heads, cfg.head_dim).permute(1, 0, 2)  # (heads, end, head_dim)
-            scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
-            mask = causal if glob else sliding
-            scores = mask.reshape(1, n, end).where(scores, float("-inf"))
-            # (n, heads, 1, end) @ (heads, end, head_dim): the kernel writes the rows in the order attn_output reads
-            # them, where a permute of (heads, n, head_dim) would make its input a strided view
-            probs = scores.softmax(-1).permute(1, 0, 2).reshape(n, cfg.heads, 1, end)
-            att = (probs @ vals).reshape(n, cfg.heads * cfg.head_dim)
+                # every head's factor of q and k in one kernel, q's heads and k's side by side
+                f = _rms_scale(qk if qk is not None and not fam.qkv_bias else q.cat(k, dim=1), cfg.eps)
+                q = q * f[:, :cfg.heads] * L["attn_q_norm"]
+                k = k * f[:, cfg.heads:] * L["attn_k_norm"]
+            outs = []
+            for (slot, start_pos, m), first, mask in zip(groups, rows, masks):
+                part = (lambda t: t) if len(groups) == 1 else (lambda t, a=first, m=m: t[a:a + m])  # noqa: E731
+                outs.append(self._attend(i, glob, slot, start_pos, m, part(q), part(k), part(v), mask))
+            att = outs[0] if len(outs) == 1 else outs[0].cat(*outs[1:], dim=0)
             a = L["attn_output"](att)
             if fam.post_norms:
                 a = _rms(a, L["post_attention_norm"], cfg.eps)
-            x = x + a
-            h = _rms(x, L["ffn_norm"], cfg.eps)
-            g, u = L["ffn_gate"](h), L["ffn_up"](h)
+            x = (x + a).realize()
+            if "gate_up" in L:
+                g, u = _split(_normed_linear(L["gate_up"], x, L["ffn_norm"], cfg.eps), L["gate_up_split"])
+            else:
+                g, u = (_normed_linear(L[m], x, L["ffn_norm"], cfg.eps) for m in ("ffn_gate", "ffn_up"))
             act = _gelu(g) if fam.gelu else g.silu()
             f = L["ffn_down"](act * u)
             if fam.post_norms:
                 f = _rms(f, L["post_ffw_norm"], cfg.eps)
             x = (x + f).realize()
         return x
+
+    def _masks(self, start_pos, n: int) -> tuple[Tensor | None, Tensor | None]:
+        """The causal mask and the sliding window's over the cached positions 0..end-1 of queries at start_pos..,
+        (n, end) (None: every position is seen)."""
+        cfg = self.cfg
+        end = start_pos + n
+        # (made once: every layer's mask reads it, where each would otherwise compute the position again)
+        qpos = (Tensor.arange(n, device=self.device) + (Tensor(start_pos, device=self.device)
+                                                        if not isinstance(start_pos, int) else start_pos)).reshape(n, 1)
+        qpos = qpos.contiguous().realize()
+        kpos = Tensor.arange(end, device=self.device).reshape(1, end)
+        # a single query (a decode step) sees every cached position: global layers need no mask then
+        causal = kpos <= qpos if n > 1 else None
+        sliding = (kpos > qpos - cfg.window) & (causal if causal is not None else True) if cfg.window else causal
+        return causal, sliding
+
+    def _attend(self, layer: int, glob: bool, slot: int, start_pos, n: int, q: Tensor, k: Tensor, v: Tensor,
+                masks: tuple[Tensor | None, Tensor | None]) -> Tensor:
+        """One sequence's attention in one layer: RoPE on its q and k (n, heads, head_dim), k and v written to its
+        slot's cache at start_pos.., then q against every cached position. Returns (n, heads * head_dim)."""
+        cfg, fam = self.cfg, self.cfg.family
+        end = start_pos + n
+        base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
+        c, sn = (t[start_pos:end] for t in self.rope[base])
+        q, k = _rope(q, c, sn, fam.neox_rope), _rope(k, c, sn, fam.neox_rope)
+        # NOTE: q made once: fused into the scores, its norm and rotation would be computed again for every key
+        q = q.contiguous()
+        ck, cv = self.caches[slot][layer]
+        ck[start_pos:end].assign(k).realize()
+        cv[start_pos:end].assign(v).realize()
+        keys, vals = ck[:end], cv[:end]
+        rep = cfg.heads // cfg.kv_heads
+        keys = keys.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
+        vals = vals.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
+        keys = keys.reshape(end, cfg.heads, cfg.head_dim).permute(1, 2, 0)  # (heads, head_dim, end)
+        vals = vals.reshape(end, cfg.heads, cfg.head_dim).permute(1, 0, 2)  # (heads, end, head_dim)
+        scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
+        mask = masks[0] if glob else masks[1]
+        if mask is not None:
+            scores = mask.reshape(1, n, end).where(scores, float("-inf"))
+        # (n, heads, 1, end) @ (heads, end, head_dim): the kernel writes the rows in the order attn_output reads
+        # them, where a permute of (heads, n, head_dim) would make its input a strided view
+        probs = scores.softmax(-1).permute(1, 0, 2).reshape(n, cfg.heads, 1, end)
+        return (probs @ vals).reshape(n, cfg.heads * cfg.head_dim)

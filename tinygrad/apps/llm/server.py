@@ -3,20 +3,21 @@ whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, t
 
 Requests take `prompt` (completions) or `messages` (chat: role and content, put into the Gemma turn markers),
 `max_tokens`, `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`, `seed` and `stop` (a string or a list).
-Clients are served on threads of their own; the model runs one generation at a time (its KV cache is one sequence),
-so concurrent requests wait their turn and each gets its own answer. A request the server can't take gets a 4xx
-answer with a JSON error naming the problem; a failure while generating a 500; the server keeps serving either way.
+Clients are served on threads of their own; their generations run together, batched (batching.py): each of the
+model's sequence slots holds one request, and every decode step advances all of them at once (the weights read once
+for all), so concurrent requests share the time a step takes; requests beyond the slots wait for one to free up.
+A request the server can't take gets a 4xx answer with a JSON error naming the problem; a failure while generating
+a 500; the server keeps serving either way.
 """
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tinygrad.apps.llm.generate import generate
+from tinygrad.apps.llm.batching import BatchEngine
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import SamplingParams
 from tinygrad.apps.llm.tokenizer import Tokenizer
@@ -83,7 +84,7 @@ class LLMServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], model: Transformer, tok: Tokenizer, name: str = "model"):
         super().__init__(address, _Handler)
         self.model, self.tok, self.name = model, tok, name
-        self.lock = threading.Lock()
+        self.engine = BatchEngine(model, tok)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -177,8 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
             def send(text: str) -> None:
                 self.wfile.write(f"data: {json.dumps(chunk(text, None), ensure_ascii=False)}\n\n".encode())
                 self.wfile.flush()
-        with self.server.lock:
-            res = generate(self.server.model, self.server.tok, ids, max_tokens, params, stop, send)
+        res = self.server.engine.submit(ids, max_tokens, params, stop, send)
         usage = {"prompt_tokens": len(ids), "completion_tokens": len(res.ids),
                  "total_tokens": len(ids) + len(res.ids)}
         if stream:
