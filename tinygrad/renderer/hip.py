@@ -20,7 +20,7 @@ from typing import Callable
 from tinygrad.codegen.uops import UOp
 from tinygrad.dtype import DType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
-from tinygrad.renderer.cuda import BITCAST_PRELUDE, VEC_OPS_PRELUDE, CUDALanguage
+from tinygrad.renderer.cuda import BITCAST_PRELUDE, MAX_PRELUDE, VEC_OPS_PRELUDE, CUDALanguage
 from tinygrad.renderer.gpu import uops_to_gpu
 
 # NOTE: each definition is guarded, so a host twin can define the same names first with its own meaning
@@ -190,7 +190,7 @@ class HIPLanguage(CUDALanguage):
         return f"tg_grid_dim({'xyz'.index(axis)})"
 
     def prelude(self, dts: set[DType]) -> str:
-        out = [HIP_PRELUDE, HALF_PRELUDE if dtypes.float16 in dts else "",
+        out = [HIP_PRELUDE, MAX_PRELUDE, HALF_PRELUDE if dtypes.float16 in dts else "",
                BF16_PRELUDE if dtypes.bfloat16 in dts else "", F64_PRELUDE if dtypes.float64 in dts else ""]
         return "".join(out)
 
