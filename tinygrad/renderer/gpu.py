@@ -500,15 +500,12 @@ def _emit_block_combine(lang: GPULanguage, par: _Parallel, acc: str, emit: Calla
     dt = par.acc.dtype
     tx, bdim, w = lang.thread_idx("x"), lang.block_dim("x"), lang.warp_size
     shift = w.bit_length() - 1
-
-    def warp_tree(indent: str = "") -> None:
-        _emit_warp_tree(lang, par, acc, emit, indent)
-    warp_tree()
+    _emit_warp_tree(lang, par, acc, emit)
     emit(f"if (({tx} & {w - 1}u) == 0) tg_red[{tx} >> {shift}] = {acc};")
     emit(lang.barrier)
     emit(f"if ({tx} < {w}) {{")
     emit(f"  {acc} = {tx} < ({bdim} >> {shift}) ? tg_red[{tx}] : {lang.render_const(par.acc.arg, dt)};")
-    warp_tree("  ")
+    _emit_warp_tree(lang, par, acc, emit, "  ")
     emit(f"  if ({tx} == 0) tg_red[0] = {acc};")
     emit("}")
     emit(lang.barrier)

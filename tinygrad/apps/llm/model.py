@@ -231,7 +231,7 @@ def _gelu(x: Tensor) -> Tensor:
 
 
 def _rms(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    return x * (x.square().mean(axis=-1, keepdim=True) + eps).rsqrt() * w
+    return x * _rms_scale(x, eps) * w
 
 
 def _rms_scale(x: Tensor, eps: float) -> Tensor:
