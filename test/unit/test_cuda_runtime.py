@@ -750,7 +750,10 @@ def test_rendered_kernels_look_like_cuda(kernels):
     assert "tg_max(" in r and r.count("!=") == 1  # in tg_max alone: each operand named once
     g = kernels["reduce_all_big"]  # one output: the whole grid, then the last block to finish
     assert "atomicAdd(&tg_done, 1u)" in g and "__threadfence();" in g and "tg_done = 0;" in g
-    assert "tg_vl0[tg_u] = *(const tg_vec<float, 4>*)" in g  # 4 vectors a thread loaded before they are summed
+    # 4 vectors a thread loaded before they are summed, each a constant of its own (the last ones clamped to the
+    # thread's last vector, not branched around)
+    assert all(f"const tg_vec<float, 4> tg_vl0_{k} = *(const tg_vec<float, 4>*)" in g for k in range(4))
+    assert "const int tg_v0_3 = tg_v0+3*(" in g
     assert launch_dims(kernels["reduce_all_small"]) == ((1, 1, 1), (1, 1, 1))
     # reductions loop over their work in as many blocks as the GPU holds; elementwise kernels take their whole grid
     assert g.splitlines()[0].endswith(" persistent") and launch_persistent(g) and launch_persistent(r)

@@ -142,6 +142,10 @@ def create_schedule_with_vars(outs, seen=None):
 
     # ---- 3. fuse a reduce into the one elementwise chain that consumes it through reshapes ----
     cdef dict fused_reduce = {}      # id(kernel base) -> reduce base fused into it
+    # what fusing would recompute too often gets its buffer first, so that a reduce feeding it fuses into its kernel
+    # (RMSNorm's factor, 1/sqrt(mean(x^2) + eps), read by every element of the next kernels: the sum and the square
+    # root in one kernel, where the root was a kernel of its own after the sum's)
+    _realize_expanded_inputs(order, realizes, fused_reduce)
     for r in order:
         if not isinstance(r.op, ReduceOps) or r in out_bases or r.forced_realize:
             continue
@@ -165,8 +169,7 @@ def create_schedule_with_vars(outs, seen=None):
             realizes.discard(id(r))
             fused_reduce[id(target)] = r
 
-    # ---- 3b. what fusing would make too costly or impossible ----
-    _realize_expanded_inputs(order, realizes, fused_reduce)
+    # ---- 3b. what fusing would make impossible ----
     _split_wide_kernels(order, realizes, fused_reduce)
 
     # ---- 4. one ScheduleItem per realized base, in dependency order ----

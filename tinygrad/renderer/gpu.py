@@ -273,30 +273,32 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         emit(f"int {v} = {first};")
         if unroll > 1:
             # every vector of a step loaded before any is used, each guarded: a thread with fewer vectors left than
-            # `unroll` (a short row's last step) still issues all of its loads together, one memory latency a step
+            # `unroll` (a short row's last step) still issues all of its loads together, one memory latency a step.
+            # The steps are written out one by one, each vector a constant of its own (an array of vectors, or one
+            # assigned under a branch, went through local memory under nvcc: a million spill requests in one
+            # matrix-vector product)
             emit(f"for (; {v} < {nv}; {v} += {unroll}*{stride}) {{")
             kw.depth += 1
-            at = f"({v}+tg_u*{stride})*{w}"
-            live = f"{v}+tg_u*{stride} < {nv}"
-            for u in moved:
-                emit(f"{vt[id(u)]} {names[id(u)]}[{unroll}];")
-            if vec.loads:
-                emit("#pragma unroll")
-                emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
-                emit(f"  if ({live}) {{")
+            for k in range(unroll if vec.loads else 0):
+                if k:
+                    # a step past the thread's last vector loads that one again, unconditionally: a vector declared
+                    # and then assigned under a branch was copied through local memory by nvcc
+                    emit(f"const int {v}_{k} = {v}+{k}*{stride} < {nv} ? {v}+{k}*{stride} : {nv}-1;")
                 for u in vec.loads:
-                    emit(f"    {names[id(u)]}[tg_u] = *(const {vt[id(u)]}*)({ptr[id(u)]}+{at});")
-                emit("  }")
+                    emit(f"const {vt[id(u)]} {names[id(u)]}_{k} = *(const {vt[id(u)]}*)({ptr[id(u)]}+"
+                         f"{f'{v}_{k}' if k else v}*{w});")
+            for k in range(unroll):
+                at = f"({v}+{k}*{stride})*{w}" if k else f"{v}*{w}"
+                live = f"{v}+{k}*{stride} < {nv}" if k else None
+                emit(f"if ({live}) {{" if live else "{")
+                kw.depth += 1
+                for u in vec.stores:
+                    emit(f"{vt[id(u)]} {names[id(u)]}_{k};")
+                element(f"{at}+tg_j", "{}_" + str(k) + ".e[tg_j]")
+                for u in vec.stores:
+                    emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}_{k};")
+                kw.depth -= 1
                 emit("}")
-            emit("#pragma unroll")
-            emit(f"for (int tg_u = 0; tg_u < {unroll}; tg_u++) {{")
-            kw.depth += 1
-            emit(f"if (!({live})) break;")
-            element(f"{at}+tg_j", "{}[tg_u].e[tg_j]")
-            for u in vec.stores:
-                emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}[tg_u];")
-            kw.depth -= 1
-            emit("}")
             kw.depth -= 1
             emit("}")
         else:
