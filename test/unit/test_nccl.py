@@ -318,7 +318,7 @@ def test_jit_replays_the_collective_on_new_inputs(cuda):
         summed = Tensor(MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, x.lazydata.lbs), None), device=DEVICES)
         return summed, x * 2  # a kernel too: TinyJit wants one (the fake does not compute it)
 
-    for i in range(4):
+    for i in range(5):
         xs = inputs(seed=i)
         x = Tensor(MultiLazyBuffer(per_device(xs), None), device=DEVICES)
         cuda.clear_records()
@@ -326,9 +326,12 @@ def test_jit_replays_the_collective_on_new_inputs(cuda):
         assert sum(c[0] == "ncclAllReduce" for c in cuda.calls("nccl")) == N
         for lb in summed.lazydata.lbs:
             np.testing.assert_array_equal(Tensor(lb).numpy(), sum(xs))
-    # captured, then replayed item by item (several devices: no CUDA graph), the collective among the items
-    assert step.cnt == 2 and step.graph is None
+    # captured, then replayed as one CUDA graph over the three GPUs, the collective inside it: fed by the input
+    # itself, it is captured again for every call's new buffers (the first replay builds the graph)
+    assert step.cnt == 2 and type(step.graph).__name__ == "CUDAMultiGraph"
     assert sum(isinstance(ei.prg, NCCLRunner) for ei in step.jit_cache) == 1
+    graph = step.graph.graphs[0]
+    assert (graph.instantiations, graph.recaptures) == (1, 2)
 
 
 def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):

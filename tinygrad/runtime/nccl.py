@@ -122,6 +122,7 @@ class NCCLRunner:
     """Runs one collective: `bufs` are the devices' outputs, then their inputs, in device order. A Runner by its
     interface (engine/realize.py: `runner(bufs, var_vals, wait)`, `dname`, `display_name`), not by subclassing:
     the runtimes sit below the engine."""
+    graph_kind = "collective"  # CUDAMultiGraph (graph_cuda.py) captures it into its CUDA graph
 
     def __init__(self, kind: str, op: str | None, devices: tuple[str, ...], count: int, dtype):
         self.kind, self.op, self.devices, self.count, self.dtype = kind, op, devices, count, dtype
