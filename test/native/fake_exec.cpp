@@ -340,10 +340,11 @@ CUresult f_cuStreamEndCapture(CUstream stream, CUgraph* g) {
   if (st == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
   auto cap = s.captures.find(st->second.capture);
   if (cap == s.captures.end() || cap->second.origin != u(stream)) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t id = cap->first;
   State::Capture c = std::move(cap->second);
   s.captures.erase(cap);
   for (auto& [handle, other] : s.streams)  // every stream of the capture leaves it, whatever the outcome
-    if (other.capture == st->second.capture) other.capture = 0;
+    if (other.capture == id) other.capture = 0;
   if (!c.unjoined.empty()) return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
   std::uint64_t graph = s.handle();
   auto& order = s.graphs[graph];
