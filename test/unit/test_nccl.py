@@ -342,8 +342,10 @@ def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from extra.bench_allreduce import one_size
     from tinygrad.runtime import nccl
-    cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False)
-    assert set(cols) == {"api", "replay", "comm"} and all(v > 0 for v in cols.values())
+    paths: dict[str, str] = {}
+    cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False, paths=paths)
+    assert set(cols) == {"api", "replay", "graph", "comm"} and all(v > 0 for v in cols.values())
+    assert paths == {"graph": "CUDAMultiGraph"}
 
 
 def _nccl_header_dir() -> str | None:
