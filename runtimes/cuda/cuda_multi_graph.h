@@ -19,6 +19,11 @@
 // graph holds, and for a collective or copy whose addresses changed captures it again and swaps the new child
 // graph in (cuGraphExecChildGraphNodeSetParams; where the driver refuses, the whole graph is built again). A replay
 // never runs a node with an address it did not check that call.
+//
+// NOTE: the child graphs are destroyed right after they are added or swapped in. That is safe for what NCCL keeps
+// alive through a capture (its per-capture resources are user objects retained by the captured graph): adding a
+// child graph node clones the child with its references, and updating one replaces the node's references with
+// clones of the new child's, the old ones released only after launches in flight have finished.
 #pragma once
 
 #include <cstdint>
