@@ -4,7 +4,9 @@
 
 For each size (fp32, out of place) it times:
   tinygrad api      collectives.all_reduce on per-device LazyBuffers: lazy graph, scheduler, NCCL item, every call
-  tinygrad replay   the scheduled NCCL item run again and again (what TinyJit replays in a training step)
+  tinygrad replay   the scheduled NCCL item run again and again (what TinyJit replays item by item)
+  tinygrad graph    the all-reduce inside a TinyJit function, replayed as one CUDA graph with the NCCL calls inside
+                    (CUDAMultiGraph; the path TinyJit took is printed, "item by item" where it could not)
   tinygrad comm     the C++ Communicator's all_reduce alone (_cuda.Communicator)
   torch nccl        torch.cuda.nccl.all_reduce (single process, its own communicator), when PyTorch is installed
   ring (copies)     tinygrad's ring of device copies and add kernels (NCCL=0's path), for reference
@@ -27,10 +29,11 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from tinygrad import Tensor, collectives  # noqa: E402
+from tinygrad import Tensor, TinyJit, collectives  # noqa: E402
 from tinygrad.device import Device  # noqa: E402
 from tinygrad.engine.realize import ExecItem, lower_schedule_item, run_schedule  # noqa: E402
 from tinygrad.engine.schedule import create_schedule  # noqa: E402
+from tinygrad.multi import MultiLazyBuffer  # noqa: E402
 from tinygrad.ops import ReduceOps  # noqa: E402
 
 
@@ -58,8 +61,10 @@ def watchdog(seconds: int) -> None:
     faulthandler.dump_traceback_later(seconds, exit=True)
 
 
-def one_size(numel: int, devices: tuple[str, ...], comm, torch, ring: bool) -> dict[str, float]:
-    """Bus bandwidth (GB/s) of each path for one all-reduce of `numel` fp32 elements per device."""
+def one_size(numel: int, devices: tuple[str, ...], comm, torch, ring: bool,
+             paths: dict[str, str] | None = None) -> dict[str, float]:
+    """Bus bandwidth (GB/s) of each path for one all-reduce of `numel` fp32 elements per device. `paths`, if given,
+    gets how TinyJit replayed the graph column ("graph")."""
     n, nbytes = len(devices), numel * 4
     rng = np.random.default_rng(0)
     host = [rng.standard_normal(numel, dtype=np.float32) for _ in range(n)]
@@ -86,6 +91,22 @@ def one_size(numel: int, devices: tuple[str, ...], comm, torch, ring: bool) -> d
     (si,) = sched
     ei = ExecItem(lower_schedule_item(si), list(si.bufs))
     cols["replay"] = busbw(nbytes, timed(ei.run, sync, nbytes), n)
+
+    # inside a jitted function: TinyJit replays it as one CUDA graph over the GPUs with the NCCL calls inside; the
+    # inputs stay the same, so the captured collective is reused as it is in a training step
+    x = Tensor(MultiLazyBuffer(lbs, None), device=devices)
+    tiny = Tensor(MultiLazyBuffer([Tensor.zeros(1, device=d).contiguous().realize().lazydata for d in devices], None),
+                  device=devices)
+
+    @TinyJit
+    def jitted(x: Tensor, tiny: Tensor):
+        summed = MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, x.lazydata.lbs), None)
+        return Tensor(summed, device=devices), tiny + 1  # TinyJit wants a kernel: one of a single element
+    cols["graph"] = busbw(nbytes, timed(lambda: jitted(x, tiny), sync, nbytes), n)
+    if numel <= (64 << 20) // 4:
+        np.testing.assert_allclose(Tensor(jitted(x, tiny)[0].lazydata.lbs[-1]).numpy(), sum(host), rtol=1e-5, atol=1e-4)
+    if paths is not None:
+        paths["graph"] = type(jitted.graph).__name__ if jitted.graph is not None else "item by item"
 
     # the communicator alone
     send = [b._buf for b in si.bufs[n:]]
@@ -144,22 +165,24 @@ def main() -> None:
         print(f"{d}: {Device[d].native.product_name}")
     comm = nccl.communicator(devices)
 
-    header = (f"{'size':>9} | {'tinygrad api':>12} {'tg replay':>10} {'tg comm':>10} {'torch nccl':>10} "
-              f"{'ring':>10} | {'replay/torch':>12} {'api/torch':>9}")
+    header = (f"{'size':>9} | {'tinygrad api':>12} {'tg replay':>10} {'tg graph':>10} {'tg comm':>10} "
+              f"{'torch nccl':>10} {'ring':>10} | {'replay/torch':>12} {'graph/torch':>11} {'api/torch':>9}")
     print("\nall-reduce bus bandwidth, GB/s (fp32, out of place, " + f"{n} GPUs)\n{header}\n" + "-" * len(header))
     ratios = []
     for mb in [float(s) for s in args.sizes_mb.split(",")]:
         watchdog(args.timeout)
-        cols = one_size(int(mb * (1 << 20)) // 4, devices, comm, torch, not args.no_ring)
+        paths: dict[str, str] = {}
+        cols = one_size(int(mb * (1 << 20)) // 4, devices, comm, torch, not args.no_ring, paths)
 
         def f(key, cols=cols):
             return f"{cols[key]:10.1f}" if key in cols else f"{'-':>10}"
         r1 = cols["replay"] / cols["torch"] if "torch" in cols else float("nan")
         r2 = cols["api"] / cols["torch"] if "torch" in cols else float("nan")
+        r3 = cols["graph"] / cols["torch"] if "torch" in cols else float("nan")
         ratios.append((mb, r1, r2))
         label = f"{mb:g} MiB" if mb < 1024 else f"{mb / 1024:g} GiB"
-        print(f"{label:>9} | {cols['api']:12.1f} {f('replay')} {f('comm')} {f('torch')} {f('ring')} | {r1:12.2f} "
-              f"{r2:9.2f}", flush=True)
+        print(f"{label:>9} | {cols['api']:12.1f} {f('replay')} {f('graph')} {f('comm')} {f('torch')} {f('ring')} | "
+              f"{r1:12.2f} {r3:11.2f} {r2:9.2f}   graph path: {paths['graph']}", flush=True)
     faulthandler.cancel_dump_traceback_later()
     if torch is not None:
         worst = min(r for _, r, _ in ratios)

@@ -176,3 +176,92 @@ def test_data_parallel_training_under_jit_matches_one_gpu():
         return losses
 
     np.testing.assert_allclose(train(DEVICES), train(("CUDA",)), rtol=1e-4, atol=1e-5)
+
+
+# --- TinyJit captures over both GPUs replayed as one CUDA graph with the NCCL calls inside ---------------------
+
+def test_all_reduce_in_a_jitted_function_replays_through_one_cuda_graph():
+    from tinygrad import Tensor, TinyJit, collectives
+    from tinygrad.helpers import Context
+    from tinygrad.multi import MultiLazyBuffer
+    from tinygrad.ops import ReduceOps
+
+    def f(x: Tensor, y: Tensor):
+        # the all-reduce of an input (its buffers change every call: captured again), of a kernel's output (kept by
+        # the JIT: captured once), and a copy between the GPUs
+        direct = MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, x.lazydata.lbs), None)
+        scaled = MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, (x * 2 + 1).lazydata.lbs), None)
+        return Tensor(direct, device=DEVICES), Tensor(scaled, device=DEVICES), y.to(DEVICES[1]) * 3
+
+    jitted = TinyJit(f)
+    rng = np.random.default_rng(5)
+    kept = []  # every call's inputs alive, so each call has new buffers
+    for _call in range(6):
+        xs = [rng.standard_normal(4096).astype(np.float32) for _ in DEVICES]
+        yv = rng.standard_normal(100).astype(np.float32)
+        lbs = [Tensor(a, device=d).realize().lazydata for a, d in zip(xs, DEVICES)]
+        kept.append((Tensor(MultiLazyBuffer(lbs, None), device=DEVICES), Tensor(yv, device=DEVICES[0]).realize()))
+        got = [t.lazydata for t in jitted(*kept[-1])]
+        with Context(JIT=0):
+            want = [t.lazydata for t in f(*kept[-1])]
+        for g, w in zip(got[:2], want[:2]):
+            for gl, wl in zip(g.lbs, w.lbs):
+                np.testing.assert_allclose(Tensor(gl).numpy(), Tensor(wl).numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(Tensor(got[0].lbs[1]).numpy(), xs[0] + xs[1], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(Tensor(got[1].lbs[0]).numpy(), 2 * (xs[0] + xs[1]) + 2, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(Tensor(got[2]).numpy(), yv * 3, rtol=1e-6)
+    assert type(jitted.graph).__name__ == "CUDAMultiGraph"
+    graph = jitted.graph.graphs[0]
+    assert graph.instantiations == 1 and graph.recaptures >= 3  # the input-fed collective and copy, every replay
+
+
+def _dp_train(devices, steps: int = 6):
+    from tinygrad import Tensor, TinyJit
+    from tinygrad.nn import Linear
+    from tinygrad.nn.optim import SGD
+    from tinygrad.nn.state import get_parameters, get_state_dict
+    Tensor.manual_seed(0)
+    layers = [Linear(16, 32), Linear(32, 4)]
+    for t in get_state_dict(layers).values():
+        t.to_("CUDA").realize()
+        if len(devices) > 1:
+            t.shard_(devices)
+    opt = SGD(get_parameters(layers), lr=0.1, momentum=0.9)
+
+    @TinyJit
+    def step(x, y):
+        opt.zero_grad()
+        loss = layers[1](layers[0](x).relu()).sparse_categorical_crossentropy(y)
+        loss.backward()
+        opt.step()
+        return loss.realize()
+
+    rng = np.random.default_rng(6)
+    losses = []
+    with Tensor.train():
+        for _ in range(steps):
+            x = Tensor(rng.standard_normal((64, 16)).astype(np.float32), device="CUDA")
+            y = Tensor(rng.integers(0, 4, 64).astype(np.int32), device="CUDA")
+            if len(devices) > 1:
+                x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
+            losses.append(step(x, y).item())
+    weights = [t.to("CUDA").numpy() for t in get_state_dict(layers).values()]
+    return losses, weights, step
+
+
+def test_data_parallel_step_replays_as_one_cuda_graph_and_matches_eager(monkeypatch):
+    from tinygrad.helpers import Context
+    losses, weights, step = _dp_train(DEVICES)
+    assert type(step.graph).__name__ == "CUDAMultiGraph"
+    graph = step.graph.graphs[0]
+    # the gradients' all-reduces read and write buffers the JIT keeps: captured once, never again
+    assert graph.instantiations == 1 and graph.recaptures == 0
+    with Context(JIT=0):
+        eager_losses, eager_weights, _ = _dp_train(DEVICES)
+    monkeypatch.setenv("CUDA_MULTIGRAPH", "0")
+    item_losses, item_weights, item_step = _dp_train(DEVICES)
+    assert item_step.graph is None
+    for other_losses, other_weights in ((eager_losses, eager_weights), (item_losses, item_weights)):
+        np.testing.assert_allclose(losses, other_losses, rtol=1e-5, atol=1e-6)
+        for w, o in zip(weights, other_weights):
+            np.testing.assert_allclose(w, o, rtol=1e-5, atol=1e-6)

@@ -384,8 +384,12 @@ class Compiled:
 
     `graph`, when set, is a class that replays a TinyJit capture of this device's kernels in one call, with
     `graph.supports(jit_cache)` and `graph(jit_cache, input_replace)` (see `tinygrad.runtime.graph.NativeGraph`);
-    None makes TinyJit replay item by item. `native` is the C++ runtime's device object, where there is one."""
+    None makes TinyJit replay item by item. `multi_graph`, when set, is the same for a capture whose items span
+    several devices (kernels, copies, collectives): TinyJit uses it when every device of the capture offers that
+    one class (see `tinygrad.runtime.graph_cuda.CUDAMultiGraph`). `native` is the C++ runtime's device object,
+    where there is one."""
     native: Any = None
+    multi_graph: Any = None
 
     def __init__(self, device: str, allocator: Allocator, compiler: Compiler, runtime: Callable,
                  renderer: Callable[[str, list], str], graph: Any = None):

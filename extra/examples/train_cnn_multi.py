@@ -49,9 +49,10 @@ def make_model(seed: int, devices: tuple[str, ...] | None) -> DigitsCNN:
 
 
 def train_steps(devices: tuple[str, ...] | None, steps: int, batch: int = 64, lr: float = 3e-3, seed: int = 0,
-                jit: bool = True) -> tuple[list[float], DigitsCNN]:
+                jit: bool = True, report: dict | None = None) -> tuple[list[float], DigitsCNN]:
     """`steps` Adam steps on the digits with the batch split over `devices` (None: one device); returns each
-    step's loss and the model."""
+    step's loss and the model. `report`, if given, gets how TinyJit replayed the step ("replay": the graph class, e.g.
+    CUDAMultiGraph for one CUDA graph over several GPUs with the NCCL calls inside, or "item by item")."""
     x_train, y_train, _, _ = load_data(seed)
     model = make_model(seed, devices)
     opt = Adam(get_parameters(model), lr=lr)
@@ -73,6 +74,8 @@ def train_steps(devices: tuple[str, ...] | None, steps: int, batch: int = 64, lr
             if devices is not None:
                 x, y = x.shard(devices, axis=0), y.shard(devices, axis=0)
             losses.append(run(x, y).item())
+    if report is not None and jit:
+        report["replay"] = type(run.graph).__name__ if run.graph is not None else "item by item"
     return losses, model
 
 
@@ -87,9 +90,10 @@ def main() -> int:
         parser.error("--devices must be >= 1, and --batch at least 2 per device (batch norm needs 2 images)")
     devices = host_devices(args.devices)
     st = time.perf_counter()
-    losses, _ = train_steps(devices, args.steps, args.batch)
+    report: dict = {}
+    losses, _ = train_steps(devices, args.steps, args.batch, report=report)
     print(f"{args.steps} steps on {', '.join(devices)} in {time.perf_counter() - st:.1f} s, "
-          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, replayed {report.get('replay', 'eagerly')}")
     if args.compare:
         single, _ = train_steps(None, args.steps, args.batch)
         for i, (a, b) in enumerate(zip(losses, single)):

@@ -9,7 +9,9 @@ training is used), with the weights replicated and every gradient all-reduced (N
 --nccl 0). Scaling efficiency = (n-GPU samples/s) / (n x one-GPU samples/s); the issue asks >= 90% on 2 GPUs.
 
 The inputs are made once and stay on the GPUs, so the numbers are the step itself: forward, backward, all-reduce,
-update. It never hangs: a watchdog (faulthandler) prints where it was stuck and exits after --timeout seconds.
+update. The n-GPU step replays as one CUDA graph with the NCCL calls inside (CUDAMultiGraph; the replay column says
+which path ran); with --item-by-item 1 (the default) it is timed again replayed item by item (CUDA_MULTIGRAPH=0).
+It never hangs: a watchdog (faulthandler) prints where it was stuck and exits after --timeout seconds.
 """
 from __future__ import annotations
 
@@ -43,9 +45,9 @@ class MLP:
 
 
 def run(devices: tuple[str, ...], per_gpu_batch: int, width: int, depth: int, steps: int,
-        warmup: int = 3) -> tuple[float, float, float]:
-    """(samples per second, seconds per step, last loss) of `steps` jitted SGD steps with the batch split over
-    `devices` (one device: no sharding)."""
+        warmup: int = 3) -> tuple[float, float, float, str]:
+    """(samples per second, seconds per step, last loss, how TinyJit replayed the step) of `steps` jitted SGD steps
+    with the batch split over `devices` (one device: no sharding)."""
     Device.DEFAULT = devices[0]  # the weights are made there, then replicated
     Tensor.manual_seed(0)
     model = MLP(width, depth)
@@ -83,7 +85,12 @@ def run(devices: tuple[str, ...], per_gpu_batch: int, width: int, depth: int, st
             loss = step(x, y)
         sync()
         took = time.perf_counter() - st
-    return batch * steps / took, took / steps, loss.item()
+    # CUDAGraph (one GPU), CUDAMultiGraph (several: one CUDA graph with the NCCL calls inside), or item by item
+    path = type(step.graph).__name__ if step.graph is not None else "item by item"
+    if step.graph is not None and hasattr(step.graph.graphs[0], "recaptures"):
+        g = step.graph.graphs[0]
+        path += f" ({len(g)} nodes, {g.instantiations} instantiation(s), {g.recaptures} recapture(s))"
+    return batch * steps / took, took / steps, loss.item(), path
 
 
 def main() -> int:
@@ -95,6 +102,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--nccl", type=int, default=1, help="0: all-reduce by the ring of copies instead of NCCL")
     parser.add_argument("--timeout", type=int, default=500, help="seconds before the watchdog exits")
+    parser.add_argument("--item-by-item", type=int, default=1,
+                        help="1: also time the n-GPU step replayed item by item (CUDA_MULTIGRAPH=0), for comparison")
     args = parser.parse_args()
     os.environ["NCCL"] = str(args.nccl)
     faulthandler.dump_traceback_later(args.timeout, exit=True)
@@ -116,13 +125,20 @@ def main() -> int:
     print(f"MLP {args.depth} x {args.width}, {params / 1e6:.1f} M parameters ({params * 4 / 2**20:.0f} MiB of "
           f"gradients to all-reduce a step), {args.per_gpu_batch} samples per GPU a step, "
           f"{'NCCL' if args.nccl else 'ring of copies'}")
-    one, one_step, one_loss = run(devices[:1], args.per_gpu_batch, args.width, args.depth, args.steps)
-    many, many_step, many_loss = run(devices, args.per_gpu_batch, args.width, args.depth, args.steps)
-    eff = many / (len(devices) * one)
-    print(f"\n{'GPUs':>4} | {'samples/s':>10} | {'ms/step':>8} | {'loss':>8}")
-    print(f"{1:>4} | {one:10.0f} | {one_step * 1e3:8.2f} | {one_loss:8.4f}")
-    print(f"{len(devices):>4} | {many:10.0f} | {many_step * 1e3:8.2f} | {many_loss:8.4f}")
+    rows = [("1", *run(devices[:1], args.per_gpu_batch, args.width, args.depth, args.steps))]
+    rows.append((str(len(devices)), *run(devices, args.per_gpu_batch, args.width, args.depth, args.steps)))
+    if args.item_by_item:
+        os.environ["CUDA_MULTIGRAPH"] = "0"  # read when TinyJit captures: this run replays item by item
+        rows.append((f"{len(devices)}*", *run(devices, args.per_gpu_batch, args.width, args.depth, args.steps)))
+        os.environ["CUDA_MULTIGRAPH"] = "1"
+    print(f"\n{'GPUs':>4} | {'samples/s':>10} | {'ms/step':>8} | {'loss':>8} | replay")
+    for gpus, rate, step_s, loss, path in rows:
+        print(f"{gpus:>4} | {rate:10.0f} | {step_s * 1e3:8.2f} | {loss:8.4f} | {path}")
+    if args.item_by_item:
+        print(f"(*: CUDA_MULTIGRAPH=0; the multi-GPU CUDA graph is {rows[2][2] / rows[1][2]:.2f}x as fast per step)")
+    eff = rows[1][1] / (len(devices) * rows[0][1])
     print(f"\nscaling efficiency on {len(devices)} GPUs: {eff * 100:.1f}% ({'>=' if eff >= 0.9 else '<'} 90%)")
+    print(f"multi-GPU replay path: {rows[1][4]}")
     faulthandler.cancel_dump_traceback_later()
     return 0
 

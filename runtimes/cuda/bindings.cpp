@@ -15,6 +15,7 @@
 #include "buffer.h"
 #include "cuda_device.h"
 #include "cuda_graph.h"
+#include "cuda_multi_graph.h"
 #include "cuda_program.h"
 #include "driver.h"
 #include "nccl.h"
@@ -25,6 +26,7 @@
 namespace py = pybind11;
 using tg::cuda::CudaDevice;
 using tg::cuda::CudaGraph;
+using tg::cuda::CudaMultiGraph;
 using tg::cuda::CudaProgram;
 using tg::cuda::Communicator;
 using tg::cuda::PinnedHostBuffer;
@@ -238,4 +240,73 @@ PYBIND11_MODULE(_cuda, m) {
           },
           py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
           "recv[r] = part r (count elements) of op over ranks of send (size * count elements each).");
+
+  constexpr const tg::pyb::ArgPolicy& kArgs = CudaTraits::kArgs;
+  py::class_<CudaMultiGraph>(
+      m, "MultiGraph", py::module_local(),
+      "A capture over several GPUs replayed as one CUDA graph: kernels as kernel nodes, NCCL collectives and copies "
+      "as stream-captured child graphs, captured again when their buffers change (runtimes/cuda/cuda_multi_graph.h).")
+      .def(py::init([](const std::vector<CudaDevice*>& devices) {
+             std::vector<std::shared_ptr<tg::cuda::Context>> contexts;
+             for (const CudaDevice* d : devices) contexts.push_back(d->context());
+             return std::make_unique<CudaMultiGraph>(contexts);
+           }),
+           py::arg("devices"))
+      .def(
+          "add",
+          [](CudaMultiGraph& g, std::shared_ptr<CudaProgram> program, const py::list& args, py::handle global,
+             py::handle local) {
+            tg::LaunchDims storage;
+            const tg::LaunchDims* dims = tg::pyb::dims_from(global, local, &storage);
+            return g.add(std::move(program), tg::pyb::to_bound_args(args, kArgs), dims);
+          },
+          py::arg("program"), py::arg("args"), py::arg("global_size") = py::none(),
+          py::arg("local_size") = py::none(), "Append a kernel launch; returns its step index.")
+      .def(
+          "add_collective",
+          [](CudaMultiGraph& g, std::shared_ptr<Communicator> comm, const std::string& kind, const py::list& bufs,
+             size_t count, const std::string& dtype, const std::string& op) {
+            tg::cuda::CollectiveSpec spec{tg::cuda::collective_kind(kind), count, tg::cuda::nccl_dtype(dtype),
+                                          tg::cuda::nccl_op(op)};
+            return g.add_collective(std::move(comm), spec, tg::pyb::to_bound_args(bufs, kArgs));
+          },
+          py::arg("comm"), py::arg("kind"), py::arg("bufs"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
+          "Append an NCCL collective ('all_reduce', 'all_gather', 'reduce_scatter'); `bufs`: every rank's receive "
+          "buffer, then every rank's send buffer. Returns its step index.")
+      .def(
+          "add_copy",
+          [](CudaMultiGraph& g, const py::list& bufs, size_t nbytes) {
+            return g.add_copy(tg::pyb::to_bound_args(bufs, kArgs), nbytes);
+          },
+          py::arg("bufs"), py::arg("nbytes"), "Append a copy of `nbytes` from bufs[1] to bufs[0]; its step index.")
+      .def(
+          "set_arg",
+          [](CudaMultiGraph& g, size_t node, size_t arg, py::handle value) {
+            g.set_arg(node, arg, tg::pyb::to_bound_arg(value, arg, kArgs));
+          },
+          py::arg("launch"), py::arg("arg"), py::arg("value"), "Replace one argument or buffer for later replays.")
+      .def(
+          "set_arg_many",
+          [](CudaMultiGraph& g, const py::list& slots, py::handle value) {
+            if (slots.size() % 2 != 0) throw tg::UsageError("set_arg_many takes a flat list of (launch, arg) pairs");
+            for (size_t i = 0; i < slots.size(); i += 2) {
+              size_t node = slots[i].cast<size_t>(), arg = slots[i + 1].cast<size_t>();
+              g.set_arg(node, arg, tg::pyb::to_bound_arg(value, arg, kArgs));
+            }
+          },
+          py::arg("slots"), py::arg("value"), "set_arg(launch, arg, value) for each (launch, arg) of `slots`.")
+      .def(
+          "set_dims",
+          [](CudaMultiGraph& g, size_t node, py::handle global, py::handle local) {
+            tg::LaunchDims dims;
+            tg::pyb::dims_from(global, local, &dims);
+            if (!g.set_dims(node, dims)) throw tg::UsageError("step " + std::to_string(node) + " is not a kernel");
+          },
+          py::arg("launch"), py::arg("global_size"), py::arg("local_size"), "Replace a kernel's launch dimensions.")
+      .def("__call__", &CudaMultiGraph::run, py::call_guard<py::gil_scoped_release>(),
+           "Replay every step; returns without waiting for the GPUs.")
+      .def("__len__", &CudaMultiGraph::size)
+      .def_property_readonly("instantiations", &CudaMultiGraph::instantiations)
+      .def_property_readonly("node_updates", &CudaMultiGraph::node_updates)
+      .def_property_readonly("recaptures", &CudaMultiGraph::recaptures);
 }

@@ -59,6 +59,9 @@ inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 inline constexpr CUresult CUDA_ERROR_ILLEGAL_ADDRESS = 700;
 inline constexpr CUresult CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701;
 inline constexpr CUresult CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
+inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901;
+inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904;
+inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905;
 inline constexpr CUresult CUDA_ERROR_UNKNOWN = 999;
 
 // cuDeviceGetAttribute (CUdevice_attribute)
@@ -89,6 +92,10 @@ inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
 inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 inline constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x1;
+// cuStreamBeginCapture (CUstreamCaptureMode): which other calls of the process a capture forbids meanwhile
+inline constexpr int CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
+inline constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 inline constexpr std::uint64_t CU_GET_PROC_ADDRESS_LEGACY_STREAM = 0x1;
 inline constexpr int CU_GET_PROC_ADDRESS_SUCCESS = 0;
 inline constexpr int CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1;
@@ -183,6 +190,13 @@ struct DriverApi {
   CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph graph) = nullptr;
+  // Stream capture and child graphs: how work the runtime does not issue as explicit nodes (NCCL's collectives,
+  // copies between GPUs) gets into a graph (cuda_multi_graph.h).
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode) = nullptr;                   // _v2 (with a mode)
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph* graph) = nullptr;
+  CUresult (*cuGraphAddChildGraphNode)(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t ndeps,
+                                       CUgraph child) = nullptr;
+  CUresult (*cuGraphExecChildGraphNodeSetParams)(CUgraphExec exec, CUgraphNode node, CUgraph child) = nullptr;
 
   // (optional) resolved at kParamInfoCudaVersion when the driver has it; nullptr otherwise
   CUresult (*cuFuncGetParamInfo)(CUfunction function, size_t index, size_t* offset, size_t* size) = nullptr;

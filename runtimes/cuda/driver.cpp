@@ -126,6 +126,10 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
   resolve(boot, "cuGraphLaunch", &api->cuGraphLaunch, v, true);
   resolve(boot, "cuGraphExecDestroy", &api->cuGraphExecDestroy, v, true);
   resolve(boot, "cuGraphDestroy", &api->cuGraphDestroy, v, true);
+  resolve(boot, "cuStreamBeginCapture", &api->cuStreamBeginCapture, v, true);
+  resolve(boot, "cuStreamEndCapture", &api->cuStreamEndCapture, v, true);
+  resolve(boot, "cuGraphAddChildGraphNode", &api->cuGraphAddChildGraphNode, v, true);
+  resolve(boot, "cuGraphExecChildGraphNodeSetParams", &api->cuGraphExecChildGraphNodeSetParams, v, true);
   if (api->version >= kParamInfoCudaVersion)
     resolve(boot, "cuFuncGetParamInfo", &api->cuFuncGetParamInfo, kParamInfoCudaVersion, false);
   return api;

@@ -137,6 +137,13 @@ size_t nccl_dtype_size(ncclDataType_t type) {
   throw UsageError("unknown NCCL dtype " + std::to_string(static_cast<int>(type)));
 }
 
+CollectiveKind collective_kind(const std::string& name) {
+  if (name == "all_reduce") return CollectiveKind::kAllReduce;
+  if (name == "all_gather") return CollectiveKind::kAllGather;
+  if (name == "reduce_scatter") return CollectiveKind::kReduceScatter;
+  throw UsageError("no collective " + name + " (there are all_reduce, all_gather, reduce_scatter)");
+}
+
 void nccl_check(const NcclApi& api, const char* call, ncclResult_t result, const std::string& what) {
   if (result == ncclSuccess) return;
   const char* text = api.ncclGetErrorString != nullptr ? api.ncclGetErrorString(result) : nullptr;
@@ -214,33 +221,55 @@ void Communicator::grouped(const char* name, const Call& call) const {
 
 void Communicator::all_reduce(const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv, size_t count,
                               ncclDataType_t type, ncclRedOp_t op) const {
-  size_t bytes = count * nccl_dtype_size(type);
-  check_buffers("ncclAllReduce", send, recv, bytes, bytes);
-  grouped("ncclAllReduce", [&](size_t r) {
-    return api_->ncclAllReduce(reinterpret_cast<const void*>(send[r]->ptr()), reinterpret_cast<void*>(recv[r]->ptr()),
-                               count, type, op, comms_[r], contexts_[r]->stream());
-  });
+  run({CollectiveKind::kAllReduce, count, type, op}, send, recv);
 }
 
 void Communicator::all_gather(const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv, size_t count,
                               ncclDataType_t type) const {
-  size_t bytes = count * nccl_dtype_size(type);
-  check_buffers("ncclAllGather", send, recv, bytes, bytes * size());
-  grouped("ncclAllGather", [&](size_t r) {
-    return api_->ncclAllGather(reinterpret_cast<const void*>(send[r]->ptr()), reinterpret_cast<void*>(recv[r]->ptr()),
-                               count, type, comms_[r], contexts_[r]->stream());
-  });
+  run({CollectiveKind::kAllGather, count, type, ncclSum}, send, recv);
 }
 
 void Communicator::reduce_scatter(const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv, size_t count,
                                   ncclDataType_t type, ncclRedOp_t op) const {
-  size_t bytes = count * nccl_dtype_size(type);
-  check_buffers("ncclReduceScatter", send, recv, bytes * size(), bytes);
-  grouped("ncclReduceScatter", [&](size_t r) {
-    return api_->ncclReduceScatter(reinterpret_cast<const void*>(send[r]->ptr()),
-                                   reinterpret_cast<void*>(recv[r]->ptr()), count, type, op, comms_[r],
-                                   contexts_[r]->stream());
-  });
+  run({CollectiveKind::kReduceScatter, count, type, op}, send, recv);
+}
+
+void Communicator::check(const CollectiveSpec& spec, const std::vector<Buffer*>& send,
+                         const std::vector<Buffer*>& recv) const {
+  size_t bytes = spec.count * nccl_dtype_size(spec.type);
+  switch (spec.kind) {
+    case CollectiveKind::kAllReduce:
+      return check_buffers("ncclAllReduce", send, recv, bytes, bytes);
+    case CollectiveKind::kAllGather:
+      return check_buffers("ncclAllGather", send, recv, bytes, bytes * size());
+    case CollectiveKind::kReduceScatter:
+      return check_buffers("ncclReduceScatter", send, recv, bytes * size(), bytes);
+  }
+}
+
+void Communicator::run(const CollectiveSpec& spec, const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv,
+                       const std::vector<CUstream>& streams) const {
+  check(spec, send, recv);
+  if (!streams.empty() && streams.size() != size())
+    throw UsageError("a collective over " + std::to_string(size()) + " GPUs needs one stream per GPU, got " +
+                     std::to_string(streams.size()));
+  auto stream = [&](size_t r) { return streams.empty() ? contexts_[r]->stream() : streams[r]; };
+  auto in = [&](size_t r) { return reinterpret_cast<const void*>(send[r]->ptr()); };
+  auto out = [&](size_t r) { return reinterpret_cast<void*>(recv[r]->ptr()); };
+  switch (spec.kind) {
+    case CollectiveKind::kAllReduce:
+      return grouped("ncclAllReduce", [&](size_t r) {
+        return api_->ncclAllReduce(in(r), out(r), spec.count, spec.type, spec.op, comms_[r], stream(r));
+      });
+    case CollectiveKind::kAllGather:
+      return grouped("ncclAllGather", [&](size_t r) {
+        return api_->ncclAllGather(in(r), out(r), spec.count, spec.type, comms_[r], stream(r));
+      });
+    case CollectiveKind::kReduceScatter:
+      return grouped("ncclReduceScatter", [&](size_t r) {
+        return api_->ncclReduceScatter(in(r), out(r), spec.count, spec.type, spec.op, comms_[r], stream(r));
+      });
+  }
 }
 
 }  // namespace tg::cuda

@@ -29,6 +29,19 @@ ncclDataType_t nccl_dtype(const std::string& name);
 ncclRedOp_t nccl_op(const std::string& name);
 size_t nccl_dtype_size(ncclDataType_t type);
 
+// Which collective: "all_reduce", "all_gather", "reduce_scatter" (tg::UsageError naming them for anything else).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+CollectiveKind collective_kind(const std::string& name);
+
+// One collective as the Communicator issues it: `count` as NCCL counts it (see all_reduce, all_gather and
+// reduce_scatter below); `op` is unused by all-gather.
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  size_t count = 0;
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t op = ncclSum;
+};
+
 // Throws tg::RuntimeError(device "NCCL", call, ncclGetErrorString's text) for a failed call.
 void nccl_check(const NcclApi& api, const char* call, ncclResult_t result, const std::string& what);
 
@@ -60,6 +73,14 @@ class Communicator {
   // recv[r] = part r (count elements) of op over ranks of send[.] (size() * count elements each).
   void reduce_scatter(const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv, size_t count,
                       ncclDataType_t type, ncclRedOp_t op) const;
+
+  // Checks `spec`'s buffers as run() does, without issuing anything: one send and one recv buffer per rank, on
+  // that rank's device, large enough (tg::UsageError naming the rank and both sizes).
+  void check(const CollectiveSpec& spec, const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv) const;
+  // Checks, then issues `spec` in one NCCL group, rank r's call on streams[r] (a stream of rank r's device; empty:
+  // each device's own stream). A stream being captured records the calls as graph nodes instead of running them.
+  void run(const CollectiveSpec& spec, const std::vector<Buffer*>& send, const std::vector<Buffer*>& recv,
+           const std::vector<CUstream>& streams = {}) const;
 
  private:
   // Checks one send and one recv buffer per rank, on that rank's device, of at least the bytes given; throws

@@ -57,6 +57,10 @@
   X(cuGraphLaunch, cuGraphLaunch_v10000)                                                                         \
   X(cuGraphExecDestroy, cuGraphExecDestroy_v10000)                                                               \
   X(cuGraphDestroy, cuGraphDestroy_v10000)                                                                       \
+  X(cuStreamBeginCapture, cuStreamBeginCapture_v10010)                                                           \
+  X(cuStreamEndCapture, cuStreamEndCapture_v10000)                                                               \
+  X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode_v10000)                                                   \
+  X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams_v11010)                               \
   X(cuFuncGetParamInfo, cuFuncGetParamInfo_v12040)
 
 // The slot types, taken before cuda.h is included: its macros rename cuMemAlloc to cuMemAlloc_v2 and so on.
@@ -141,6 +145,12 @@ static_assert(t::CUDA_ERROR_ILLEGAL_ADDRESS == CUDA_ERROR_ILLEGAL_ADDRESS);
 static_assert(t::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
 static_assert(t::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 static_assert(t::CUDA_ERROR_UNKNOWN == CUDA_ERROR_UNKNOWN);
+static_assert(t::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+static_assert(t::CUDA_ERROR_STREAM_CAPTURE_UNJOINED == CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+static_assert(t::CUDA_ERROR_STREAM_CAPTURE_ISOLATION == CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+static_assert(t::CU_STREAM_CAPTURE_MODE_GLOBAL == CU_STREAM_CAPTURE_MODE_GLOBAL);
+static_assert(t::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+static_assert(t::CU_STREAM_CAPTURE_MODE_RELAXED == CU_STREAM_CAPTURE_MODE_RELAXED);
 static_assert(t::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
 static_assert(t::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X == CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
 static_assert(t::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y == CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);

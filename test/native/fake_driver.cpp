@@ -32,6 +32,9 @@ const std::pair<int, const char*> kErrorNames[] = {
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"},
     {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
     {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"},
+    {CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN"},
 };
 
@@ -313,7 +316,19 @@ void run_all(State& s) {
 }
 
 std::uint64_t enqueue(State& s, std::uint64_t stream, std::function<void()> op) {
-  s.streams[stream].ops.emplace_back(++s.seq, std::move(op));
+  State::Stream& st = s.streams[stream];
+  ++s.seq;
+  auto c = s.captures.find(st.capture);
+  if (st.capture == 0 || c == s.captures.end()) {
+    st.ops.emplace_back(s.seq, std::move(op));
+    return s.seq;
+  }
+  State::Node n;
+  n.op = std::move(op);
+  n.what = s.calls.empty() ? std::string() : s.calls.back().name;
+  c->second.nodes.push_back(std::move(n));
+  c->second.last_seq[stream] = s.seq;
+  if (stream != c->second.origin) c->second.unjoined.insert(stream);  // new work: it must be joined (again)
   return s.seq;
 }
 

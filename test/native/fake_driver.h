@@ -13,6 +13,9 @@
 //  * modules from "fake CUBINs" (FAKECUBIN + CUDA source, as the fake NVRTC makes them), with the kernel parameter
 //    layout parsed from the source, so argument packing is checked byte for byte;
 //  * kernel launches and CUDA graphs, recorded (kernels do not compute anything);
+//  * stream capture: work issued on a stream being captured (copies, NCCL's collectives, kernels) becomes nodes of
+//    the capture, other streams join it by waiting on its events and must be joined back before it ends; the
+//    graph it makes runs that work again at every launch, also as a child graph of another graph;
 //  * failures on demand: the next N calls of an entry point return a chosen error.
 // Every call is recorded with its arguments for the tests to inspect.
 #pragma once

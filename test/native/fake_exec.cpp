@@ -44,6 +44,19 @@ int node_from(State& s, const KernelNodeParams* p, State::Node* node) {
   return gather_args(f->second.sig, p->kernelParams, p->extra, &node->args);
 }
 
+// Every kernel of a graph node (a child graph's, recursively) as a launch from a graph.
+void record_launch(State& s, const State::Node& n, bool from_graph);
+void record_launches(State& s, const State::Node& n) {
+  if (n.func != 0) record_launch(s, n, true);
+  for (const State::Node& c : n.child) record_launches(s, c);
+}
+
+// Runs the captured work of a graph node (kernels compute nothing).
+void run_node(const State::Node& n) {
+  if (n.op) n.op();
+  for (const State::Node& c : n.child) run_node(c);
+}
+
 void record_launch(State& s, const State::Node& n, bool from_graph) {
   Launch l{s.functions[n.func].sig.name, {n.grid[0], n.grid[1], n.grid[2]}, {n.block[0], n.block[1], n.block[2]},
            n.args, from_graph};
@@ -126,6 +139,12 @@ CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   for (int i = 0; i < 3; ++i) n.grid[i] = dims[i], n.block[i] = dims[3 + i];
   if (int r = gather_args(it->second.sig, params, extra, &n.args)) return r;
   s.calls.back().data = n.args;
+  auto cap = s.captures.find(s.streams[u(stream)].capture);
+  if (cap != s.captures.end()) {  // captured: a kernel node, recorded as a launch when its graph runs
+    n.what = "cuLaunchKernel";
+    cap->second.nodes.push_back(std::move(n));
+    return CUDA_SUCCESS;
+  }
   record_launch(s, n, false);
   State* sp = &s;
   enqueue(s, u(stream), [sp] { sp->clock_ms += 0.002; });
@@ -152,6 +171,7 @@ CUresult f_cuStreamDestroy(CUstream stream) {
 CUresult f_cuStreamSynchronize(CUstream stream) {
   FAKE_ENTER("cuStreamSynchronize", {u(stream)});
   if (s.streams.count(u(stream)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (s.streams[u(stream)].capture != 0) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;  // not allowed in a capture
   run_until(s, u(stream), s.seq);
   return CUDA_SUCCESS;
 }
@@ -159,6 +179,23 @@ CUresult f_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
   FAKE_ENTER("cuStreamWaitEvent", {u(stream), u(event), flags});
   auto ev = s.events.find(u(event));
   if (s.streams.count(u(stream)) == 0 || ev == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  State::Stream& waiter = s.streams[u(stream)];
+  auto cap = s.captures.find(ev->second.capture);
+  if (ev->second.recorded && cap != s.captures.end()) {
+    // an event of a capture: the waiting stream joins it (a fork), or, inside it, waits for the event's stream
+    // (a join, once the event is that stream's last captured work); nothing is queued
+    State::Capture& c = cap->second;
+    if (waiter.capture == 0) {
+      waiter.capture = cap->first;
+      c.unjoined.insert(u(stream));
+    } else if (waiter.capture != cap->first) {
+      return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    } else if (ev->second.stream != u(stream) && c.last_seq[ev->second.stream] == ev->second.seq) {
+      c.unjoined.erase(ev->second.stream);
+    }
+    return CUDA_SUCCESS;
+  }
+  if (waiter.capture != 0) return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;  // a capture cannot wait on outside work
   if (ev->second.recorded) {
     std::uint64_t other = ev->second.stream, seq = ev->second.seq;
     State* sp = &s;
@@ -189,7 +226,7 @@ CUresult f_cuEventRecord(CUevent event, CUstream stream) {
     auto e = sp->events.find(handle);
     if (e != sp->events.end()) e->second.done = true, e->second.time_ms = sp->clock_ms;
   });
-  it->second = State::Event{it->second.timing, true, false, u(stream), seq, 0};
+  it->second = State::Event{it->second.timing, true, false, u(stream), seq, 0, s.streams[u(stream)].capture};
   return CUDA_SUCCESS;
 }
 CUresult f_cuEventQuery(CUevent event) {
@@ -272,10 +309,97 @@ CUresult f_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   if (int r = stream_check(s, stream)) return r;
   auto e = s.execs.find(u(exec));
   if (e == s.execs.end()) return CUDA_ERROR_INVALID_HANDLE;
-  for (std::uint64_t n : e->second.order) record_launch(s, e->second.nodes[n], true);
+  std::vector<State::Node> nodes;
+  for (std::uint64_t n : e->second.order) nodes.push_back(e->second.nodes[n]);
+  for (const State::Node& n : nodes) record_launches(s, n);
   State* sp = &s;
-  double cost = 0.001 * static_cast<double>(e->second.order.size());
-  enqueue(s, u(stream), [sp, cost] { sp->clock_ms += cost; });
+  double cost = 0.001 * static_cast<double>(nodes.size());
+  // the captured work (copies, collectives) runs in node order when the stream reaches the graph
+  enqueue(s, u(stream), [sp, cost, nodes] {
+    for (const State::Node& n : nodes) run_node(n);
+    sp->clock_ms += cost;
+  });
+  return CUDA_SUCCESS;
+}
+
+// ---- stream capture and child graphs ----
+CUresult f_cuStreamBeginCapture(CUstream stream, int mode) {
+  FAKE_ENTER("cuStreamBeginCapture", {u(stream), static_cast<std::uint64_t>(mode)});
+  if (int r = stream_check(s, stream)) return r;
+  if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  State::Stream& st = s.streams[u(stream)];
+  if (st.capture != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t id = s.handle();
+  s.captures[id].origin = u(stream);
+  st.capture = id;
+  return CUDA_SUCCESS;
+}
+CUresult f_cuStreamEndCapture(CUstream stream, CUgraph* g) {
+  FAKE_ENTER("cuStreamEndCapture", {u(stream)});
+  auto st = s.streams.find(u(stream));
+  if (st == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  auto cap = s.captures.find(st->second.capture);
+  if (cap == s.captures.end() || cap->second.origin != u(stream)) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t id = cap->first;
+  State::Capture c = std::move(cap->second);
+  s.captures.erase(cap);
+  for (auto& [handle, other] : s.streams)  // every stream of the capture leaves it, whatever the outcome
+    if (other.capture == id) other.capture = 0;
+  if (!c.unjoined.empty()) return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  std::uint64_t graph = s.handle();
+  auto& order = s.graphs[graph];
+  for (State::Node& n : c.nodes) {
+    std::uint64_t handle = s.handle();
+    s.nodes[handle] = std::move(n);
+    order.push_back(handle);
+  }
+  *g = h<CUgraph_st>(graph);
+  return CUDA_SUCCESS;
+}
+// The nodes of graph `child`, cloned (a child graph node keeps its own copy, as the driver's does).
+std::vector<State::Node> clone_graph(State& s, std::uint64_t child) {
+  std::vector<State::Node> out;
+  for (std::uint64_t n : s.graphs[child]) out.push_back(s.nodes[n]);
+  return out;
+}
+CUresult f_cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode* deps, size_t ndeps,
+                                    CUgraph child) {
+  std::vector<std::uint64_t> args = {u(g), ndeps};
+  for (size_t i = 0; i < ndeps; ++i) args.push_back(u(deps[i]));
+  args.push_back(u(child));
+  FAKE_ENTER("cuGraphAddChildGraphNode", std::move(args));
+  auto it = s.graphs.find(u(g));
+  if (it == s.graphs.end() || s.graphs.count(u(child)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; i < ndeps; ++i)
+    if (std::find(it->second.begin(), it->second.end(), u(deps[i])) == it->second.end())
+      return CUDA_ERROR_INVALID_VALUE;
+  State::Node n;
+  n.is_child = true;
+  n.child = clone_graph(s, u(child));
+  std::uint64_t handle = s.handle();
+  s.nodes[handle] = std::move(n);
+  s.graphs[u(g)].push_back(handle);
+  *node = h<CUgraphNode_st>(handle);
+  return CUDA_SUCCESS;
+}
+// Whether two node lists have the same shape: what cuGraphExecChildGraphNodeSetParams requires.
+bool same_topology(const std::vector<State::Node>& a, const std::vector<State::Node>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].func != b[i].func || a[i].is_child != b[i].is_child || a[i].what != b[i].what ||
+        !same_topology(a[i].child, b[i].child))
+      return false;
+  return true;
+}
+CUresult f_cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  FAKE_ENTER("cuGraphExecChildGraphNodeSetParams", {u(exec), u(node), u(child)});
+  auto e = s.execs.find(u(exec));
+  if (e == s.execs.end() || s.graphs.count(u(child)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  auto n = e->second.nodes.find(u(node));
+  if (n == e->second.nodes.end() || !n->second.is_child) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<State::Node> updated = clone_graph(s, u(child));
+  if (!same_topology(n->second.child, updated)) return CUDA_ERROR_INVALID_VALUE;
+  n->second.child = std::move(updated);
   return CUDA_SUCCESS;
 }
 CUresult f_cuGraphExecDestroy(CUgraphExec exec) {
@@ -318,6 +442,10 @@ void add_exec_entry_points(std::map<std::string, void*>& table) {
   table["cuGraphLaunch"] = reinterpret_cast<void*>(&f_cuGraphLaunch);
   table["cuGraphExecDestroy"] = reinterpret_cast<void*>(&f_cuGraphExecDestroy);
   table["cuGraphDestroy"] = reinterpret_cast<void*>(&f_cuGraphDestroy);
+  table["cuStreamBeginCapture"] = reinterpret_cast<void*>(&f_cuStreamBeginCapture);
+  table["cuStreamEndCapture"] = reinterpret_cast<void*>(&f_cuStreamEndCapture);
+  table["cuGraphAddChildGraphNode"] = reinterpret_cast<void*>(&f_cuGraphAddChildGraphNode);
+  table["cuGraphExecChildGraphNodeSetParams"] = reinterpret_cast<void*>(&f_cuGraphExecChildGraphNodeSetParams);
 }
 
 }  // namespace tg::cuda::fake

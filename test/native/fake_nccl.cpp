@@ -10,6 +10,8 @@
 //  * stream ordering: a collective is queued on every rank's stream and computes when the first of them runs it,
 //    after running the work queued before it on all the others, so it reads what earlier kernels and copies wrote
 //    and a reader that does not wait for its stream sees the old bytes;
+//  * CUDA graph capture: a collective issued on streams being captured becomes nodes of the capture (all ranks'
+//    streams must be in the same capture), and computes again at every replay of a graph made from it;
 //  * failures on demand through fake::fail_next (status = an ncclResult_t value).
 #include <cmath>
 #include <cstdlib>
@@ -165,7 +167,9 @@ void reduce_bytes(char* acc, const char* x, size_t n, ncclDataType_t type, ncclR
 struct Collective {
   std::vector<Pending> ranks;  // by rank
   std::vector<std::pair<std::uint64_t, std::uint64_t>> queued;  // (stream, seq) by rank
-  bool done = false;
+  // ops run so far: the first op of every round of ranks.size() computes. Eagerly each op runs once; a CUDA graph
+  // captured from the streams runs all of them at every replay, each replay computing again.
+  size_t runs = 0;
 };
 
 void compute(const std::vector<Pending>& ranks) {
@@ -200,8 +204,7 @@ void enqueue_collective(State& s, std::vector<Pending> ranks) {
   for (size_t r = 0; r < c->ranks.size(); ++r) {
     std::uint64_t stream = c->ranks[r].stream;
     std::uint64_t seq = enqueue(s, stream, [sp, c] {
-      if (c->done) return;
-      c->done = true;  // before running the others: their op for this collective must see it done
+      if (c->runs++ % c->ranks.size() != 0) return;  // counted before running the others: theirs must skip
       for (const auto& [other, oseq] : c->queued) run_until(*sp, other, oseq - 1);
       compute(c->ranks);
     });
@@ -247,6 +250,11 @@ ncclResult_t flush(State& s, std::vector<Pending> pending) {
       ready.push_back(std::move(one));
     }
   }
+  // whether a collective is captured must be the same on every rank (NCCL's rule for CUDA graphs): a capture that
+  // holds only some ranks' calls would hang the others at replay
+  for (const auto& one : ready)
+    for (const auto& p : one)
+      if (s.streams[p.stream].capture != s.streams[one[0].stream].capture) return ncclInvalidUsage;
   for (auto& one : ready) enqueue_collective(s, std::move(one));
   return ncclSuccess;
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct State {
   struct Stream {
     int device;
     std::deque<std::pair<std::uint64_t, std::function<void()>>> ops;
+    std::uint64_t capture = 0;  // the capture it belongs to (cuStreamBeginCapture, or joined by a wait), or 0
   };
   struct Event {
     bool timing;
@@ -53,16 +55,33 @@ struct State {
     bool done = false;
     std::uint64_t stream = 0, seq = 0;
     double time_ms = 0;
+    std::uint64_t capture = 0;  // recorded on a stream being captured: waiting on it joins that capture
   };
   struct Function {
     std::uint64_t module;
     KernelSignature sig;
     int dynamic_shared_max = 48 * 1024;  // cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
   };
+  // A graph node: a kernel (func set; recorded as a launch when its graph is launched, computes nothing), an
+  // operation captured from a stream (op: a copy, an NCCL collective, an event record; run when the graph runs), or
+  // a child graph (its nodes, cloned, in order).
   struct Node {
     std::uint64_t func = 0;
     unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
     std::string args;
+    std::function<void()> op;
+    std::string what;  // the entry point that issued a captured op
+    bool is_child = false;
+    std::vector<Node> child;
+  };
+  // A stream capture in progress: the nodes recorded so far, in the order issued (a valid order to run them: each
+  // stream's work in its order, a join after what it joins), and the streams forked into it whose last work no
+  // stream of the capture has waited for yet (cuStreamEndCapture fails while there are any).
+  struct Capture {
+    std::uint64_t origin = 0;
+    std::vector<Node> nodes;
+    std::set<std::uint64_t> unjoined;
+    std::map<std::uint64_t, std::uint64_t> last_seq;  // stream -> sequence number of its last captured work
   };
   struct Exec {
     std::map<std::uint64_t, Node> nodes;  // by node handle
@@ -88,6 +107,7 @@ struct State {
   std::map<std::uint64_t, std::vector<std::uint64_t>> graphs;  // -> node handles in order
   std::map<std::uint64_t, Node> nodes;
   std::map<std::uint64_t, Exec> execs;
+  std::map<std::uint64_t, Capture> captures;
   std::map<std::uint64_t, Program> programs;
   std::map<std::string, std::pair<int, int>> failures;  // call -> (status, remaining)
   std::map<std::pair<int, int>, bool> peer_enabled;
@@ -141,7 +161,8 @@ int device_memory(State& s, std::uint64_t p, std::uint64_t n);
 // Runs the operations queued on `stream` up to sequence number `seq`; run_all runs every stream dry.
 void run_until(State& s, std::uint64_t stream, std::uint64_t seq);
 void run_all(State& s);
-// Queues `op` on `stream`; returns its sequence number.
+// Queues `op` on `stream`; returns its sequence number. On a stream being captured, `op` becomes a node of the
+// capture instead (named after the entry point being called), run only when a graph made from it runs.
 std::uint64_t enqueue(State& s, std::uint64_t stream, std::function<void()> op);
 // CUDA_SUCCESS for a stream of the current context's device, else the error a driver gives.
 int stream_check(State& s, CUstream stream);

@@ -318,7 +318,7 @@ def test_jit_replays_the_collective_on_new_inputs(cuda):
         summed = Tensor(MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, x.lazydata.lbs), None), device=DEVICES)
         return summed, x * 2  # a kernel too: TinyJit wants one (the fake does not compute it)
 
-    for i in range(4):
+    for i in range(5):
         xs = inputs(seed=i)
         x = Tensor(MultiLazyBuffer(per_device(xs), None), device=DEVICES)
         cuda.clear_records()
@@ -326,9 +326,12 @@ def test_jit_replays_the_collective_on_new_inputs(cuda):
         assert sum(c[0] == "ncclAllReduce" for c in cuda.calls("nccl")) == N
         for lb in summed.lazydata.lbs:
             np.testing.assert_array_equal(Tensor(lb).numpy(), sum(xs))
-    # captured, then replayed item by item (several devices: no CUDA graph), the collective among the items
-    assert step.cnt == 2 and step.graph is None
+    # captured, then replayed as one CUDA graph over the three GPUs, the collective inside it: fed by the input
+    # itself, it is captured again for every call's new buffers (the first replay builds the graph)
+    assert step.cnt == 2 and type(step.graph).__name__ == "CUDAMultiGraph"
     assert sum(isinstance(ei.prg, NCCLRunner) for ei in step.jit_cache) == 1
+    graph = step.graph.graphs[0]
+    assert (graph.instantiations, graph.recaptures) == (1, 2)
 
 
 def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):
@@ -339,8 +342,10 @@ def test_the_allreduce_benchmark_runs_its_tinygrad_paths(cuda):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from extra.bench_allreduce import one_size
     from tinygrad.runtime import nccl
-    cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False)
-    assert set(cols) == {"api", "replay", "comm"} and all(v > 0 for v in cols.values())
+    paths: dict[str, str] = {}
+    cols = one_size(1024, DEVICES, nccl.communicator(DEVICES), None, ring=False, paths=paths)
+    assert set(cols) == {"api", "replay", "graph", "comm"} and all(v > 0 for v in cols.values())
+    assert paths == {"graph": "CUDAMultiGraph"}
 
 
 def _nccl_header_dir() -> str | None:
@@ -361,3 +366,203 @@ def test_nccl_declarations_match_ncclh():
                           f"-I{root / 'runtimes/cuda'}", str(root / "test/native/nccl_abi_check.cpp")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+# --- CUDA graphs over several GPUs: CUDAMultiGraph and _cuda.MultiGraph ------------------------------------------
+
+def _multi(arrays):
+    from tinygrad import Tensor
+    from tinygrad.multi import MultiLazyBuffer
+    return Tensor(MultiLazyBuffer(per_device(arrays), None), device=DEVICES)
+
+
+def _all_reduced(x):
+    from tinygrad import Tensor, collectives
+    from tinygrad.multi import MultiLazyBuffer
+    from tinygrad.ops import ReduceOps
+    return Tensor(MultiLazyBuffer(collectives.all_reduce(ReduceOps.SUM, x.lazydata.lbs), None), device=DEVICES)
+
+
+def _dp_like_step():
+    """A jitted step with what a data-parallel step holds: a kernel on every GPU, an NCCL all-reduce (of the input
+    itself, so its buffers change every call), and a copy from one GPU to another (of an input too)."""
+    from tinygrad import TinyJit
+
+    @TinyJit
+    def step(x, y):
+        return _all_reduced(x), x * 2, y.to("CUDA:1")
+    return step
+
+
+def _kernels(fake) -> list[tuple]:
+    return [launch[:4] for launch in fake.launches()]
+
+
+def test_multi_gpu_capture_replays_as_one_graph_equal_to_item_by_item(cuda):
+    from tinygrad import Tensor
+    step = _dp_like_step()
+    kept = []  # every call's inputs alive: each call's buffers are new ones
+    for i in range(6):
+        xs, y = inputs(seed=i), np.arange(5, dtype=np.float32) + i
+        kept.append((_multi(xs), Tensor(y, device="CUDA").realize()))
+        cuda.clear_records()
+        summed, _, moved = step(*kept[-1])
+        for lb in summed.lazydata.lbs:
+            np.testing.assert_array_equal(Tensor(lb).numpy(), sum(xs))
+        np.testing.assert_array_equal(moved.numpy(), y)
+        if i >= 2:  # replays: one graph launch, no kernel launched from the host, the NCCL call captured again
+            assert len(cuda.calls("cuGraphLaunch")) == 1 and not cuda.calls("cuLaunchKernel")
+            assert all(launch[4] for launch in cuda.launches())
+            assert len(cuda.calls("ncclAllReduce")) == N and len(cuda.calls("cuMemcpyPeerAsync")) == 1
+    assert type(step.graph).__name__ == "CUDAMultiGraph"
+    # the same call replayed through the graph, then item by item: the same kernels with the same arguments
+    xs, y = inputs(seed=9), np.arange(5, dtype=np.float32)
+    x, yt = _multi(xs), Tensor(y, device="CUDA").realize()
+    cuda.clear_records()
+    step(x, yt)
+    by_graph = _kernels(cuda)
+    step.graph = None
+    cuda.clear_records()
+    summed, _, moved = step(x, yt)
+    assert _kernels(cuda) == by_graph and len(by_graph) == N and not any(launch[4] for launch in cuda.launches())
+    np.testing.assert_array_equal(Tensor(summed.lazydata.lbs[2]).numpy(), sum(xs))
+    np.testing.assert_array_equal(moved.numpy(), y)
+
+
+def test_collectives_on_buffers_the_jit_keeps_are_captured_once(cuda):
+    from tinygrad import TinyJit
+
+    @TinyJit
+    def step(x):
+        return _all_reduced(x * 2)  # the all-reduce reads the kernels' outputs, which the JIT keeps
+    kept = []  # every call's input alive: each call's buffers are new ones
+    for i in range(6):
+        cuda.clear_records()
+        kept.append(_multi(inputs(seed=i)))
+        step(kept[-1])
+    graph = step.graph.graphs[0]
+    assert (graph.instantiations, graph.recaptures, len(graph)) == (1, 0, N + 1)
+    # the last replay: the kernels' input patched, no NCCL call and no capture, one launch
+    assert not cuda.calls("nccl") and not cuda.calls("cuStreamBeginCapture")
+    assert len(cuda.calls("cuGraphLaunch")) == 1 and len(cuda.calls("cuGraphExecKernelNodeSetParams")) == N
+    # the graph as built: each GPU's kernel depends on nothing (the GPUs run side by side), the collective on all
+    step.reset()
+    for i in range(3):
+        cuda.clear_records()
+        step(_multi(inputs(seed=i)))
+    assert [c[1][1] for c in cuda.calls("cuGraphAddKernelNode")] == [0] * N
+    assert [c[1][1] for c in cuda.calls("cuGraphAddChildGraphNode")] == [N]
+
+
+def test_the_graph_waits_for_every_gpu_and_every_gpu_waits_for_it(cuda):
+    step = _dp_like_step()
+    from tinygrad import Tensor
+    for i in range(4):
+        cuda.clear_records()
+        step(_multi(inputs(seed=i)), Tensor(np.ones(5, np.float32), device="CUDA").realize())
+    launch_stream = cuda.calls("cuGraphLaunch")[0][1][1]
+    waits = cuda.calls("cuStreamWaitEvent")
+    before = [w for w in waits if w[1][0] == launch_stream]
+    after = [w for w in waits if w[1][0] != launch_stream and w[1][1] == waits[-1][1][1]]
+    assert len(before) >= N - 1 and len(after) == N - 1
+
+
+def test_a_refused_child_graph_update_rebuilds_the_graph(cuda):
+    from tinygrad import TinyJit
+
+    @TinyJit
+    def step(x):
+        return _all_reduced(x), x * 2
+    kept = [_multi(inputs(seed=i)) for i in range(4)]  # alive: each call's buffers are new ones
+    for x in kept[:3]:
+        step(x)
+    cuda.fail_next("cuGraphExecChildGraphNodeSetParams", "CUDA_ERROR_INVALID_VALUE")
+    xs = inputs(seed=3)
+    summed, _ = step(kept[3])
+    from tinygrad import Tensor
+    np.testing.assert_array_equal(Tensor(summed.lazydata.lbs[1]).numpy(), sum(xs))
+    assert step.graph.graphs[0].instantiations == 2
+
+
+def test_what_the_graph_cannot_hold_is_replayed_item_by_item(cuda, monkeypatch):
+    from tinygrad import Tensor, TinyJit
+    monkeypatch.setenv("CUDA_MULTIGRAPH", "0")
+    step = _dp_like_step()
+    for i in range(4):
+        xs = inputs(seed=i)
+        summed, _, _ = step(_multi(xs), Tensor(np.ones(5, np.float32), device="CUDA").realize())
+        np.testing.assert_array_equal(Tensor(summed.lazydata.lbs[0]).numpy(), sum(xs))
+    assert step.graph is None
+    monkeypatch.setenv("CUDA_MULTIGRAPH", "1")
+
+    @TinyJit
+    def from_host(x, h):  # a copy from the host device: not a CUDA graph's
+        return _all_reduced(x), h.to("CUDA:2"), x * 2
+    for i in range(4):
+        xs = inputs(seed=i)
+        summed, moved, _ = from_host(_multi(xs), Tensor(np.full(3, i, np.float32), device="CLANG").realize())
+        np.testing.assert_array_equal(Tensor(summed.lazydata.lbs[0]).numpy(), sum(xs))
+        np.testing.assert_array_equal(moved.numpy(), np.full(3, i, np.float32))
+    assert from_host.graph is None
+
+
+def test_multi_graph_checks_its_steps_and_names_driver_errors(devs, fake):
+    xs = inputs()
+    comm = _cuda.Communicator(devs)
+    send = [buffer(d, x) for d, x in zip(devs, xs)]
+    recv = [_cuda.DeviceBuffer(d, xs[0].nbytes) for d in devs]
+    with pytest.raises(ValueError, match="distinct GPUs"):
+        _cuda.MultiGraph([devs[0], devs[0]])
+    g = _cuda.MultiGraph(devs[:2])
+    with pytest.raises(ValueError, match="takes 6 buffers"):
+        g.add_collective(comm, "all_reduce", recv + send[:2], 6, "float32")
+    with pytest.raises(ValueError, match="a communicator's GPU is on CUDA:2, not on one of the graph's GPUs"):
+        g.add_collective(comm, "all_reduce", recv + send, 6, "float32")
+    with pytest.raises(ValueError, match="no collective broadcast"):
+        g.add_collective(comm, "broadcast", recv + send, 6, "float32")
+    with pytest.raises(ValueError, match="two buffers"):
+        g.add_copy([recv[0]], 4)
+    g = _cuda.MultiGraph(devs)
+    with pytest.raises(ValueError, match="rank 0's send buffer has 24 bytes, the collective needs 28"):
+        g.add_collective(comm, "all_reduce", recv + send, 7, "float32")
+    assert g.add_collective(comm, "all_reduce", recv + send, 6, "float32") == 0
+    assert g.add_copy([recv[1], send[0]], 8) == 1
+    with pytest.raises(ValueError, match="is a pointer; set_arg cannot change its kind"):
+        g.set_arg(0, 1, 5)
+    with pytest.raises(ValueError, match="is not a kernel"):
+        g.set_dims(0, (1, 1, 1), (1, 1, 1))
+    fake.fail_next("cuStreamBeginCapture", "CUDA_ERROR_UNKNOWN")
+    with pytest.raises(RuntimeError, match="starting a stream capture") as e:
+        g()
+    assert e.value.call == "cuStreamBeginCapture_v2" and e.value.driver_error == "CUDA_ERROR_UNKNOWN"
+    fake.fail_next("ncclGroupEnd", 1)  # fails inside the capture: the capture is ended, the streams usable again
+    with pytest.raises(RuntimeError, match="ncclGroupEnd"):
+        g()
+    g()
+    for d in devs:
+        d.synchronize()
+    np.testing.assert_array_equal(read(recv[2], np.float32, 6), sum(xs))
+    np.testing.assert_array_equal(read(recv[1], np.float32, 2), xs[0][:2])  # the copy ran after the all-reduce
+    assert g.instantiations == 1
+
+
+def test_multi_graph_never_replays_a_freed_or_moved_buffer(devs, fake):
+    xs = inputs()
+    comm = _cuda.Communicator(devs)
+    send = [buffer(d, x) for d, x in zip(devs, xs)]
+    recv = [_cuda.DeviceBuffer(d, xs[0].nbytes) for d in devs]
+    g = _cuda.MultiGraph(devs)
+    g.add_collective(comm, "all_reduce", recv + send, 6, "float32")
+    g()
+    # a new send buffer for rank 1: the collective is captured again before the launch, with the new address
+    other = buffer(devs[1], xs[1] * 10)
+    g.set_arg(0, N + 1, other)
+    g()
+    devs[0].synchronize()
+    np.testing.assert_array_equal(read(recv[0], np.float32, 6), xs[0] + 10 * xs[1] + xs[2])
+    assert (g.recaptures, g.instantiations) == (1, 1)
+    launches = len(fake.calls("cuGraphLaunch"))
+    other.free()
+    with pytest.raises(ValueError, match="was freed"):
+        g()
+    assert len(fake.calls("cuGraphLaunch")) == launches

@@ -3,7 +3,9 @@
 The first call runs the function normally (compiling what it needs), the second captures every kernel it launches,
 and later calls replay the captured kernels with the new input buffers and symbolic-variable values. A device that
 offers a graph class (`Device[d].graph`: one C++ call for the whole replay on the host, CUDA graphs on NVIDIA GPUs)
-replays a capture of its own kernels through it; anything else (copies, several devices) is replayed item by item.
+replays a capture of its own kernels through it; a capture over several devices (kernels on each, collectives,
+copies) is replayed through their multi-device graph class where they all offer the same one (`multi_graph`: one
+CUDA graph over several GPUs with the NCCL calls inside); anything else is replayed item by item.
 
 A replay is only right if the call looks like the captured one, so each call is checked: Tensor arguments must keep
 their shape, dtype, device and layout (symbolic dims may take any value in their bounds), other arguments must
@@ -205,11 +207,18 @@ def _is_kernel(ei) -> bool:
 
 def _device_graph(jit_cache: list, input_replace: dict[tuple[int, int], int]) -> Any:
     """The capture as its device's graph, when every item is a kernel of one device whose graph class supports it;
-    None otherwise (replayed item by item)."""
+    else, when every device the capture touches offers the same multi-device graph class and it supports the
+    capture (several GPUs, collectives, copies), as that; None otherwise (replayed item by item)."""
     devices = {ei.prg.dname for ei in jit_cache if _is_kernel(ei)}
-    if len(devices) != 1 or not all(_is_kernel(ei) for ei in jit_cache):
+    if len(devices) == 1 and all(_is_kernel(ei) for ei in jit_cache):
+        graph = Device[next(iter(devices))].graph
+        if graph is not None and graph.supports(jit_cache):
+            return graph(jit_cache, input_replace)
+    touched = devices | {b.device for ei in jit_cache for b in ei.bufs}
+    multi = {getattr(Device[d], "multi_graph", None) for d in touched}
+    if len(multi) != 1:
         return None
-    graph = Device[devices.pop()].graph
+    graph = multi.pop()
     if graph is None or not graph.supports(jit_cache):
         return None
     return graph(jit_cache, input_replace)

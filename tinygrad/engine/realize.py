@@ -22,9 +22,12 @@ from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 
 
 class Runner:
-    """Something a schedule runs on buffers: `runner(bufs, var_vals)`."""
+    """Something a schedule runs on buffers: `runner(bufs, var_vals)`. `graph_kind` tells a device's graph class
+    (runtime/graph*.py, which sits below this layer and can't test the type) what a captured item is: "kernel",
+    "copy" (bufs: destination, source), "empty" (nothing to replay); "" for anything else."""
     display_name = "runner"
     dname = ""
+    graph_kind = ""
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         raise NotImplementedError
@@ -33,6 +36,7 @@ class Runner:
 class CompiledRunner(Runner):
     """A kernel compiled for a device. `prg` is its source (as the seed walkthrough prints it); `lib` its binary.
     `name` is the kernel function's name in the source; `display_name` tells same-named kernels apart in output."""
+    graph_kind = "kernel"
 
     def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
                  lib: bytes | None = None, outcount: int = 1, display_name: str | None = None, opts: tuple = ()):
@@ -70,6 +74,7 @@ class CompiledRunner(Runner):
 class BufferCopy(Runner):
     """Copy a whole buffer from one device to another (through host memory when they differ)."""
     display_name = "copy"
+    graph_kind = "copy"
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         dest, src = bufs[0], bufs[1]
@@ -92,6 +97,7 @@ class BufferCopy(Runner):
 class EmptyOp(Runner):
     """An allocation only: the buffer's contents are undefined."""
     display_name = "empty"
+    graph_kind = "empty"
 
     def __call__(self, bufs: list[Buffer], var_vals: dict, wait: bool = False) -> float | None:
         return None

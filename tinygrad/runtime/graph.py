@@ -54,22 +54,28 @@ class NativeGraph:
         for j, ei in enumerate(jit_cache):
             if not self.graphs or (self.max_nodes is not None and j % self.max_nodes == 0):
                 self.graphs.append(device.create_graph())
-            graph, runner, prg = self.graphs[-1], ei.prg, ei.prg.clprg
-            gs, ls = runner.global_size, runner.local_size
-            if gs is None and ls is None:
-                gs, ls = getattr(prg, "default_dims", None) or (None, None)
-            args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
-            symbolic = symbolic_launch(gs, ls)
-            if gs is None and ls is None or symbolic:
-                launch = graph.add(prg.native, args)
-            else:
-                launch = graph.add(prg.native, args, gs, ls)
-            for n, v in enumerate(runner.vars):
-                self.var_slots.setdefault((len(self.graphs) - 1, v), []).extend((launch, len(ei.bufs) + n))
-            if symbolic:
-                key = (tuple(gs or ()), tuple(ls or ()))
-                self.dim_groups.setdefault(key, [gs, ls, None, []])[3].append((graph, launch))
-            self.input_slots += [(graph, launch, i, k) for (jj, i), k in input_replace.items() if jj == j]
+            launch = self._add_kernel(len(self.graphs) - 1, ei)
+            self.input_slots += [(self.graphs[-1], launch, i, k) for (jj, i), k in input_replace.items() if jj == j]
+
+    def _add_kernel(self, g: int, ei) -> int:
+        """Adds kernel item `ei` to graph `self.graphs[g]`, noting where its variables and symbolic sizes go;
+        returns its launch index."""
+        graph, runner, prg = self.graphs[g], ei.prg, ei.prg.clprg
+        gs, ls = runner.global_size, runner.local_size
+        if gs is None and ls is None:
+            gs, ls = getattr(prg, "default_dims", None) or (None, None)
+        args = [b.ensure_allocated()._buf for b in ei.bufs] + [0] * len(runner.vars)
+        symbolic = symbolic_launch(gs, ls)
+        if gs is None and ls is None or symbolic:
+            launch = graph.add(prg.native, args)
+        else:
+            launch = graph.add(prg.native, args, gs, ls)
+        for n, v in enumerate(runner.vars):
+            self.var_slots.setdefault((g, v), []).extend((launch, len(ei.bufs) + n))
+        if symbolic:
+            key = (tuple(gs or ()), tuple(ls or ()))
+            self.dim_groups.setdefault(key, [gs, ls, None, []])[3].append((graph, launch))
+        return launch
 
     def __call__(self, bufs: list, var_vals: dict) -> None:
         for graph, launch, i, k in self.input_slots:

@@ -1,4 +1,5 @@
-"""CUDAGraph: a TinyJit capture on a CUDA device replayed as CUDA graphs (NativeGraph over `_cuda.Graph`).
+"""CUDAGraph: a TinyJit capture on a CUDA device replayed as CUDA graphs (NativeGraph over `_cuda.Graph`);
+CUDAMultiGraph: a capture over several CUDA GPUs, NCCL collectives included, replayed as one CUDA graph.
 
 One CUDA graph per MAX_NODES kernels: instantiation time grows faster than linearly with the node count, so long
 captures are split, and the pieces run in order on the device's stream. A replay patches just the nodes whose
@@ -6,6 +7,9 @@ arguments or launch sizes changed: a few microseconds of host time per piece ins
 """
 from __future__ import annotations
 
+from tinygrad.device import Device
+from tinygrad.helpers import getenv
+from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph import NativeGraph
 
 # kernels per CUDA graph
@@ -18,3 +22,68 @@ class CUDAGraph(NativeGraph):
     def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
         self.max_nodes = MAX_NODES
         super().__init__(jit_cache, input_replace)
+
+
+class CUDAMultiGraph(NativeGraph):
+    """A TinyJit capture over several CUDA GPUs (a data-parallel step: kernels on every GPU, NCCL collectives between
+    them, copies from one to another) replayed as one CUDA graph, `_cuda.MultiGraph` (runtimes/cuda/
+    cuda_multi_graph.h), launched once per replay on the first GPU's stream.
+
+    Kernels are kernel nodes, patched like CUDAGraph's. NCCL collectives and copies are captured from streams
+    into child graphs with their buffer addresses baked in; every replay checks those addresses against the buffers
+    bound for that call (new inputs included) and captures a step again before launching when one moved, so a
+    replay never runs with a stale address. Within a data-parallel step the collectives read and write buffers the
+    JIT keeps, so they are captured once; only a collective fed directly by an input is captured again per call.
+
+    Items it cannot hold (another device's kernels, copies from or to the host) leave the capture to TinyJit's
+    item-by-item replay; so does CUDA_MULTIGRAPH=0. Not split into pieces like CUDAGraph: NCCL asks that a
+    captured collective's ranks be launched together, which one graph over all GPUs guarantees."""
+
+    @classmethod
+    def supports(cls, jit_cache: list) -> bool:
+        from tinygrad.runtime.nccl import NCCLRunner
+        if not getenv("CUDA_MULTIGRAPH") or not jit_cache:
+            return False
+        for ei in jit_cache:
+            kind = getattr(ei.prg, "graph_kind", "")
+            devices = [b.device for b in ei.bufs]
+            if kind == "kernel":
+                if not isinstance(getattr(ei.prg.clprg, "native", None), _cuda.Program):
+                    return False
+            elif kind == "collective":
+                if not isinstance(ei.prg, NCCLRunner):
+                    return False
+            elif kind not in ("copy", "empty"):
+                return False
+            if any(Device[d].multi_graph is not cls for d in devices):
+                return False
+        return True
+
+    def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
+        if not self.supports(jit_cache):
+            raise ValueError(f"{type(self).__name__} replays kernels, NCCL collectives and copies of CUDA GPUs only")
+        from tinygrad.runtime import nccl
+        # the GPUs in the order the capture first touches them: the first launches the graph
+        devices = list(dict.fromkeys(b.device for ei in jit_cache for b in ei.bufs))
+        self.graphs = [_cuda.MultiGraph([Device[d].native for d in devices])]
+        graph = self.graphs[0]
+        self.input_slots, self.var_slots, self.dim_groups = [], {}, {}
+        self.kernels = 0
+        for j, ei in enumerate(jit_cache):
+            kind = ei.prg.graph_kind
+            if kind == "empty":
+                continue  # an allocation only: nothing to replay
+            if kind == "kernel":
+                node = self._add_kernel(0, ei)
+                self.kernels += 1
+            elif kind == "copy":
+                dest, src = (b.ensure_allocated() for b in ei.bufs[:2])
+                if dest.nbytes != src.nbytes:
+                    raise RuntimeError(f"copy size mismatch: {src} -> {dest}")
+                node = graph.add_copy([dest._buf, src._buf], dest.nbytes)
+            else:
+                prg = ei.prg
+                node = graph.add_collective(nccl.communicator(prg.devices), prg.kind,
+                                            [b.ensure_allocated()._buf for b in ei.bufs], prg.count,
+                                            nccl.nccl_dtype(prg.dtype), prg.op or "sum")
+            self.input_slots += [(graph, node, i, k) for (jj, i), k in input_replace.items() if jj == j]

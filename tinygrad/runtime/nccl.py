@@ -8,8 +8,15 @@ makes (NCCLRunner), which calls the C++ Communicator (runtimes/cuda/nccl.h): eac
 that device's stream, in one NCCL group, so it is ordered with the kernels and copies around it without any host
 synchronisation. So eager code, TinyJit capture and JIT replay all run the collective as one step of the schedule.
 
-NOTE: TinyJit replays a multi-device capture item by item (no CUDA graph), so NCCL calls are not captured in CUDA
-graphs; each replay issues them again on the devices' streams, in order with the captured kernels.
+Under TinyJit a capture spanning several CUDA GPUs is replayed as one CUDA graph (graph_cuda.CUDAMultiGraph): the
+kernels are kernel nodes, and the NCCL group is captured from the devices' streams into a child graph of it, so a
+data-parallel step is one cuGraphLaunch with the collectives inside.
+
+NOTE: a captured NCCL call has its buffer addresses fixed. Every replay compares them with the buffers bound for that
+call, and captures the collective again (a fresh NCCL group on capturing streams, swapped into the instantiated
+graph) before the launch when one moved; a collective over buffers the JIT keeps (gradients) is captured once.
+Captures the graph can't hold (copies from the host, other devices) and CUDA_MULTIGRAPH=0 replay item by item,
+issuing each collective again on the devices' streams in order with the captured kernels.
 
 NCCL is loaded on first use: NCCL_LIBRARY if set, else libnccl.so.2 from the loader's search path, else the one in
 the nvidia-nccl wheel (site-packages/nvidia/nccl/lib, as PyTorch installs it). Where it can't be loaded, or for a
@@ -122,6 +129,7 @@ class NCCLRunner:
     """Runs one collective: `bufs` are the devices' outputs, then their inputs, in device order. A Runner by its
     interface (engine/realize.py: `runner(bufs, var_vals, wait)`, `dname`, `display_name`), not by subclassing:
     the runtimes sit below the engine."""
+    graph_kind = "collective"  # CUDAMultiGraph (graph_cuda.py) captures it into its CUDA graph
 
     def __init__(self, kind: str, op: str | None, devices: tuple[str, ...], count: int, dtype):
         self.kind, self.op, self.devices, self.count, self.dtype = kind, op, devices, count, dtype

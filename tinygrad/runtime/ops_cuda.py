@@ -26,7 +26,7 @@ from tinygrad.helpers import DEBUG, getenv
 from tinygrad.renderer.cuda import CUDALanguage, CUDARenderer
 from tinygrad.renderer.gpu import dynamic_shared_bytes, launch_dims, launch_persistent
 from tinygrad.runtime import _cuda
-from tinygrad.runtime.graph_cuda import CUDAGraph
+from tinygrad.runtime.graph_cuda import CUDAGraph, CUDAMultiGraph
 
 # the csrc/runtime.h version this Python layer was written against
 RUNTIME_ABI_VERSION = 1
@@ -212,6 +212,8 @@ class CUDAAllocator(LRUAllocator):
 
 class CUDADevice(Compiled):
     """`CUDA` (GPU 0) or `CUDA:n`."""
+    # captures over several GPUs (collectives, copies between them) replay as one CUDA graph
+    multi_graph = CUDAMultiGraph
 
     def __init__(self, device: str):
         ordinal = int(device.split(":")[1]) if ":" in device else 0
