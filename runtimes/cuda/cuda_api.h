@@ -59,6 +59,7 @@ inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 inline constexpr CUresult CUDA_ERROR_ILLEGAL_ADDRESS = 700;
 inline constexpr CUresult CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701;
 inline constexpr CUresult CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
+inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900;
 inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901;
 inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904;
 inline constexpr CUresult CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905;

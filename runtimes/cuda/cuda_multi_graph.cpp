@@ -47,6 +47,9 @@ CudaMultiGraph::CudaMultiGraph(std::vector<std::shared_ptr<Context>> contexts) :
       for (auto* list : {&fork_, &join_, &ready_})
         c.check("cuEventCreate", d.cuEventCreate(&(*list)[i], CU_EVENT_DISABLE_TIMING), "creating an event");
     }
+    // recorded on the first GPU's stream, so made in its context (an event recorded on another context's stream
+    // is an invalid handle there)
+    contexts_[0]->make_current();
     contexts_[0]->check("cuEventCreate", contexts_[0]->api().cuEventCreate(&done_, CU_EVENT_DISABLE_TIMING),
                         "creating an event");
   } catch (...) {
@@ -224,14 +227,10 @@ void CudaMultiGraph::issue(Node& n, const std::vector<CUstream>& streams) {
   const DriverApi& d = dst.api();
   CUdeviceptr to = n.values[0].as_pointer(), from = n.values[1].as_pointer();
   dst.make_current();
-  if (n.devices.size() == 1) {
-    dst.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync(to, from, n.nbytes, streams[0]),
-              "capturing a device-to-device copy");
-  } else {
-    const Context& src = *contexts_[n.devices[1]];
-    dst.check("cuMemcpyPeerAsync", d.cuMemcpyPeerAsync(to, dst.context(), from, src.context(), n.nbytes, streams[0]),
-              "capturing a copy between GPUs");
-  }
+  // between GPUs as well: unified addressing names each side's device, and peer access is enabled before the
+  // capture (cuMemcpyPeerAsync is refused while a stream captures: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+  dst.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync(to, from, n.nbytes, streams[0]),
+            n.devices.size() == 1 ? "capturing a device-to-device copy" : "capturing a copy between GPUs");
 }
 
 CUgraph CudaMultiGraph::capture(Node& n) {

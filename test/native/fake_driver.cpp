@@ -223,6 +223,8 @@ CUresult f_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, C
                              CUstream stream) {
   FAKE_ENTER("cuMemcpyPeerAsync", {dst, u(dctx), src, u(sctx), n, u(stream)});
   if (int r = stream_check(s, stream)) return r;
+  // as the driver: a peer copy cannot be captured (cuMemcpyDtoDAsync between unified addresses can)
+  if (s.streams[u(stream)].capture != 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int ddev = device_of_context(s, u(dctx)), sdev = device_of_context(s, u(sctx));
   if (ddev < 0 || sdev < 0 || device_memory(s, dst, n) != ddev || device_memory(s, src, n) != sdev)
     return CUDA_ERROR_INVALID_VALUE;

@@ -208,6 +208,7 @@ CUresult f_cuEventCreate(CUevent* event, unsigned int flags) {
   if (current_device(s) < 0) return CUDA_ERROR_INVALID_CONTEXT;
   std::uint64_t handle = s.handle();
   s.events[handle] = State::Event{(flags & CU_EVENT_DISABLE_TIMING) == 0};
+  s.events[handle].device = current_device(s);
   *event = h<CUevent_st>(handle);
   return CUDA_SUCCESS;
 }
@@ -220,13 +221,16 @@ CUresult f_cuEventRecord(CUevent event, CUstream stream) {
   if (int r = stream_check(s, stream)) return r;
   auto it = s.events.find(u(event));
   if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  // as the driver: an event and the stream it is recorded on belong to one context
+  if (it->second.device != s.streams[u(stream)].device) return CUDA_ERROR_INVALID_HANDLE;
   State* sp = &s;
   std::uint64_t handle = u(event);
   std::uint64_t seq = enqueue(s, u(stream), [sp, handle] {
     auto e = sp->events.find(handle);
     if (e != sp->events.end()) e->second.done = true, e->second.time_ms = sp->clock_ms;
   });
-  it->second = State::Event{it->second.timing, true, false, u(stream), seq, 0, s.streams[u(stream)].capture};
+  it->second = State::Event{it->second.timing, true, false, u(stream), seq, 0, s.streams[u(stream)].capture,
+                            it->second.device};
   return CUDA_SUCCESS;
 }
 CUresult f_cuEventQuery(CUevent event) {

@@ -56,6 +56,7 @@ struct State {
     std::uint64_t stream = 0, seq = 0;
     double time_ms = 0;
     std::uint64_t capture = 0;  // recorded on a stream being captured: waiting on it joins that capture
+    int device = -1;            // of the context it was made in: it can be recorded on that context's streams only
   };
   struct Function {
     std::uint64_t module;

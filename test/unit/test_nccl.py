@@ -413,7 +413,7 @@ def test_multi_gpu_capture_replays_as_one_graph_equal_to_item_by_item(cuda):
         if i >= 2:  # replays: one graph launch, no kernel launched from the host, the NCCL call captured again
             assert len(cuda.calls("cuGraphLaunch")) == 1 and not cuda.calls("cuLaunchKernel")
             assert all(launch[4] for launch in cuda.launches())
-            assert len(cuda.calls("ncclAllReduce")) == N and len(cuda.calls("cuMemcpyPeerAsync")) == 1
+            assert len(cuda.calls("ncclAllReduce")) == N and len(cuda.calls("cuMemcpyDtoDAsync")) == 1
     assert type(step.graph).__name__ == "CUDAMultiGraph"
     # the same call replayed through the graph, then item by item: the same kernels with the same arguments
     xs, y = inputs(seed=9), np.arange(5, dtype=np.float32)
