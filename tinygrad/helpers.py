@@ -42,6 +42,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "XDG_CACHE_HOME": ("", "the user's cache directory, as the XDG spec defines it"),
     "NOOPT": (0, "1: no kernel optimisations at all, plain loops"),
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
+    "CUDA_PDL": (1, "0: CUDA graphs launch each kernel after the one before it has completed, instead of "
+                    "programmatically while its last blocks finish (GPUs of compute capability 9.0 and later)"),
     "CUDA_MULTIGRAPH": (1, "0: TinyJit replays a capture spanning several CUDA GPUs (kernels, NCCL collectives, "
                            "copies) item by item instead of as one CUDA graph"),
     "BEAM": (0, "n >= 1: search each kernel's optimisations by timing candidates on the device, a beam of n "

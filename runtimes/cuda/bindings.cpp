@@ -103,6 +103,9 @@ PYBIND11_MODULE(_cuda, m) {
       .def_property("dynamic_shared", &CudaProgram::dynamic_shared, &CudaProgram::set_dynamic_shared,
                     "Bytes of dynamic shared memory every launch gives the kernel (0: none; its `extern __shared__`"
                     " array). Setting it above 48 KB opts the kernel in; RuntimeError where the device has less.")
+      .def_property("waits_for_grid", &CudaProgram::waits_for_grid, &CudaProgram::set_waits_for_grid,
+                    "True where the kernel's first instruction is griddepcontrol.wait, so a graph may launch it "
+                    "programmatically after the kernel before it (CudaGraph.programmatic). Set by the loader.")
       .def_property_readonly("max_threads_per_block", &CudaProgram::max_threads_per_block)
       .def_property_readonly(
           "params",
@@ -116,7 +119,11 @@ PYBIND11_MODULE(_cuda, m) {
 
   c.graph.def(py::init([](CudaDevice& dev) { return std::make_unique<CudaGraph>(dev.context()); }), py::arg("device"))
       .def_property_readonly("instantiations", &CudaGraph::instantiations)
-      .def_property_readonly("node_updates", &CudaGraph::node_updates);
+      .def_property_readonly("node_updates", &CudaGraph::node_updates)
+      .def_property("programmatic", &CudaGraph::programmatic, &CudaGraph::set_programmatic,
+                    "Programmatic dependent launch (sm_90+, CUDA 12.3+): kernels whose program waits_for_grid follow"
+                    " the kernel before them through programmatic edges. Off by default; a change rebuilds the graph.")
+      .def_property_readonly("programmatic_edges", &CudaGraph::programmatic_edges);
 
   py::class_<PinnedHostBuffer, std::shared_ptr<PinnedHostBuffer>> host(
       m, "HostBuffer", py::module_local(), py::buffer_protocol(),

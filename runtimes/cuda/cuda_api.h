@@ -120,6 +120,19 @@ struct KernelNodeParams {
   CUcontext ctx;   // ignored when func is set
 };
 
+// CUgraphEdgeData (CUDA 12.3): an edge's kind. A programmatic edge out of a kernel's programmatic port lets the next
+// kernel start launching once every block of this one has exited, before its completion is flushed; the next kernel
+// waits for that with griddepcontrol.wait (its first instruction, where the renderer writes one: cuda.py).
+struct GraphEdgeData {
+  unsigned char from_port;
+  unsigned char to_port;
+  unsigned char type;
+  unsigned char reserved[5];
+};
+inline constexpr unsigned char CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1;
+inline constexpr unsigned char kGraphKernelNodePortProgrammatic = 1;  // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+inline constexpr int kEdgeDataCudaVersion = 12030;
+
 // The oldest driver ABI this table is written against: every entry point is resolved at this version, so its
 // signature is the one declared below even on newer drivers (cuGetProcAddress returns the newest variant whose
 // signature existed at the requested version).
@@ -201,6 +214,9 @@ struct DriverApi {
 
   // (optional) resolved at kParamInfoCudaVersion when the driver has it; nullptr otherwise
   CUresult (*cuFuncGetParamInfo)(CUfunction function, size_t index, size_t* offset, size_t* size) = nullptr;
+  // (optional) resolved at kEdgeDataCudaVersion (the signature with edge data); nullptr otherwise
+  CUresult (*cuGraphAddDependencies)(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                     const GraphEdgeData* edges, size_t count) = nullptr;
 };
 
 // The bootstrap entry point everything else is resolved through (cuGetProcAddress_v2, CUDA 12.0+).

@@ -99,17 +99,37 @@ bool CudaGraph::set_dims(size_t launch, const LaunchDims& dims) {
   return true;
 }
 
+void CudaGraph::set_programmatic(bool on) {
+  auto busy = launches_.busy("set_programmatic");
+  if (on == programmatic_) return;
+  programmatic_ = on;
+  if (exec_ != nullptr) rebuild_ = true;
+}
+
 void CudaGraph::build() {
   const DriverApi& d = ctx_->api();
   destroy();
+  programmatic_edges_ = 0;
   ctx_->check("cuGraphCreate", d.cuGraphCreate(&graph_, 0), "creating a CUDA graph");
+  const bool pdl = programmatic_ && d.cuGraphAddDependencies != nullptr;
   CUgraphNode prev = nullptr;
   for (Launch& l : launches_) {
     KernelNodeParams p = node_params(l);
-    // A chain: each kernel after the previous one, as the launches were captured.
-    CUresult r = d.cuGraphAddKernelNode(&l.node, graph_, prev != nullptr ? &prev : nullptr, prev != nullptr ? 1 : 0,
-                                        &p);
+    // A chain: each kernel after the previous one, as the launches were captured. A kernel that waits for the grid
+    // ahead of it itself gets a programmatic edge, added on its own (cuGraphAddKernelNode takes plain edges only).
+    const bool early = pdl && prev != nullptr && l.program->waits_for_grid();
+    const bool chained = prev != nullptr && !early;
+    CUresult r = d.cuGraphAddKernelNode(&l.node, graph_, chained ? &prev : nullptr, chained ? 1 : 0, &p);
     if (r != CUDA_SUCCESS) ctx_->fail("cuGraphAddKernelNode", r, "adding kernel " + l.program->name() + " to a graph");
+    if (early) {
+      GraphEdgeData edge{};
+      edge.from_port = kGraphKernelNodePortProgrammatic;
+      edge.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+      r = d.cuGraphAddDependencies(graph_, &prev, &l.node, &edge, 1);
+      if (r != CUDA_SUCCESS)
+        ctx_->fail("cuGraphAddDependencies", r, "adding a programmatic edge before kernel " + l.program->name());
+      ++programmatic_edges_;
+    }
     prev = l.node;
     l.dirty = false;
   }

@@ -38,6 +38,14 @@ class CudaGraph final : public Graph {
   // How often the graph was instantiated and how many node updates were sent, for tests and profiling.
   size_t instantiations() const noexcept { return instantiations_; }
   size_t node_updates() const noexcept { return node_updates_; }
+  // Programmatic dependent launch: with it on (and a driver of CUDA 12.3 or later), a kernel whose program
+  // waits_for_grid() follows the one before it through a programmatic edge, so it is launched while that one's
+  // last blocks finish instead of after its completion is flushed (a microsecond or so a kernel). Only for GPUs
+  // of compute capability 9.0 and later (the caller's to check); changing it rebuilds the graph at the next run.
+  void set_programmatic(bool on);
+  bool programmatic() const noexcept { return programmatic_; }
+  // Edges of the instantiated graph that are programmatic, for tests.
+  size_t programmatic_edges() const noexcept { return programmatic_edges_; }
 
  private:
   struct Launch {
@@ -62,8 +70,10 @@ class CudaGraph final : public Graph {
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
   bool rebuild_ = false;
+  bool programmatic_ = false;
   size_t instantiations_ = 0;
   size_t node_updates_ = 0;
+  size_t programmatic_edges_ = 0;
 };
 
 }  // namespace tg::cuda

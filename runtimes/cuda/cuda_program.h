@@ -49,6 +49,11 @@ class CudaProgram final : public Program {
   // error where the device cannot give that much (CUDA_ERROR_INVALID_VALUE).
   void set_dynamic_shared(int bytes);
   int dynamic_shared() const noexcept { return dynamic_shared_; }
+  // Whether the kernel's first instruction is griddepcontrol.wait (the renderer's kernels for sm_90 and later): it
+  // may then follow another kernel in a graph through a programmatic edge, since it touches no memory before the
+  // kernel ahead of it has completed. Set by the loader, which knows the source.
+  void set_waits_for_grid(bool waits) noexcept { waits_for_grid_ = waits; }
+  bool waits_for_grid() const noexcept { return waits_for_grid_; }
   // Throws tg::UsageError unless every dimension is at least 1 and within the kernel's and the device's limits.
   void check_dims(const LaunchDims& dims) const;
 
@@ -72,6 +77,7 @@ class CudaProgram final : public Program {
   int max_threads_ = 0;
   int num_regs_ = 0;
   int dynamic_shared_ = 0;
+  bool waits_for_grid_ = false;
   std::uint32_t max_grid_[3] = {}, max_block_[3] = {};  // the device's limits, read once
   std::vector<std::uint8_t> scratch_;  // packed arguments of the launch in progress (launches are serialised)
   CUevent timing_[2] = {nullptr, nullptr};

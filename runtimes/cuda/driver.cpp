@@ -132,6 +132,8 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
   resolve(boot, "cuGraphExecChildGraphNodeSetParams", &api->cuGraphExecChildGraphNodeSetParams, v, true);
   if (api->version >= kParamInfoCudaVersion)
     resolve(boot, "cuFuncGetParamInfo", &api->cuFuncGetParamInfo, kParamInfoCudaVersion, false);
+  if (api->version >= kEdgeDataCudaVersion)
+    resolve(boot, "cuGraphAddDependencies", &api->cuGraphAddDependencies, kEdgeDataCudaVersion, false);
   return api;
 }
 

@@ -61,7 +61,8 @@
   X(cuStreamEndCapture, cuStreamEndCapture_v10000)                                                               \
   X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode_v10000)                                                   \
   X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams_v11010)                               \
-  X(cuFuncGetParamInfo, cuFuncGetParamInfo_v12040)
+  X(cuFuncGetParamInfo, cuFuncGetParamInfo_v12040)                                                               \
+  X(cuGraphAddDependencies, cuGraphAddDependencies_v12030)
 
 // The slot types, taken before cuda.h is included: its macros rename cuMemAlloc to cuMemAlloc_v2 and so on.
 #define TG_ALIAS(member, pfn) using member##_t = decltype(tg::cuda::DriverApi::member);
@@ -97,6 +98,10 @@ template <>
 struct canon<CUDA_KERNEL_NODE_PARAMS_v2, false> {
   using type = tg::cuda::KernelNodeParams;
 };
+template <>
+struct canon<CUgraphEdgeData, false> {
+  using type = tg::cuda::GraphEdgeData;
+};
 template <class R, class... A>
 struct canon<R (*)(A...), false> {
   using type = typename canon<R>::type (*)(typename canon<A>::type...);
@@ -114,6 +119,13 @@ namespace t = tg::cuda;
 static_assert(std::is_same_v<t::CUdeviceptr, CUdeviceptr>);
 static_assert(std::is_same_v<t::CUdevice, CUdevice>);
 static_assert(std::is_same_v<t::CUstream, CUstream> && std::is_same_v<t::CUgraphExec, CUgraphExec>);
+
+static_assert(sizeof(t::GraphEdgeData) == sizeof(CUgraphEdgeData));
+static_assert(offsetof(t::GraphEdgeData, from_port) == offsetof(CUgraphEdgeData, from_port));
+static_assert(offsetof(t::GraphEdgeData, to_port) == offsetof(CUgraphEdgeData, to_port));
+static_assert(offsetof(t::GraphEdgeData, type) == offsetof(CUgraphEdgeData, type));
+static_assert(t::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
+static_assert(t::kGraphKernelNodePortProgrammatic == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC);  // a macro there
 
 static_assert(sizeof(t::KernelNodeParams) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2));
 #define TG_CHECK_FIELD(f) \

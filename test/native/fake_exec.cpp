@@ -283,6 +283,34 @@ CUresult f_cuGraphAddKernelNode(CUgraphNode* node, CUgraph g, const CUgraphNode*
   *node = h<CUgraphNode_st>(handle);
   return CUDA_SUCCESS;
 }
+// Edges with data (CUDA 12.3): recorded as (graph, from, to, type, from_port) and checked as the driver does; the
+// fake runs a graph's nodes in the order they were added either way.
+CUresult f_cuGraphAddDependencies(CUgraph g, const CUgraphNode* from, const CUgraphNode* to,
+                                  const GraphEdgeData* edges, size_t count) {
+  std::vector<std::uint64_t> args = {u(g), count};
+  for (size_t i = 0; i < count; ++i) {
+    args.insert(args.end(), {u(from[i]), u(to[i])});
+    if (edges != nullptr) args.insert(args.end(), {edges[i].type, edges[i].from_port});
+  }
+  FAKE_ENTER("cuGraphAddDependencies", std::move(args));
+  auto it = s.graphs.find(u(g));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (size_t i = 0; i < count; ++i) {
+    auto& nodes = it->second;
+    auto a = std::find(nodes.begin(), nodes.end(), u(from[i])), b = std::find(nodes.begin(), nodes.end(), u(to[i]));
+    if (a == nodes.end() || b == nodes.end() || a >= b) return CUDA_ERROR_INVALID_VALUE;
+    if (edges == nullptr) continue;
+    const GraphEdgeData& e = edges[i];
+    bool zero = e.to_port == 0 && std::all_of(std::begin(e.reserved), std::end(e.reserved), [](auto c) { return !c; });
+    // a programmatic edge leaves a kernel node's programmatic (1) or launch-order (2) port, to a kernel node
+    auto kernel = [&](CUgraphNode n) { auto k = s.nodes.find(u(n)); return k != s.nodes.end() && k->second.func; };
+    bool kernels = kernel(from[i]) && kernel(to[i]);
+    if (!zero || e.type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
+        (e.type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && (!kernels || e.from_port == 0 || e.from_port > 2)))
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
 CUresult f_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph g, unsigned long long flags) {
   FAKE_ENTER("cuGraphInstantiateWithFlags", {u(g), flags});
   auto it = s.graphs.find(u(g));
@@ -442,6 +470,7 @@ void add_exec_entry_points(std::map<std::string, void*>& table) {
   table["cuGraphCreate"] = reinterpret_cast<void*>(&f_cuGraphCreate);
   table["cuGraphAddKernelNode"] = reinterpret_cast<void*>(&f_cuGraphAddKernelNode);
   table["cuGraphInstantiateWithFlags"] = reinterpret_cast<void*>(&f_cuGraphInstantiateWithFlags);
+  table["cuGraphAddDependencies"] = reinterpret_cast<void*>(&f_cuGraphAddDependencies);
   table["cuGraphExecKernelNodeSetParams"] = reinterpret_cast<void*>(&f_cuGraphExecKernelNodeSetParams);
   table["cuGraphLaunch"] = reinterpret_cast<void*>(&f_cuGraphLaunch);
   table["cuGraphExecDestroy"] = reinterpret_cast<void*>(&f_cuGraphExecDestroy);

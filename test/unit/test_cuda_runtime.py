@@ -121,7 +121,8 @@ def test_entry_points_resolved_at_pinned_version_with_legacy_stream(fake):
     assert "cuGraphInstantiate" not in lookups  # that name resolves to a different signature
     for symbol, (version, flags) in lookups.items():
         assert flags == 1, f"{symbol}: CU_GET_PROC_ADDRESS_LEGACY_STREAM"
-        assert version == (12040 if symbol == "cuFuncGetParamInfo" else 12000), symbol
+        # the optional ones at the version whose signature the table declares
+        assert version == {"cuFuncGetParamInfo": 12040, "cuGraphAddDependencies": 12030}.get(symbol, 12000), symbol
 
 
 def test_driver_older_than_12_is_refused_clearly():
@@ -411,6 +412,44 @@ def test_graph_is_built_once_then_patched_node_by_node(dev):
     assert T.launches()[-3][1:3] == ((4, 1, 1), (64, 1, 1))
 
 
+def test_graph_chains_kernels_that_wait_for_the_grid_programmatically(dev):
+    # a kernel whose program starts with griddepcontrol.wait follows the one before it through a programmatic edge
+    # (from that kernel's programmatic port), added on its own; the others keep plain edges
+    waits, plain = program(dev), program(dev)
+    waits.waits_for_grid = True
+    a, b = _cuda.DeviceBuffer(dev, 4), _cuda.DeviceBuffer(dev, 4)
+    g = _cuda.Graph(dev)
+    assert not g.programmatic
+    for prg in (waits, waits, plain, waits):
+        g.add(prg, [a, b, 1, 0], (1, 1, 1), (32, 1, 1))
+    g()
+    assert g.programmatic_edges == 0 and not calls("cuGraphAddDependencies")  # off by default
+    g.programmatic = True
+    T.clear_records()
+    g()
+    nodes = [c[1] for c in calls("cuGraphAddKernelNode")]
+    assert g.instantiations == 2 and [n[1] for n in nodes] == [0, 0, 1, 0]  # plain edges: the third kernel's only
+    edges = [c[1] for c in calls("cuGraphAddDependencies")]
+    assert len(edges) == 2 and g.programmatic_edges == 2
+    assert all(e[1] == 1 and e[4:] == (1, 1) for e in edges)  # one edge each, type and port programmatic
+    assert len(T.launches()) == 4
+    T.clear_records()
+    g.programmatic = True  # unchanged: no rebuild
+    g()
+    assert names("cuGraph") == ["cuGraphLaunch"]
+
+
+def test_cuda_kernels_wait_for_the_grid_first_and_the_lib_says_so(cuda):
+    from tinygrad import Tensor
+    from tinygrad.renderer.cuda import GRID_WAIT
+    from tinygrad.runtime.ops_cuda import CUDAProgram, unpack_lib
+    src = _render_all(Tensor.empty(4, 4).realize().exp2())[0]
+    body = src[src.index("{", src.index("__global__")) + 1:].lstrip()
+    assert body.startswith("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900") and GRID_WAIT in body.split("\n")[1]
+    lib = cuda.compiler.compile(src)
+    assert unpack_lib(lib)[4] and CUDAProgram(cuda, "E_4_4", lib).native.waits_for_grid
+
+
 def test_graph_replay_launches_what_eager_launches(dev):
     prg = program(dev)
     bufs = [_cuda.DeviceBuffer(dev, 4) for _ in range(4)]
@@ -571,14 +610,17 @@ def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
 def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
     from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
     dims = ((5, 1, 1), (256, 1, 1))
-    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0)
-    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728)
-    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0)
+    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False)
+    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False)
+    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False)
+    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True)
+    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False)
     old = b"TGCUDA1\0" + struct.pack("<6I", 5, 1, 1, 256, 1, 1) + b"CUBIN"  # the layout before the flag
-    assert unpack_lib(old) == (b"CUBIN", dims, False, 0)
+    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False)
     old = b"TGCUDA2\0" + struct.pack("<7I", 5, 1, 1, 256, 1, 1, 1) + b"CUBIN"  # before dynamic shared memory
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 0)
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False)
+    old = b"TGCUDA3\0" + struct.pack("<8I", 5, 1, 1, 256, 1, 1, 1, 64) + b"CUBIN"  # before the grid wait
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False)
 
 
 def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake):
@@ -655,6 +697,10 @@ def test_cuda_graph_splits_captures_and_patches_inputs_and_variables(cuda, monke
     T.clear_records()
     graph([x.lazydata.base.realized], {Variable("n", 0, 9): 7})
     assert not calls("cuGraphExecKernelNodeSetParams") and len(calls("cuGraphLaunch")) == 3
+    # the fake GPU is sm_90: every kernel after a piece's first follows it programmatically
+    assert all(g.programmatic for g in graph.graphs) and [g.programmatic_edges for g in graph.graphs] == [3, 3, 1]
+    monkeypatch.setenv("CUDA_PDL", "0")
+    assert not any(g.programmatic for g in graph_cuda.CUDAGraph(jf.jit_cache, jf.input_replace).graphs)
 
 
 

@@ -74,6 +74,14 @@ BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg
 }
 """
 
+# programmatic dependent launch (sm_90 and later): a kernel's first statement waits for the grid a graph launched it
+# after (runtime/graph_cuda.py); the CUDA runtime names this cudaGridDependencySynchronize. The architecture test is
+# the compiler's, so the same source builds for older GPUs (and for the host in tests, where it is not defined).
+GRID_WAIT = "griddepcontrol.wait"
+GRID_WAIT_PROLOGUE = f"""#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("{GRID_WAIT};" ::: "memory");
+#endif"""
+
 # tensor cores (sm_80 and later): one warp-wide mma.sync on operands ldmatrix loaded from shared memory, their 16-bit
 # patterns four (A) or two (B) 32-bit registers a thread, as codegen/tensor_cores.TensorCore lays them out.
 # NOTE: ldmatrix is volatile (kept in order with the barriers, cp.async and its waits, all volatile too) but has no
@@ -196,6 +204,7 @@ class CUDALanguage(GPULanguage):
     vec_ops_prelude = VEC_OPS_PRELUDE
     bitcast_prelude = BITCAST_PRELUDE
     kernel_prefix = 'extern "C" __global__ void '
+    grid_wait = True  # kernels start with GRID_WAIT_PROLOGUE
     restrict = " __restrict__"
     type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "float", dtypes.bfloat16: "float"}
     buffer_type_map = {dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
@@ -282,7 +291,11 @@ class CUDALanguage(GPULanguage):
             else:
                 args.append(f"{self.arg_int_prefix} {pname}")
         bounds = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
-        return f"{self.kernel_prefix}{bounds}{name}({', '.join(args)}) {{\n" + "\n".join(body) + "\n}\n"
+        # first, before any memory is touched: a graph may launch this kernel while the one before it finishes
+        # (programmatic dependent launch, sm_90 and later), and this waits until that one has completed and its
+        # writes are visible; with no such launch it returns at once
+        wait = [GRID_WAIT_PROLOGUE] if self.grid_wait else []
+        return f"{self.kernel_prefix}{bounds}{name}({', '.join(args)}) {{\n" + "\n".join(wait + body) + "\n}\n"
 
     def render_wmma(self, name: str, operands: list[str], part) -> str:
         if name in _WGMMA_TYPES:

@@ -161,6 +161,7 @@ class HIPLanguage(CUDALanguage):
     rdna3_tensor_cores = tuple(_WMMA)
     block_idx_fmt = "__builtin_amdgcn_workgroup_id_{}()"
     thread_idx_fmt = "__builtin_amdgcn_workitem_id_{}()"
+    grid_wait = False  # no programmatic launches on AMD: the KFD runtime chains its packets itself
     barrier = "tg_barrier();"
     fence = '__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");'
     shared_align = "__attribute__((aligned(16))) "

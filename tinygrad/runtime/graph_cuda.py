@@ -17,11 +17,18 @@ MAX_NODES = 200
 
 
 class CUDAGraph(NativeGraph):
-    """NativeGraph with captures split every MAX_NODES kernels (read when a graph is built)."""
+    """NativeGraph with captures split every MAX_NODES kernels (read when a graph is built). On GPUs of compute
+    capability 9.0 and later the kernels are chained by programmatic dependent launch (CUDA_PDL): each kernel the
+    renderer wrote (its first instruction griddepcontrol.wait) is launched while the one before it finishes, and
+    waits for it in place, which hides most of a launch's latency between the small kernels of a decode step."""
 
     def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
         self.max_nodes = MAX_NODES
         super().__init__(jit_cache, input_replace)
+        arch = getattr(Device[jit_cache[0].prg.dname], "arch", "")
+        if getenv("CUDA_PDL") and arch.startswith("sm_") and int("".join(c for c in arch if c.isdigit())) >= 90:
+            for g in self.graphs:
+                g.programmatic = True
 
 
 class CUDAMultiGraph(NativeGraph):
