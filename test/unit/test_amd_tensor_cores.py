@@ -47,11 +47,13 @@ def _t(x, dtype=None, device="AMD"):
     return Tensor(x, dtype=dtype, device=device).realize()
 
 
-def _tc_vs_plain(t, cfg: int, want: np.ndarray, tol: float = 2e-2):
+def _tc_vs_plain(t, cfg: int, want: np.ndarray, cpu=None, tol: float = 2e-2):
     (got, lin), (ref, _) = run_with_opts(t, [Opt(OptOps.TC, 0, cfg)], [])
     assert lin.tc is not None and lin.tc.tc.frag == "lane"
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if cpu is not None:
+        np.testing.assert_allclose(got, cpu.numpy().astype(np.float32), rtol=tol, atol=tol)
     return lin
 
 
@@ -105,7 +107,8 @@ def test_batched_bfloat16_and_masked_operands(kfd):
     def bits(v):  # float32 -> bfloat16 by truncation, as Tensor.cast does not: the values are made exact first
         return (np.frombuffer(v.tobytes(), np.uint32) & 0xFFFF0000).view(np.float32).reshape(v.shape)
     x, y = bits(x), bits(y)
-    lin = _tc_vs_plain(_t(x, dtypes.bfloat16) @ _t(y, dtypes.bfloat16), SMALL, x @ y, tol=5e-2)
+    lin = _tc_vs_plain(_t(x, dtypes.bfloat16) @ _t(y, dtypes.bfloat16), SMALL, x @ y, tol=5e-2,
+                       cpu=_t(x, dtypes.bfloat16, "CPU") @ _t(y, dtypes.bfloat16, "CPU"))
     assert lin.tc.tc.name == "wmma_bf16_gfx11"
     padded, pb = _h(32, 50, seed=6), _h(64, 32, seed=7)  # K padded to 64 with zeros: a mask inside the slices
     _tc_vs_plain(_t(padded).pad(((0, 0), (7, 7))) @ _t(pb), SMALL,
@@ -115,9 +118,10 @@ def test_batched_bfloat16_and_masked_operands(kfd):
 @settings(max_examples=6, deadline=None)
 @given(m=st.integers(2, 80), n=st.integers(2, 80), k=st.integers(2, 90), batch=st.integers(1, 2),
        cfg=st.sampled_from([SMALL, TALL]), seed=st.integers(0, 100))
-def test_random_shapes_match_the_plain_kernel(kfd, m, n, k, batch, cfg, seed):
+def test_random_shapes_match_the_plain_kernel_and_the_cpu(kfd, m, n, k, batch, cfg, seed):
     a, b = _h(batch, m, k, seed=seed), _h(batch, k, n, seed=seed + 1)
-    _tc_vs_plain(_t(a) @ _t(b), cfg, np.einsum("bmk,bkn->bmn", a.astype(np.float32), b.astype(np.float32)))
+    _tc_vs_plain(_t(a) @ _t(b), cfg, np.einsum("bmk,bkn->bmn", a.astype(np.float32), b.astype(np.float32)),
+                 cpu=_t(a, device="CPU") @ _t(b, device="CPU"))
 
 
 def test_gfx1100_code_object_of_a_tc_kernel_has_v_wmma():
