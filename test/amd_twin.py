@@ -53,7 +53,7 @@ def _twin_source(src: str, wave: int) -> str:
             ctype = ctype.replace("const ", "")
         args.append(f"tg_twin::arg<{ctype}>(ka, {off})")
     body = src[m.start():]
-    fibers = "tg_barrier()" in body or "tg_shfl_down(" in body
+    fibers = "tg_barrier()" in body or "tg_shfl_down(" in body or "tg_wmma_" in body
     return (src + "\nstatic void tg_twin_body(void* ka) {\n"
             f"  {name}({', '.join(args)});\n}}\n"
             'extern "C" void tg_twin_launch(const void* packet, void* kernargs) {\n'

@@ -54,6 +54,9 @@ PYBIND11_MODULE(_metal, m) {
       .def_property_readonly("gpu_name", [](const MetalDevice& d) { return d.context()->gpu_name(); })
       .def_property_readonly("supports_icb", [](const MetalDevice& d) { return d.context()->supports_icb(); },
                              "Whether graphs replay through indirect command buffers.")
+      .def_property_readonly(
+          "supports_simdgroup_matrix", [](const MetalDevice& d) { return d.context()->supports_simdgroup_matrix(); },
+          "Whether kernels may use simdgroup_matrix (Apple7 family and later).")
       .def_property_readonly("max_threadgroup_memory",
                              [](const MetalDevice& d) { return d.context()->max_threadgroup_memory(); })
       .def(

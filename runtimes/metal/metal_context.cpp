@@ -30,6 +30,8 @@ MetalContext::MetalContext(std::shared_ptr<const ObjcApi> api) : api_(std::move(
   // MTLGPUFamilyMac2 (2002)
   supports_icb_ = send<bool>(a, dev, a.sel.supportsFamily, NSInteger{1004}) ||
                   send<bool>(a, dev, a.sel.supportsFamily, NSInteger{2002});
+  // simdgroup_matrix multiply-accumulate (MSL 2.3): MTLGPUFamilyApple7 (A14, M1) and later
+  supports_simdgroup_matrix_ = send<bool>(a, dev, a.sel.supportsFamily, NSInteger{1007});
 }
 
 MetalContext::~MetalContext() {

@@ -29,6 +29,8 @@ class MetalContext {
   NSUInteger max_threadgroup_memory() const noexcept { return max_threadgroup_memory_; }
   // Whether graphs replay through indirect command buffers (pipelines are then made able to go into one).
   bool supports_icb() const noexcept { return supports_icb_; }
+  // Whether kernels may use simdgroup_matrix (the tensor cores the renderer spells for METAL).
+  bool supports_simdgroup_matrix() const noexcept { return supports_simdgroup_matrix_; }
 
   // Retains the (autoreleased) command buffer, commits it and keeps it until synchronize() has checked it. With more
   // than kMaxInFlight waiting, the oldest is waited for first, so a long stream of launches holds bounded memory.
@@ -47,6 +49,7 @@ class MetalContext {
   Owned device_, queue_;
   NSUInteger max_threadgroup_memory_ = 0;
   bool supports_icb_ = false;
+  bool supports_simdgroup_matrix_ = false;
   std::mutex mutex_;
   std::deque<Owned> in_flight_;
 };

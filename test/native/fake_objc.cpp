@@ -304,7 +304,11 @@ void m_setFastMathEnabled(CompileOptions* self, SEL, bool on) { self->fast_math 
 id m_name(Device* self, SEL) { return self->name; }
 id m_newCommandQueue(Device*, SEL, NSUInteger) { return make<Queue>("MTLCommandQueue"); }
 NSUInteger m_maxThreadgroupMemoryLength(Device*, SEL) { return 32768; }
-bool m_supportsFamily(Device*, SEL, NSInteger family) { return st().cfg.icb && (family == 1004 || family == 2002); }
+// an Apple7 GPU (M1), or with cfg.icb off an Apple3 one, which has neither compute ICBs nor simdgroup_matrix
+bool m_supportsFamily(Device*, SEL, NSInteger family) {
+  if (family >= 1001 && family <= 1007) return st().cfg.icb || family < 1004;
+  return st().cfg.icb && family == 2002;
+}
 id m_newBuffer(Device*, SEL, NSUInteger length, NSUInteger options) {
   if (options != 0) violation("newBufferWithLength:options: with options " + std::to_string(options));
   long code;

@@ -24,7 +24,7 @@ struct Config {
   std::string cache_dir;         // compiled kernels by source hash (reused across runs)
   unsigned max_threads = 1024;   // each pipeline's maxTotalThreadsPerThreadgroup
   std::uint64_t memory_bytes = std::uint64_t{1} << 32;  // allocations past this fail (nil, as Metal's do)
-  bool icb = true;               // supportsFamily: answers yes for the families with compute ICBs
+  bool icb = true;               // supportsFamily: an Apple7 GPU (compute ICBs, simdgroup_matrix), else Apple3
 };
 
 struct Dispatch {

@@ -4,7 +4,7 @@
 // The renderer's HIP uses only clang builtins (renderer/hip.py); they are defined here as macros over a small
 // workgroup scheduler. Workgroups run one after another; the work-items of a workgroup run one after another when
 // the kernel never synchronises, else as fibers (ucontext) that switch at each barrier and at each cross-lane
-// exchange (ds_bpermute), which then waits for the lanes of its wavefront. Test-only: never shipped.
+// exchange (ds_bpermute, RDNA3's WMMA), which then waits for the lanes of its wavefront. Test-only: never shipped.
 #pragma once
 
 #include <sys/mman.h>
@@ -60,6 +60,51 @@ inline int bpermute(int addr, int v) {
   const int r = src < g_lanes->size() ? g_slots[src] : v;
   yield(kWave);
   return r;
+}
+
+// v_wmma_f32_16x16x16_{f16,bf16} (wave32): every lane of the wavefront gives its A (row l % 16, K 0-15), its B
+// (column l % 16) and its part of C (rows 2v + l / 16 of column l % 16); once all have, each lane computes its part of
+// D from the others' operands. The hardware reads lanes 16-31 as repeats of lanes 0-15: a kernel whose halves differ
+// relies on which half it reads, so the twin stops there.
+inline const void* g_wmma[1024][3];
+template <class V16, class V8, class F>
+V8 wmma(const V16& a, const V16& b, const V8& c, F to_f32) {
+  if (g_lanes == nullptr || g_wave != 32) {
+    std::fprintf(stderr, "hip_twin: wave32 WMMA in a kernel run without fibers or on a wave64 target\n");
+    std::abort();
+  }
+  const unsigned flat = g_cur->flat, base = flat - flat % g_wave, l = flat % g_wave;
+  g_wmma[flat][0] = &a;
+  g_wmma[flat][1] = &b;
+  g_wmma[flat][2] = &c;
+  yield(kWave);
+  if (l < 16 && (std::memcmp(g_wmma[flat][0], g_wmma[flat + 16][0], sizeof(V16)) != 0 ||
+                 std::memcmp(g_wmma[flat][1], g_wmma[flat + 16][1], sizeof(V16)) != 0)) {
+    std::fprintf(stderr, "hip_twin: WMMA lanes %u and %u hold different A or B\n", l, l + 16);
+    std::abort();
+  }
+  V8 d;
+  for (unsigned v = 0; v < 8; ++v) {
+    const unsigned row = 2 * v + l / 16, col = l % 16;
+    const V16& ra = *static_cast<const V16*>(g_wmma[base + row][0]);
+    const V16& cb = *static_cast<const V16*>(g_wmma[base + col][1]);
+    float acc = c.e[v];
+    for (int k = 0; k < 16; ++k) acc += to_f32(ra.e[k]) * to_f32(cb.e[k]);
+    d.e[v] = acc;
+  }
+  yield(kWave);  // no lane leaves (and frees its operands) before every lane has read them
+  return d;
+}
+inline float f16_bits(unsigned short h) {
+  _Float16 f;
+  std::memcpy(&f, &h, 2);
+  return static_cast<float>(f);
+}
+inline float bf16_bits(unsigned short b) {
+  const unsigned u = static_cast<unsigned>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 inline void entry() {
@@ -184,3 +229,9 @@ T arg(const void* kernargs, size_t offset) {
 #define __builtin_amdgcn_mbcnt_lo(mask, x) ((x) + (tg_twin::lane() < 32 ? tg_twin::lane() : 32u))
 #define __builtin_amdgcn_mbcnt_hi(mask, x) ((x) + (tg_twin::lane() > 32 ? tg_twin::lane() - 32 : 0u))
 #define __builtin_amdgcn_ds_bpermute(addr, v) tg_twin::bpermute((addr), (v))
+// the renderer's WMMA functions (hip.WMMA_PRELUDE steps aside for these)
+#define TG_HOST_WMMA 1
+template <class V16, class V8>
+inline V8 tg_wmma_f16(V16 a, V16 b, V8 c) { return tg_twin::wmma(a, b, c, tg_twin::f16_bits); }
+template <class V16, class V8>
+inline V8 tg_wmma_bf16(V16 a, V16 b, V8 c) { return tg_twin::wmma(a, b, c, tg_twin::bf16_bits); }

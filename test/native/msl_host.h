@@ -8,6 +8,7 @@
 #include <ucontext.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,10 @@ struct uint3 {
 };
 struct uint2 {
   uint x, y;
+};
+struct ulong2 {
+  ulong x, y;
+  ulong2(ulong a = 0, ulong b = 0) : x(a), y(b) {}
 };
 
 // address spaces and the kernel qualifier mean nothing on the host
@@ -50,6 +55,7 @@ struct Group {
   unsigned gen_simd[kMaxThreads / kSimd];
   int arrived_simd[kMaxThreads / kSimd];
   unsigned char lanes[kMaxThreads][8];
+  const void* mats[kMaxThreads][3];  // simdgroup_multiply_accumulate's operands, by lane
   char* stacks = nullptr;
   void (*thread)(void**, uint3, uint3, uint3, uint3) = nullptr;
   void** bufs = nullptr;
@@ -187,6 +193,78 @@ inline T simd_shuffle_down(T v, ushort delta) {
   if (lane + delta < size) std::memcpy(&out, g.lanes[i + delta], sizeof(T));
   tg_host::wait_barrier(g.arrived_simd[simd], g.gen_simd[simd], size);
   return out;
+}
+
+// simdgroup_matrix<T, 8, 8>: each lane holds thread_elements() = 2 of the 64 elements. Which two is the compiler's
+// business (kernels move values in and out only by simdgroup_load and simdgroup_store); the host uses the spread
+// reverse-engineered on Apple GPUs: lane l holds row 4 (l / 16) + (l / 2) % 4, columns 4 ((l / 8) % 2) + 2 (l % 2)
+// and the next one. The multiply exchanges the operands across the SIMD group as the hardware does.
+template <class T, int Cols, int Rows>
+struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "the host implements 8x8 simdgroup matrices only");
+  T e[2];
+  T* thread_elements() { return e; }
+  const T* thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+
+inline int sg_lane() { return tg_host::g_group.self % tg_host::kSimd; }
+inline int sg_row(int lane) { return 4 * (lane / 16) + (lane / 2) % 4; }
+inline int sg_col(int lane) { return 4 * ((lane / 8) % 2) + 2 * (lane % 2); }
+// the lane holding element (row, col), and which of its two it is
+inline int sg_owner(int row, int col) { return 16 * (row / 4) + 2 * (row % 4) + 8 * (col / 4) + (col % 4) / 2; }
+
+// element (row i, column j) of the matrix at `p` is p[i * stride + j], or p[j * stride + i] transposed
+template <class T>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, const T* p, ulong stride, ulong2 origin = ulong2(),
+                           bool transpose = false) {
+  const int l = sg_lane();
+  for (int k = 0; k < 2; ++k) {
+    const ulong i = sg_row(l) + origin.y, j = sg_col(l) + k + origin.x;
+    d.e[k] = transpose ? p[j * stride + i] : p[i * stride + j];
+  }
+}
+template <class T>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, T* p, ulong stride, ulong2 origin = ulong2(),
+                            bool transpose = false) {
+  const int l = sg_lane();
+  for (int k = 0; k < 2; ++k) {
+    const ulong i = sg_row(l) + origin.y, j = sg_col(l) + k + origin.x;
+    (transpose ? p[j * stride + i] : p[i * stride + j]) = m.e[k];
+  }
+}
+// d = a * b + c over the SIMD group: every lane publishes its parts, then computes its two elements of d
+template <class TD, class TA, class TB, class TC>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c) {
+  tg_host::Group& g = tg_host::g_group;
+  const int i = g.self, simd = i / tg_host::kSimd, l = i % tg_host::kSimd, size = tg_host::simd_size(simd);
+  if (!g.fibers || size != tg_host::kSimd) {
+    std::fprintf(stderr, "msl_host: simdgroup_multiply_accumulate outside a whole SIMD group of fibers\n");
+    std::abort();
+  }
+  g.mats[i][0] = &a;
+  g.mats[i][1] = &b;
+  g.mats[i][2] = &c;
+  tg_host::wait_barrier(g.arrived_simd[simd], g.gen_simd[simd], size);
+  const int base = simd * tg_host::kSimd;
+  TD out[2];
+  for (int k = 0; k < 2; ++k) {
+    const int row = sg_row(l), col = sg_col(l) + k;
+    float acc = static_cast<float>(c.e[k]);
+    for (int x = 0; x < 8; ++x) {
+      const int oa = sg_owner(row, x), ob = sg_owner(x, col);
+      const auto& ma = *static_cast<const simdgroup_matrix<TA, 8, 8>*>(g.mats[base + oa][0]);
+      const auto& mb = *static_cast<const simdgroup_matrix<TB, 8, 8>*>(g.mats[base + ob][1]);
+      acc += static_cast<float>(ma.e[x % 2]) * static_cast<float>(mb.e[col % 2]);
+    }
+    out[k] = static_cast<TD>(acc);
+  }
+  // no lane overwrites d (which may be its c) or leaves before every lane has read its operands
+  tg_host::wait_barrier(g.arrived_simd[simd], g.gen_simd[simd], size);
+  d.e[0] = out[0];
+  d.e[1] = out[1];
 }
 
 }  // namespace metal

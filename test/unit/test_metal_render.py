@@ -138,3 +138,52 @@ def test_special_constants_and_64_bit_ints():
 def test_float64_is_refused_with_a_clear_error():
     with pytest.raises(NotImplementedError, match="Metal has no double"):
         render(Tensor.empty(16, dtype=dtypes.float64).realize() + 1)
+
+
+def test_simdgroup_matrix_kernel():
+    from tinygrad.codegen.kernel import Opt, OptOps
+    from tinygrad.codegen.tensor_cores import TC_CONFIGS
+    tc_opts = LinearizerOptions("METAL", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                                shared_max=32 * 1024, tensor_cores=("simdgroup",))
+    cfg = next(i for i, c in enumerate(TC_CONFIGS) if (c.bm, c.bn, c.bk, c.wm, c.wn) == (64, 64, 32, 2, 2))
+    a = Tensor.empty(128, 96, dtype=dtypes.half).realize()
+    b = Tensor.empty(96, 128, dtype=dtypes.half).realize()
+    srcs = {}
+    bt, at = b.T.contiguous().realize().T, a.T.contiguous().realize().T  # stored N-major (K-major)
+    for name, t in (("ab", a @ b), ("abt", a @ bt), ("atb", at @ b)):
+        si = create_schedule_with_vars([t.lazydata])[0][-1]
+        lin = Linearizer(si.ast, tc_opts)
+        lin.apply_opt(Opt(OptOps.TC, 0, cfg))
+        lin.linearize()
+        srcs[name] = MetalRenderer(lin.name, lin.uops)
+    for name, src in srcs.items():
+        k = check_kernel(src)
+        assert [p[:2] for p in k["params"]] == [("out", "half"), ("in", "half"), ("in", "half")], name
+        # two stages of A's and B's 64x32 slices (half, as Metal's buffers hold it) and an 8x8 float tile per SIMD
+        # group to read the accumulators back through, all at the kernel's scope
+        shared = sorted(s for s in k["top"] if s.startswith("threadgroup "))
+        assert shared == ["threadgroup float tc_c[256]", "threadgroup half tc_a[4096]", "threadgroup half tc_b[4096]"]
+        # the prelude's three helpers, each once, over the MSL simdgroup API
+        for helper in ("inline tg_vec<half, 2> tg_sg_load(const threadgroup half* p, ulong stride)",
+                       "inline tg_vec<float, 2> tg_sg_mma_f16(tg_vec<half, 2> a, tg_vec<half, 2> b, "
+                       "tg_vec<float, 2> c)",
+                       "inline void tg_sg_store(threadgroup float* p, ulong stride, tg_vec<float, 2> c)"):
+            assert src.count(helper) == 1, (name, helper)
+        for call in ("simdgroup_load(m, p, stride, ulong2(0, 0), T);", "simdgroup_multiply_accumulate(mc, ma, mb, mc);",
+                     "simdgroup_store(m, p, stride, ulong2(0, 0), false);"):
+            assert src.count(call) == 1, (name, call)
+        assert "simdgroup_half8x8" in src and "simdgroup_float8x8" in src
+        body = k["body"]
+        # a SIMD group's 32x32 part of the tile: 4x4 accumulators, each updated by 4 k8 steps of a BK=32 slice
+        assert len(re.findall(r"\btg_sg_mma_f16\(", body)) == 4 * 4 * 4
+        assert len(re.findall(r"tg_vec<float, 2> acc\d+ = ", body)) == 16
+        # read back: one simdgroup_store per accumulator into the group's own tile (8 floats a row)
+        assert len(re.findall(r"tg_sg_store\(tc_c\+.*, 8, acc\d+\);$", body, re.M)) == 16
+        loads = re.findall(r"tg_sg_load<(true|false)>\(tc_([ab])\+.*, (\d+)\);$", body, re.M)
+        assert len(loads) == 4 * (4 + 4)  # per k8 step: 4 tiles of A, 4 of B
+        # a slice staged K-major has rows of BK=32; transposed loads where the slice runs the other way
+        want = {"ab": {("false", "a", "32"), ("false", "b", "64")}, "abt": {("false", "a", "32"), ("true", "b", "32")},
+                "atb": {("true", "a", "64"), ("false", "b", "64")}}[name]
+        assert set(loads) == want, (name, set(loads))
+        # no warp shuffles or CUDA matrix instructions
+        assert "ldmatrix" not in src and "mma.sync" not in src

@@ -91,4 +91,6 @@ cdef class Linearizer:
     cdef object _apply_opt(self, object opt)
     cdef bint _pads_to_zero(self, int axis)
     cdef object _tc_at(self, object r, object k, int rows, bint k_major)
+    cdef object _tc_lane_frag(self, object smem, object base, object r, int kk, int rows, bint k_major)
+    cdef object _tc_sg_frag(self, object smem, object base, object r0, int kk, int rows, bint k_major, bint is_b)
     cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k)

@@ -25,7 +25,8 @@ kernel clamps its out-of-range threads and gates their stores rather than return
 
 A matmul-shaped kernel with the TC or SMEM Opt is lowered by `_lower_tc` instead (codegen/tensor_cores.py describes
 the kernel): a block of warps per output tile, operand slices staged in shared memory (COPY_ASYNC where they allow
-it, else loads and stores), tensor-core WMMA uops on `ldmatrix` fragments or a tile of FMAs per thread, and the
+it, else loads and stores), tensor-core WMMA uops on fragments read from the slices (by `ldmatrix`, by plain loads
+of each lane's row or column, or by `simdgroup_load`: TensorCore.frag) or a tile of FMAs per thread, and the
 accumulators through the kernel's elementwise tail to the stores, by the same `_lower_ast` and `_store` as the
 other kernels (each tiled dim's copies are offsets from the thread's base row or column).
 """
@@ -941,6 +942,10 @@ cdef class Linearizer:
         stages = plan.stages
         smem_a = self._uop(UOps.DEFINE_LOCAL, PtrDType(plan.elem), (), ("tc_a", stages * size_a), False)
         smem_b = self._uop(UOps.DEFINE_LOCAL, PtrDType(plan.elem), (), ("tc_b", stages * size_b), False)
+        frag = tc.frag if tc is not None else None
+        if frag == "simdgroup":
+            # an 8x8 float tile a SIMD group, which its accumulators are read back through (simdgroup_store)
+            smem_c = self._uop(UOps.DEFINE_LOCAL, PtrDType(f32), (), ("tc_c", nthreads // 32 * 64), False)
         ops = ((plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a, plan.a_along_k),
                (plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b, plan.b_along_k))
         asy = plan.asynchronous
@@ -965,9 +970,19 @@ cdef class Linearizer:
             tiles_m, tiles_n = wtm // tc.m, wtn // tc.n
             warp, lane = div(tid, c(32)), mod(tid, c(32))
             wm_i, wn_i = div(warp, c(cfg.wn)), mod(warp, c(cfg.wn))
-            grp, quad = div(lane, c(4)), mod(lane, c(4))
-            accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(4), (), 0.0, False) for _ in range(tiles_n)]
+            if frag != "lane":
+                # mma.sync's C: lane (grp, quad) = (l // 4, l % 4); simdgroup_store's read back likewise
+                grp, quad = div(lane, c(4)), mod(lane, c(4))
+            accs = [[self._uop(UOps.DEFINE_ACC, tc.acc.vec(tc.acc_elems), (), 0.0, False) for _ in range(tiles_n)]
                     for _ in range(tiles_m)]
+        if frag == "lane":
+            # lane l reads row (column) l % 16 of each 16-row tile of A (of B); lanes 16-31 the same as 0-15
+            r16, hi = mod(lane, c(16)), div(lane, c(16))
+            a_r, b_r = add(mul(wm_i, c(wtm)), r16), add(mul(wn_i, c(wtn)), r16)
+        elif frag == "simdgroup":
+            # the SIMD group's first row (column) of the tile: simdgroup_load reads whole 8x8 tiles
+            a_r, b_r = mul(wm_i, c(wtm)), mul(wn_i, c(wtn))
+        elif frag == "ldmatrix":
             # ldmatrix: lane l gives the address of row l % 8 of 8x8 matrix l // 8 (of the four A's fragment is made
             # of: rows +0/+8, K +0/+8 in that order; of the four of two B fragments side by side: K +0/+8, then N +8)
             sub, mat = mod(lane, c(8)), div(lane, c(8))
@@ -1045,19 +1060,32 @@ cdef class Linearizer:
                         accs[i][j] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
         else:
             for kk in range(0, cfg.bk, tc.k):
-                # NOTE: the swizzle makes each fragment's address a function of its row and K, not one base's offset
-                frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
-                    add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
-                    "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
-                # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
-                frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
-                    add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
-                    "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
+                if frag == "lane":
+                    frag_a = [self._tc_lane_frag(smem_a, base_a, add(a_r, c(mt * tc.m)), kk, cfg.bm, plan.a_along_k)
+                              for mt in range(tiles_m)]
+                    frag_b = [self._tc_lane_frag(smem_b, base_b, add(b_r, c(nt * tc.n)), kk, cfg.bn, plan.b_along_k)
+                              for nt in range(tiles_n)]
+                elif frag == "simdgroup":
+                    frag_a = [self._tc_sg_frag(smem_a, base_a, add(a_r, c(mt * tc.m)), kk, cfg.bm, plan.a_along_k,
+                                               False) for mt in range(tiles_m)]
+                    frag_b = [self._tc_sg_frag(smem_b, base_b, add(b_r, c(nt * tc.n)), kk, cfg.bn, plan.b_along_k,
+                                               True) for nt in range(tiles_n)]
+                else:
+                    # NOTE: the swizzle makes each fragment's address a function of its row and K, not one base's
+                    # offset
+                    frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
+                        add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
+                        "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
+                    # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
+                    frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
+                        add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
+                        "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
                 for mt in range(tiles_m):
                     for nt in range(tiles_n):
                         acc = accs[mt][nt]
-                        out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], frag_b[nt // 2], acc), (tc.name, nt % 2),
-                                        False)
+                        # ldmatrix's B fragments hold two N tiles: which half this one is
+                        fb, part = (frag_b[nt // 2], nt % 2) if frag == "ldmatrix" else (frag_b[nt], None)
+                        out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], fb, acc), (tc.name, part), False)
                         accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
         if not asy:
             nbuf = mod(add(loop, c(1)), c(2))
@@ -1080,6 +1108,30 @@ cdef class Linearizer:
             off_m = [(i // 4) * gap_m + i % 4 for i in range(cfg.tm)]
             off_n = [(j // 4) * gap_n + j % 4 for j in range(cfg.tn)]
             base_m, base_n = add(row0_a, row_t), add(row0_b, col_t)
+        elif frag == "lane":
+            # RDNA3: copy (8*tile + v) of M is row tile*16 + 2v of the lane's half (l // 16), copy j of N the lane's
+            # column of tile j
+            off_m = [(i // 8) * tc.m + (i % 8) * 2 for i in range(8 * tiles_m)]
+            off_n = [j * tc.n for j in range(tiles_n)]
+            base_m = add(row0_a, add(mul(wm_i, c(wtm)), hi))
+            base_n = add(row0_b, add(mul(wn_i, c(wtn)), r16))
+        elif frag == "simdgroup":
+            # each 8x8 accumulator stored through the SIMD group's tile of threadgroup memory: lane (grp, quad) reads
+            # row grp, columns 2*quad and 2*quad+1 (one barrier before, so the tile is whole; one after, so the
+            # next store waits for every lane's read)
+            at_w = mul(warp, c(64))
+            back = [[None] * tiles_n for _ in range(tiles_m)]
+            for mt in range(tiles_m):
+                for nt in range(tiles_n):
+                    self._uop(UOps.STORE, None, (smem_c, at_w, accs[mt][nt]), ("simdgroup", tc.n), False)
+                    self._uop(UOps.BARRIER, None, (), None, False)
+                    back[mt][nt] = self._uop(UOps.LOAD, f32.vec(2), (smem_c, add(at_w, add(mul(grp, c(8)), mul(
+                        quad, c(2))))), "aligned", False)
+                    self._uop(UOps.BARRIER, None, (), None, False)
+            off_m = [i * tc.m for i in range(tiles_m)]
+            off_n = [(j // 2) * tc.n + j % 2 for j in range(2 * tiles_n)]
+            base_m = add(row0_a, add(mul(wm_i, c(wtm)), grp))
+            base_n = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
         else:
             # tensor cores: copy (2*tile + half) of M is row tile*16 + 8*half of the warp's part, copy (2*tile + j)
             # of N column tile*8 + j (the pairs of C's layout)
@@ -1100,6 +1152,10 @@ cdef class Linearizer:
                     vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (acc_wg,), (cn // 2) * 4 + cm * 2 + cn % 2)
                 elif simt:
                     vals[(cm, cn)] = self._uop(UOps.GEP, f32, (accs[cm][cn // 4],), cn % 4)
+                elif frag == "lane":
+                    vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 8][cn],), cm % 8)
+                elif frag == "simdgroup":
+                    vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (back[cm][cn // 2],), cn % 2)
                 else:
                     vals[(cm, cn)] = self._uop(UOps.GEP, tc.acc, (accs[cm // 2][cn // 2],), (cm % 2) * 2 + cn % 2)
         red = ([m_ax, n_ax], vals)
@@ -1140,7 +1196,7 @@ cdef class Linearizer:
         row_elems = self.tc.config.bk if k_major else rows
         row, col = (r, k) if k_major else (k, r)
         c = lambda v: self._const(v, i32)
-        if self.tc.simt:
+        if not self.tc.swizzled:
             return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))), col))
         if getattr(self.tc.config, "wgmma", False) and not k_major:
             # wgmma's N-major layout: atoms of 64 columns (128 bytes) by BK rows of K, one after another; in an
@@ -1157,6 +1213,35 @@ cdef class Linearizer:
         chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (col, c(8))), sw))
         return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))),
                                               self._alu(BinaryOps.MUL, i32, (chunk, c(8)))))
+
+    cdef object _tc_lane_frag(self, object smem, object base, object r, int kk, int rows, bint k_major):
+        """A lane's fragment of RDNA3's WMMA: the 16 elements (K from `kk`) of row `r` of a staged slice of `rows`
+        rows, as a 16-element vector: two 16-byte loads where the slice is K-major (K is then two whole chunks),
+        else 16 loads of one element (the slice's rows are K, so the lane's elements are a column of it)."""
+        i32, u16 = dtypes.int32, dtypes.uint16
+        c = lambda v: self._const(v, i32)
+        add = lambda a, b: self._alu(BinaryOps.ADD, i32, (a, b))
+        if k_major:
+            halves = [self._uop(UOps.LOAD, u16.vec(8), (smem, add(base, self._tc_at(r, c(kk + h), rows, True))),
+                               "aligned", False) for h in (0, 8)]
+            lanes = tuple(self._uop(UOps.GEP, u16, (halves[j // 8],), j % 8) for j in range(16))
+        else:
+            # _tc_at places a chunk's first element: the lane's row is that chunk's start plus r % 8
+            r_in = self._alu(BinaryOps.MOD, i32, (r, c(8)))
+            r_chunk = self._alu(BinaryOps.SUB, i32, (r, r_in))
+            lanes = tuple(self._uop(UOps.LOAD, u16, (smem, add(base, add(self._tc_at(r_chunk, c(kk + j), rows, False),
+                                                                          r_in))), "bits", False) for j in range(16))
+        return self._uop(UOps.VECTORIZE, u16.vec(16), lanes, None)
+
+    cdef object _tc_sg_frag(self, object smem, object base, object r0, int kk, int rows, bint k_major, bint is_b):
+        """A SIMD group's simdgroup_load of the 8x8 tile at row `r0`, K from `kk`, of a staged slice (unswizzled) of
+        `rows` rows: A's tile is rows x K, B's K x columns, so the tile is loaded transposed where its slice stores
+        the other way round (A staged with M contiguous, B staged with K contiguous). The value is the lane's
+        thread_elements (2 of the 64)."""
+        i32 = dtypes.int32
+        stride = self.tc.config.bk if k_major else rows
+        at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r0, self._const(kk, i32), rows, k_major)))
+        return self._uop(UOps.LOAD, self.tc.elem.vec(2), (smem, at), ("simdgroup", stride, k_major == is_b), False)
 
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy):
         """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K from `k0`):

@@ -18,6 +18,11 @@ On Hopper (sm_90a) the wgmma configs stage 64-wide slices of K the way the tenso
 rows of K, B's rows of K or 64-column atoms of it, all in the 128-byte swizzle), and a warpgroup of 4 warps issues
 a slice's four k16 steps for 64 rows by BN columns from shared memory, without ldmatrix or operand registers.
 
+The other matrix instructions take the same block tile and staged slices, their fragments read differently
+(TensorCore.frag): RDNA3's WMMA (AMD gfx11, wave32) from plain loads of each lane's own row of A and column of B, and
+Apple's simdgroup_matrix from `simdgroup_load` of 8x8 tiles of slices staged without the swizzle (the load takes a
+row stride, not a permutation), its accumulators read back through `simdgroup_store` to threadgroup memory.
+
 >>> c = TC_CONFIGS[0]
 >>> (c.bm, c.bn, c.bk, c.threads, c.stages)
 (128, 128, 32, 128, 2)
@@ -38,23 +43,45 @@ class TensorCore:
     For m16n8k16, thread `lane` = 4*g + t holds A's rows g and g+8 at columns 2t, 2t+1, 2t+8, 2t+9 (four pairs of
     consecutive K, one 32-bit register each: (g, 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8)), B's column g at rows 2t,
     2t+1 and 2t+8, 2t+9 (two pairs), and C's rows g and g+8 at columns 2t and 2t+1 (four floats: (g, 2t), (g, 2t+1),
-    (g+8, 2t), (g+8, 2t+1))."""
+    (g+8, 2t), (g+8, 2t+1)).
+
+    `frag` says how a warp's fragments come from the staged slices:
+      * "ldmatrix" (mma.sync): as above, by ldmatrix;
+      * "wgmma" (Hopper): none, the instruction reads the slices itself (see TCConfig.wgmma);
+      * "lane" (RDNA3 WMMA, wave32): lane l holds row l % 16 of A and column l % 16 of B, all 16 K of each as one
+        16-element vector (lanes 16-31 hold the same as lanes 0-15), read by plain loads, and 8 floats of C: rows
+        2v + l // 16 (v = 0..7) of column l % 16;
+      * "simdgroup" (Metal's simdgroup_matrix): `simdgroup_load` of 8x8 tiles of A and B, whose spread over the
+        lanes is the compiler's; a lane carries its `thread_elements()` (2 of each matrix) between calls, and C is
+        read back through `simdgroup_store` (lane l then takes row l // 4, columns 2 (l % 4) and 2 (l % 4) + 1)."""
     name: str
     m: int
     n: int
     k: int
     dtype: object
     acc: object
+    frag: str = "ldmatrix"
+
+    @property
+    def acc_elems(self) -> int:
+        """Accumulator floats a lane holds for one m x n tile."""
+        return self.m * self.n // 32
 
 
 TENSOR_CORES = {
     "m16n8k16": (TensorCore("m16n8k16_f16", 16, 8, 16, dtypes.float16, dtypes.float32),
                  TensorCore("m16n8k16_bf16", 16, 8, 16, dtypes.bfloat16, dtypes.float32)),
+    # AMD RDNA3 (gfx11): v_wmma_f32_16x16x16_{f16,bf16} on a wave32 wavefront
+    "wmma_gfx11": (TensorCore("wmma_f16_gfx11", 16, 16, 16, dtypes.float16, dtypes.float32, "lane"),
+                   TensorCore("wmma_bf16_gfx11", 16, 16, 16, dtypes.bfloat16, dtypes.float32, "lane")),
+    # Apple GPUs (Apple7 family and later): simdgroup_multiply_accumulate on simdgroup_half8x8 operands into a
+    # simdgroup_float8x8 (the renderer keeps bfloat16 as bits, so half only)
+    "simdgroup": (TensorCore("simdgroup_f16", 8, 8, 8, dtypes.float16, dtypes.float32, "simdgroup"),),
     # Hopper (sm_90a): wgmma.mma_async, a warpgroup (4 warps) multiplying a 64 x 16 slice of A by a 16 x BN slice of
     # B, both read by the tensor cores straight from shared memory; the accumulator is laid out as BN/8 m16n8 tiles
     # per warp (warp w of the group holding rows 16w..16w+15). See TCConfig.wgmma.
-    "wgmma": (TensorCore("wgmma_f16", 64, 8, 16, dtypes.float16, dtypes.float32),
-              TensorCore("wgmma_bf16", 64, 8, 16, dtypes.bfloat16, dtypes.float32)),
+    "wgmma": (TensorCore("wgmma_f16", 64, 8, 16, dtypes.float16, dtypes.float32, "wgmma"),
+              TensorCore("wgmma_bf16", 64, 8, 16, dtypes.bfloat16, dtypes.float32, "wgmma")),
 }
 
 
@@ -149,6 +176,12 @@ def smem_bytes(cfg, a_k: bool = True, b_k: bool = True, stages: int | None = Non
     return (stages or cfg.stages) * itemsize * (slice_elems(cfg.bm, cfg.bk, a_k) + slice_elems(cfg.bn, cfg.bk, b_k))
 
 
+def readback_bytes(cfg, tc) -> int:
+    """Threadgroup memory a simdgroup_matrix kernel reads its accumulators back through: one 8x8 float tile a SIMD
+    group (0 for every other kind)."""
+    return cfg.threads // 32 * 64 * 4 if tc is not None and tc.frag == "simdgroup" else 0
+
+
 def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full, lanes: int = 8) -> bool:
     """Can an operand's 16-byte chunks be copied straight to shared memory (cp.async, which needs 16-byte aligned
     addresses)? Where its tracker is one view without a mask, contiguous along the chunk, with an offset and every
@@ -192,13 +225,22 @@ class TCPlan:
 
     @property
     def elem(self):
-        """The dtype a staged slice holds (tensor-core operands move as their 16-bit patterns)."""
-        return dtypes.float32 if self.simt else dtypes.uint16
+        """The dtype a staged slice holds: tensor-core operands move as their 16-bit patterns (uint16), except on
+        Metal, whose buffers hold half itself (a uint16 read of one would convert the value)."""
+        if self.simt:
+            return dtypes.float32
+        return dtypes.float16 if self.tc.frag == "simdgroup" else dtypes.uint16
 
     @property
     def lanes(self) -> int:
         """Elements of one 16-byte chunk."""
         return 4 if self.simt else 8
+
+    @property
+    def swizzled(self) -> bool:
+        """Are the staged slices swizzled by 16-byte chunks (see swizzle)? Not for SMEM, nor where simdgroup_load
+        reads them (it takes tiles of rows at a fixed stride)."""
+        return not self.simt and self.tc.frag != "simdgroup"
 
 
 def along_k(st, rows_axis: int, k_axis: int) -> bool:
@@ -320,7 +362,11 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
-    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) > lin.opts.shared_max:
+    tc = None
+    if not simt:
+        kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
+        tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
+    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) + readback_bytes(cfg, tc) > lin.opts.shared_max:
         return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
@@ -328,7 +374,9 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     elif wg:
         if cfg.bm != 64 * cfg.wm or cfg.wn != 1:
             return None, f"config {cfg}: a warpgroup computes 64 rows of the tile, all its columns"
-    elif cfg.bm % (cfg.wm * 16) or cfg.bn % (cfg.wn * 16) or cfg.bk % 16:
+    elif tc is not None and (cfg.bm % (cfg.wm * tc.m) or cfg.bk % tc.k or
+                             cfg.bn % (cfg.wn * tc.n * (2 if tc.frag == "ldmatrix" else 1))):
+        # ldmatrix reads B's fragments two N tiles at a time
         return None, f"config {cfg}: warps that do not divide the tile"
     for rows in (cfg.bm, cfg.bn):
         # each thread copies whole chunks of a slice, along K or along its rows
@@ -336,8 +384,6 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
         return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
-    kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
-    tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
     return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous), ""

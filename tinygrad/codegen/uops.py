@@ -12,8 +12,11 @@ for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a
 A LOAD's `arg` is None, "ldmatrix"/"ldmatrix.trans" (a warp's load of 8x8 matrices from shared memory for tensor
 cores: each lane gives one row's address, dtype = two 16-bit elements per matrix), or "bits" (a scalar: the
 element's stored bit pattern as the uint16 dtype of the uop, not converted, for half and bfloat16 buffers), or
-"aligned" (a vector whose address is known to be a multiple of its size: no run-time alignment check); a STORE's is
-None or "aligned". Vector loads and stores move bits unconverted, so a uint16 vector LOAD from a half buffer holds
+"aligned" (a vector whose address is known to be a multiple of its size: no run-time alignment check), or
+("simdgroup", stride, transposed) (a SIMD group's load of an 8x8 tensor-core tile from shared memory, rows `stride`
+elements apart: dtype = the lane's two 16-bit elements of it, in the compiler's own spread); a STORE's is None,
+"aligned" or ("simdgroup", stride) (a SIMD group's store of an 8x8 float accumulator, the value the lane's part of
+it, as WMMA returns it). Vector loads and stores move bits unconverted, so a uint16 vector LOAD from a half buffer holds
 the halves' bit patterns (how tensor-core operands move). A LOOP whose `arg` is a number > 1 (only where
 LinearizerOptions.threads allows) may have its iterations split across that many threads: they write disjoint
 outputs, and nothing declared outside the loop is written inside. Only the scalar types in VECTOR_DTYPES are ever
@@ -51,7 +54,8 @@ class UOps(Enum):
     GEP = auto()             # vin = (vector,), arg = the lane: that lane as a scalar
     WMMA = auto()            # a warp's matrix multiply-add on tensor cores: vin = (A's registers, B's, C), arg =
     #                          (the TensorCore's name (codegen/tensor_cores.py), which half of B's registers: 0 or 1
-    #                          where they hold two fragments, else None), dtype = C's; each thread passes its part.
+    #                          where they hold two fragments, else None), dtype = C's; each thread passes its part
+    #                          (TensorCore.frag says which part that is).
     #                          A warpgroup's (wgmma) multiplies a whole staged slice read from shared memory: vin =
     #                          (A's local, index, B's local, index, C), arg = (name, (BN, B staged K-major, bytes
     #                          between B's 64-column atoms where it is not, slices left in flight)), C = the thread's

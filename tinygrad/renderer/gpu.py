@@ -120,6 +120,17 @@ class GPULanguage(CStyleLanguage):
         transposed or not, as tensor-core operands (see codegen/tensor_cores.py)."""
         raise NotImplementedError(f"{type(self).__name__} has no matrix loads")
 
+    def render_matrix_load(self, ptr: str, stride: int, trans: bool) -> str:
+        """A SIMD group's load of an 8x8 tensor-core operand from shared memory (`ptr`: its first element; rows
+        `stride` elements apart; `trans`: the tile is stored transposed), as this lane's part of it."""
+        raise NotImplementedError(f"{type(self).__name__} has no matrix loads")
+
+    def render_matrix_store(self, ptr: str, stride: int, val: str) -> str:
+        """A SIMD group's store of the 8x8 float accumulator whose lane parts are `val` to shared memory at `ptr`
+        (rows `stride` elements apart): where the accumulators' lane layout is not known, this is how they are
+        read."""
+        raise NotImplementedError(f"{type(self).__name__} has no matrix stores")
+
     def render_copy_async(self, dst: str, src: str, src_idx: str, valid: str | None) -> str:
         """Starts copying 16 bytes from element `src_idx` of global buffer `src` to shared `dst` (zeros where `valid`
         is false), without registers; ASYNC_COMMIT/ASYNC_WAIT order it."""
@@ -432,6 +443,9 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
             bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
                  "frag", inline=False)
+        elif op is UOps.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "simdgroup":
+            bind(u, lang.render_matrix_load(f"{r[id(vin[0])]}+{r[id(vin[1])]}", u.arg[1], u.arg[2]), "frag",
+                 inline=False)
         elif op is UOps.LOAD and dt.count > 1:
             if u.arg == "aligned":
                 vt = f"{lang.address_space(vin[0])}tg_vec<{buf_type(vin[0])}, {dt.count}>"
@@ -448,6 +462,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             if len(vin) > 2:
                 access = f"({r[id(vin[2])]})?{access}:{r[id(vin[3])]}"
             bind(u, access, "val", inline=False)
+        elif op is UOps.STORE and isinstance(u.arg, tuple) and u.arg[0] == "simdgroup":
+            emit(lang.render_matrix_store(f"{r[id(vin[0])]}+{r[id(vin[1])]}", u.arg[1], r[id(vin[2])]) + ";")
         elif op is UOps.STORE and vin[2].dtype.count > 1:
             vt = f"{buf_type(vin[0])}, {vin[2].dtype.count}"
             if u.arg == "aligned":

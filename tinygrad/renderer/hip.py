@@ -124,8 +124,11 @@ __device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_to_f32(
 """
 
 # RDNA3's wave32 WMMA (gfx11): D(16x16 f32) = A(16x16) * B(16x16) + C over a wavefront, each lane holding 16 A and 16
-# B elements (a row of A, a column of B, lanes 16-31 repeating lanes 0-15) and 8 elements of C (every other row)
-WMMA_PRELUDE = """typedef _Float16 tg_half16 __attribute__((ext_vector_type(16)));
+# B elements (a row of A, a column of B, lanes 16-31 repeating lanes 0-15) and 8 elements of C (every other row; the
+# layout is codegen/tensor_cores.TensorCore's "lane"). NOTE: guarded, so that a host twin (which has neither the
+# vector types nor the builtins) defines TG_HOST_WMMA and its own tg_wmma_f16/bf16 first
+WMMA_PRELUDE = """#ifndef TG_HOST_WMMA
+typedef _Float16 tg_half16 __attribute__((ext_vector_type(16)));
 typedef __bf16 tg_bf16x16 __attribute__((ext_vector_type(16)));
 typedef short tg_short16 __attribute__((ext_vector_type(16)));
 typedef float tg_float8 __attribute__((ext_vector_type(8)));
@@ -141,6 +144,7 @@ __device__ __forceinline__ tg_vec<float, 8> tg_wmma_bf16(tg_vec<unsigned short, 
       __builtin_bit_cast(tg_short16, b), __builtin_bit_cast(tg_float8, c));
   return __builtin_bit_cast(tg_vec<float, 8>, r);
 }
+#endif
 """
 _WMMA = {"wmma_f16_gfx11": "tg_wmma_f16", "wmma_bf16_gfx11": "tg_wmma_bf16"}
 
@@ -157,8 +161,8 @@ class HIPLanguage(CUDALanguage):
     name = "HIP"
     tensor_cores = ()
     hopper_tensor_cores = ()
-    # gfx11 only; not yet offered to the linearizer: codegen/tensor_cores.py has no plan for its fragment layout
-    rdna3_tensor_cores = tuple(_WMMA)
+    # RDNA3 (gfx11) only: ops_amd offers it to the linearizer there (codegen/tensor_cores.TENSOR_CORES' key)
+    rdna3_tensor_cores = ("wmma_gfx11",)
     block_idx_fmt = "__builtin_amdgcn_workgroup_id_{}()"
     thread_idx_fmt = "__builtin_amdgcn_workitem_id_{}()"
     grid_wait = False  # no programmatic launches on AMD: the KFD runtime chains its packets itself

@@ -12,7 +12,9 @@ MSL is C++14 with address spaces, so the spelling is CUDA's with these differenc
     op as PyTorch does, which every Metal version runs (the native `bfloat` needs MSL 3.1); there is no double;
   * math functions take float (a half operand is widened and the result narrowed: the same rounding as the CPU);
   * Metal has no device variables at module scope, so one big reduction takes one threadgroup instead of the whole
-    grid (GPULanguage.grid_reduce), and the loop plan keeps one element per access (GPULanguage.vector_loops).
+    grid (GPULanguage.grid_reduce), and the loop plan keeps one element per access (GPULanguage.vector_loops);
+  * tensor cores are simdgroup_matrix (MSL 2.3, Apple7 and later): 8x8 half tiles from threadgroup memory by
+    simdgroup_load, simdgroup_multiply_accumulate into float, and the accumulators back through simdgroup_store.
 """
 from __future__ import annotations
 
@@ -73,6 +75,35 @@ template <class T, int W, class P> inline void tg_vstore(P p, tg_vec<T, W> v) {
 """
 
 
+# simdgroup_matrix (codegen/tensor_cores.TensorCore's "simdgroup"): between calls a lane carries its thread_elements()
+# of each 8x8 matrix (2 of them), whatever elements the compiler gives it; values enter only by simdgroup_load and
+# leave only by simdgroup_store, so nothing depends on that spread.
+SIMDGROUP_PRELUDE = """template <bool T> inline tg_vec<half, 2> tg_sg_load(const threadgroup half* p, ulong stride) {
+  simdgroup_half8x8 m;
+  simdgroup_load(m, p, stride, ulong2(0, 0), T);
+  return tg_vec<half, 2>{{m.thread_elements()[0], m.thread_elements()[1]}};
+}
+inline tg_vec<float, 2> tg_sg_mma_f16(tg_vec<half, 2> a, tg_vec<half, 2> b, tg_vec<float, 2> c) {
+  simdgroup_half8x8 ma, mb;
+  simdgroup_float8x8 mc;
+  for (int i = 0; i < 2; i++) {
+    ma.thread_elements()[i] = a.e[i];
+    mb.thread_elements()[i] = b.e[i];
+    mc.thread_elements()[i] = c.e[i];
+  }
+  simdgroup_multiply_accumulate(mc, ma, mb, mc);
+  return tg_vec<float, 2>{{mc.thread_elements()[0], mc.thread_elements()[1]}};
+}
+inline void tg_sg_store(threadgroup float* p, ulong stride, tg_vec<float, 2> c) {
+  simdgroup_float8x8 m;
+  m.thread_elements()[0] = c.e[0];
+  m.thread_elements()[1] = c.e[1];
+  simdgroup_store(m, p, stride, ulong2(0, 0), false);
+}
+"""
+_SIMDGROUP = {"simdgroup_f16": "tg_sg_mma_f16"}
+
+
 def _metal_math(name: str) -> Callable[[str, DType], str]:
     """An MSL math function: computed in float, a half operand widened first and the result narrowed after."""
     return lambda x, dt: f"((half){name}((float)({x})))" if dt == dtypes.float16 else f"{name}({x})"
@@ -105,6 +136,7 @@ class MetalLanguage(GPULanguage):
     static_shared_max = None  # 32 KB of threadgroup memory, all declared statically (LinearizerOptions.shared_max)
     grid_reduce = False
     vector_loops = False
+    tensor_cores = ("simdgroup",)  # Apple7 family and later: ops_metal offers it where the device says so
     type_map = {
         dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
         dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
@@ -188,6 +220,23 @@ class MetalLanguage(GPULanguage):
 
     def render_atomic_inc(self, var: str) -> str:
         raise NotImplementedError("Metal kernels keep no module-scope counters (grid_reduce is off)")
+
+    # ---- simdgroup_matrix (see SIMDGROUP_PRELUDE) ----
+    def render_wmma(self, name: str, operands: list[str], part) -> str:
+        if name not in _SIMDGROUP:
+            raise NotImplementedError(f"Metal has no tensor core {name}")
+        return f"{_SIMDGROUP[name]}({', '.join(operands)})"
+
+    def render_matrix_load(self, ptr: str, stride: int, trans: bool) -> str:
+        return f"tg_sg_load<{'true' if trans else 'false'}>({ptr}, {stride})"
+
+    def render_matrix_store(self, ptr: str, stride: int, val: str) -> str:
+        return f"tg_sg_store({ptr}, {stride}, {val})"
+
+    def wmma_prelude(self, names: set[str], copies: bool) -> str:
+        if copies:
+            raise NotImplementedError("Metal has no asynchronous copies to threadgroup memory")
+        return SIMDGROUP_PRELUDE if names else ""
 
     def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
         args = []

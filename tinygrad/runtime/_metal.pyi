@@ -19,6 +19,9 @@ class Device:
     # whether graphs replay through indirect command buffers
     @property
     def supports_icb(self) -> bool: ...
+    # whether kernels may use simdgroup_matrix (Apple7 family and later)
+    @property
+    def supports_simdgroup_matrix(self) -> bool: ...
     @property
     def max_threadgroup_memory(self) -> int: ...
     # compile MSL and drop the library: RuntimeError with the compiler's log on failure

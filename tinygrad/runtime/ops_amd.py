@@ -15,7 +15,7 @@ import functools
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Allocator, BufferOptions, Compiled, LRUAllocator
 from tinygrad.helpers import DEBUG
-from tinygrad.renderer.hip import hip_renderer
+from tinygrad.renderer.hip import HIPLanguage, hip_renderer
 from tinygrad.runtime import _amd
 from tinygrad.runtime.compiler_amd import AMDCompiler, unpack_lib
 from tinygrad.runtime.graph import NativeGraph
@@ -75,6 +75,12 @@ class AMDAllocator(LRUAllocator):
         _amd.transfer(dest, src, sz)
 
 
+def amd_tensor_cores(arch: str) -> tuple[str, ...]:
+    """The matrix instructions the linearizer may use on `arch`: RDNA3's wave32 WMMA on gfx11 (RDNA4, gfx12, has
+    WMMA with another fragment layout; CDNA's gfx9 has MFMA instead: neither is planned)."""
+    return HIPLanguage.rdna3_tensor_cores if arch.startswith("gfx11") else ()
+
+
 class AMDDevice(Compiled):
     """`AMD` (GPU 0) or `AMD:n`. `compiler_class` makes the code objects (tests put a host-twin compiler there)."""
     compiler_class = AMDCompiler
@@ -83,11 +89,9 @@ class AMDDevice(Compiled):
         ordinal = int(device.split(":")[1]) if ":" in device else 0
         self._dev = self.native = _amd.Device(ordinal)
         self.arch, self.wave_size = self._dev.arch, self._dev.wave_size
-        # NOTE: the renderer spells RDNA3's WMMA (hip.HIPLanguage.rdna3_tensor_cores), but codegen/tensor_cores.py has
-        # no plan for its fragment layout yet, so the linearizer is offered none
         opts = LinearizerOptions("AMD", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 1024),
-                                 shared_max=self._dev.lds_size_kb * 1024)
+                                 shared_max=self._dev.lds_size_kb * 1024, tensor_cores=amd_tensor_cores(self.arch))
         super().__init__(device, AMDAllocator(self), self.compiler_class(self.arch, opts),
                          functools.partial(AMDProgram, self), hip_renderer(self.wave_size), graph=NativeGraph)
         if DEBUG >= 1:

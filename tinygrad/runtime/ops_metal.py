@@ -18,7 +18,7 @@ from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG
 from tinygrad.renderer.gpu import launch_dims
-from tinygrad.renderer.metal import MetalRenderer
+from tinygrad.renderer.metal import MetalLanguage, MetalRenderer
 from tinygrad.runtime import _metal
 from tinygrad.runtime.graph import NativeGraph
 
@@ -109,9 +109,12 @@ class MetalDevice(Compiled):
 
     def __init__(self, device: str):
         self.native = _metal.Device()
+        # simdgroup_matrix needs the Apple7 family (A14, M1) or later
+        tcs = MetalLanguage.tensor_cores if self.native.supports_simdgroup_matrix else ()
         opts = LinearizerOptions("METAL", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=GRID_MAX, local_max=THREADGROUP_MAX,
-                                 shared_max=min(32 * 1024, self.native.max_threadgroup_memory or 32 * 1024))
+                                 shared_max=min(32 * 1024, self.native.max_threadgroup_memory or 32 * 1024),
+                                 tensor_cores=tcs)
         super().__init__(device, MetalAllocator(self), MetalCompiler(self, opts), functools.partial(MetalProgram, self),
                          MetalRenderer, graph=NativeGraph)
         if DEBUG >= 1:
