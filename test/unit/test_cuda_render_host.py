@@ -164,11 +164,13 @@ def host():
         "qmatvec_many": _render_all(_qmatvec(empty, 20000, 256, 8)),
     }
     srcs = {k: s[-1] for k, s in cases.items()}
-    # short rows get a warp each (shuffles, no shared memory), long ones a block; int8 weights move 16 at a time
+    # short rows get a warp each (shuffles, no shared memory), long ones a block; int8 weights move up to 16 at a
+    # time, fewer where that fills the lanes of a row's last round better (640 of them: 40 vectors of 16 on 32
+    # lanes, or 160 of 4; 256: 16 of 16, or 32 of 8)
     for k in ("rows", "qmatvec", "qmatvec_many"):
         assert "tg_red" not in srcs[k] and "__syncthreads" not in srcs[k], k
     assert "tg_red" in srcs["rows_long"]
-    assert "tg_vec<signed char, 16>" in srcs["qmatvec"] and "tg_vec<signed char, 16>" in srcs["qmatvec_many"]
+    assert "tg_vec<signed char, 4>" in srcs["qmatvec"] and "tg_vec<signed char, 8>" in srcs["qmatvec_many"]
     # every case moves whole vectors, but a strided view keeps a thread per element
     assert all(("tg_vec<" in s) == (k != "strided") for k, s in srcs.items())
     return _host_kernels(srcs)

@@ -18,7 +18,7 @@ import math
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.gpu_plan import MAX_LANES, VEC_BYTES, WARP_MAX_STEPS
+from tinygrad.renderer.gpu_plan import WARP_MAX_STEPS, vector_width
 
 # reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
 # with the renderer's split reductions (the same bounds as renderer/gpu_plan.py's block and grid modes)
@@ -96,7 +96,7 @@ def uses_grid(lin) -> bool:
     live = [d for d in range(len(full)) if d not in lin.reduce_axes and (not isinstance(full[d], int) or full[d] > 1)]
     if len(live) == 1 and inputs >= RENDERER_MIN_INPUTS and _reduce_reads_contiguously(lin):
         narrowest = min(op.arg.dtype.itemsize for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD)
-        return -(-inputs // min(MAX_LANES, VEC_BYTES // narrowest)) > WARP_MAX_STEPS
+        return -(-inputs // vector_width(narrowest)) > WARP_MAX_STEPS
     return True
 
 

@@ -39,6 +39,8 @@ MAX_LANES = 16
 # row of a 270M model's matrices is 40 vectors of int8). Measured on the H100: the 262,144 x 640 Q8_0 output
 # projection of Gemma 3 270M went from 738 us (a thread per 4 rows, byte loads) to 189 us.
 WARP_MAX_STEPS = 256
+# a warp lane's elements in flight per step of a row (its unrolled vectors): all of a row's vectors where they fit
+WARP_ELEMS = 64
 
 VEC_PRELUDE = """template <class T, int W> struct alignas(sizeof(T) * W > 16 ? 16 : sizeof(T) * W) tg_vec { T e[W]; };
 """
@@ -130,6 +132,11 @@ def _affine(u: UOp, memo: dict[int, dict | None]) -> dict | None:
     return out
 
 
+def vector_width(itemsize: int) -> int:
+    """Elements a vector holds when it is 16 bytes of elements of `itemsize` bytes (at most MAX_LANES)."""
+    return min(MAX_LANES, VEC_BYTES // itemsize)
+
+
 def _plan_vector(uops: list[UOp], nest: list[UOp], memo: dict, narrowest: bool = False) -> _Vec | None:
     """Which loads and stores of the flat nest's body run along it (see _Vec), or None if none do or the body is
     not safe to split into elements that way. Vectors are 16 bytes of the widest operand, or with `narrowest` of the
@@ -177,7 +184,7 @@ def _plan_vector(uops: list[UOp], nest: list[UOp], memo: dict, narrowest: bool =
     if loaded & set(stored) or not (loads or stores):
         return None  # a buffer written and read in one body keeps its order only one element at a time
     sizes = [u.vin[0].dtype.base.itemsize for u in loads + stores]
-    width = min(MAX_LANES, VEC_BYTES // (min(sizes) if narrowest else max(sizes)))
+    width = vector_width(min(sizes) if narrowest else max(sizes))
     return _Vec(width, loads, stores, offsets) if width > 1 else None
 
 
@@ -259,11 +266,13 @@ def _plan_parallel(uops: list[UOp], warp: int = 32, grid_reduce: bool = True, ve
             warps = max(1, THREADS // warp)
             plan.mode, plan.block = "warps", THREADS if outputs >= warps else warp * outputs
             if vec is not None:
-                # a lane's vectors of a row all in flight at once, and no more steps than it has (each step's
-                # registers count against the warps a multiprocessor holds: a 640-wide int8 row is 40 vectors,
-                # two a lane; measured on the 262,144-row output projection, 4 steps took 196 us, 2 took 125)
+                # every vector of a lane's row in flight at once where they fit in WARP_ELEMS, and no more steps
+                # than it has (each step's registers count against the warps a multiprocessor holds). Measured on
+                # an H100 (Gemma 3 270M decode, ncu): the 262,144 x 640 int8 output projection took 196 us with 4
+                # steps of 16, 125 with 2, 108 with 5 of 4 (_warp_width); the step's kernels 1324 -> 1264 us
+                vec.width = _warp_width(inputs, vec.width, warp)
                 steps = -(-inputs // vec.width)
-                vec.unroll = max(1, min(VEC_UNROLL, -(-steps // warp)))
+                vec.unroll = max(1, min(-(-steps // warp), WARP_ELEMS // vec.width))
             plan.grid = max(1, min(-(-outputs // warps), MAX_GRID))
         elif plan.mode == "blocks" and outputs > BLOCK_REDUCE_MAX_OUTPUTS:
             plan.mode, plan.global_loops, plan.reduce_loops, plan.acc, plan.vec = "single", glob, [], None, {}
@@ -271,6 +280,21 @@ def _plan_parallel(uops: list[UOp], warp: int = 32, grid_reduce: bool = True, ve
     elif glob:
         return _threads(uops, plan, glob, outputs, affine, vectors)
     return plan
+
+
+def _warp_width(inputs: int, width: int, warp: int) -> int:
+    """A warp's vector width for rows of `inputs` elements: `width` or a quarter or half of it, whichever leaves the
+    fewest lanes idle in a row's last round (a 640-wide int8 row is 40 vectors of 16 on 32 lanes, the second round
+    a quarter full, or 160 of 4, five rounds all full); the widest of equals."""
+    best, best_use = width, 0.0
+    for w in (width, width // 2, width // 4):
+        if w < 2:
+            break
+        steps = -(-inputs // w)
+        use = steps / (warp * -(-steps // warp))
+        if use > best_use + 1e-9:
+            best, best_use = w, use
+    return best
 
 
 def _threads(uops: list[UOp], plan: _Parallel, glob: list[UOp], outputs: int, affine: dict,
