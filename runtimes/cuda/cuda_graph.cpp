@@ -5,17 +5,9 @@
 
 #include "buffer.h"
 #include "errors.h"
+#include "kernel_node.h"
 
 namespace tg::cuda {
-namespace {
-
-bool same_dims(const LaunchDims& a, const LaunchDims& b) {
-  for (int i = 0; i < 3; ++i)
-    if (a.global[i] != b.global[i] || a.local[i] != b.local[i]) return false;
-  return true;
-}
-
-}  // namespace
 
 CudaGraph::~CudaGraph() {
   try {
@@ -39,23 +31,7 @@ void CudaGraph::pack(Launch& l) {
 }
 
 KernelNodeParams CudaGraph::node_params(Launch& l) const {
-  l.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-  l.extra[1] = l.packed.data();
-  l.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-  l.extra[3] = &l.packed_size;
-  l.extra[4] = CU_LAUNCH_PARAM_END;
-  KernelNodeParams p{};
-  p.func = l.program->function();
-  p.gridDimX = l.dims.global[0];
-  p.gridDimY = l.dims.global[1];
-  p.gridDimZ = l.dims.global[2];
-  p.blockDimX = l.dims.local[0];
-  p.blockDimY = l.dims.local[1];
-  p.blockDimZ = l.dims.local[2];
-  p.sharedMemBytes = static_cast<unsigned>(l.program->dynamic_shared());
-  p.kernelParams = nullptr;
-  p.extra = l.packed_size != 0 ? l.extra : nullptr;  // the driver copies the packed arguments into the node
-  return p;
+  return kernel_node_params(*l.program, l.dims, l.packed, l.packed_size, l.extra);
 }
 
 size_t CudaGraph::add(std::shared_ptr<Program> program, std::vector<BoundArg> args, const LaunchDims* dims) {

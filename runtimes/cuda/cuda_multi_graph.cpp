@@ -8,15 +8,10 @@
 #include "buffer.h"
 #include "cuda_allocator.h"
 #include "errors.h"
+#include "kernel_node.h"
 
 namespace tg::cuda {
 namespace {
-
-bool same_dims(const LaunchDims& a, const LaunchDims& b) {
-  for (int i = 0; i < 3; ++i)
-    if (a.global[i] != b.global[i] || a.local[i] != b.local[i]) return false;
-  return true;
-}
 
 const Context* context_of(const Buffer& b) {
   const auto* a = dynamic_cast<const CudaAllocator*>(b.allocator().get());
@@ -198,23 +193,7 @@ bool CudaMultiGraph::set_dims(size_t node, const LaunchDims& dims) {
 }
 
 KernelNodeParams CudaMultiGraph::node_params(Node& n) const {
-  n.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-  n.extra[1] = n.packed.data();
-  n.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-  n.extra[3] = &n.packed_size;
-  n.extra[4] = CU_LAUNCH_PARAM_END;
-  KernelNodeParams p{};
-  p.func = n.program->function();  // its module's context decides the GPU the node runs on
-  p.gridDimX = n.dims.global[0];
-  p.gridDimY = n.dims.global[1];
-  p.gridDimZ = n.dims.global[2];
-  p.blockDimX = n.dims.local[0];
-  p.blockDimY = n.dims.local[1];
-  p.blockDimZ = n.dims.local[2];
-  p.sharedMemBytes = static_cast<unsigned>(n.program->dynamic_shared());
-  p.kernelParams = nullptr;
-  p.extra = n.packed_size != 0 ? n.extra : nullptr;
-  return p;
+  return kernel_node_params(*n.program, n.dims, n.packed, n.packed_size, n.extra);
 }
 
 void CudaMultiGraph::issue(Node& n, const std::vector<CUstream>& streams) {
