@@ -146,3 +146,17 @@ def test_costly_results_read_by_a_matmul_are_stored_once():
     cheap = create_schedule([((a * 2) @ b).lazydata])
     assert len(cheap) == 1
     np.testing.assert_allclose((a.exp() @ b).numpy(), np.exp(a.numpy()) @ b.numpy(), rtol=1e-5)
+
+
+def test_reduce_feeding_a_stored_costly_result_is_one_kernel_with_it():
+    # RMSNorm's factor 1/sqrt(mean(x^2) + eps), read by every element of a later reduction: the factor is stored
+    # (a square root per element read would be computed again each time), and the mean fuses into the kernel that
+    # stores it, where it was a kernel of its own before the root's
+    rng = np.random.default_rng(0)
+    x, h = (Tensor(rng.standard_normal((1, 64), dtype=np.float32)).realize() for _ in range(2))
+    f = (x.square().mean(axis=-1, keepdim=True) + 1e-6).rsqrt()
+    y = (h * f).sum(axis=-1)
+    sched = kernels(y)
+    assert len(sched) == 2 and all(any(op.op is ReduceOps.SUM for op in si.ast[0].toposort()) for si in sched)
+    ref = (h.numpy() / np.sqrt((x.numpy() ** 2).mean(-1, keepdims=True) + 1e-6)).sum(-1)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5)
