@@ -581,3 +581,14 @@ def test_half_kernels_with_tiles_and_groups():
     for got, a, b in ((got_mm, x, w), (got_mv, xv, wv)):
         want = a.astype(np.float32) @ b.astype(np.float32)
         np.testing.assert_allclose(got.astype(np.float32).reshape(want.shape), want, rtol=5e-3, atol=0.1)
+
+
+def test_warp_rows_take_the_vector_width_that_fills_their_lanes():
+    from tinygrad.renderer.gpu_plan import _warp_width, vector_width
+    assert vector_width(1) == 16 and vector_width(4) == 4 and vector_width(8) == 2
+    # 640 int8: 40 vectors of 16 leave the second round of 32 lanes a quarter full; 160 of 4 fill five rounds
+    assert _warp_width(640, 16, 32) == 4
+    assert _warp_width(256, 16, 32) == 8     # 16 of 16 would leave half the lanes idle, 32 of 8 none
+    assert _warp_width(1024, 16, 32) == 16   # already full: the widest of equals
+    assert _warp_width(300, 4, 32) == 2      # 75 vectors of 4 (78% of three rounds), 150 of 2 (94%)
+    assert _warp_width(640, 16, 64) == 4     # 64-lane wavefronts: 40 or 80 vectors fill 63%, 160 fill 83%
