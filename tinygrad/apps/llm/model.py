@@ -1,12 +1,15 @@
 """A decoder-only transformer built from a GGUF file's metadata alone: Gemma 3, and the llama/qwen2/qwen3 family
 through a table of the few things in which they differ (FAMILIES).
 
-Weights stay as the file stores them: quantized matrices keep their blocks (copied to the device once) and are
-dequantized by Tensor ops inside the kernels that read them, so a matrix-vector product reads the packed blocks
-(`Linear`). The embedding table is read a row per token from the blocks of those rows only.
+Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). Q4_0, Q5_0, Q8_0, Q4_K and
+Q6_K matrices are split at load into planes, int8 values and a float scale (and offset) per group of 16 or 32, so a
+matrix-vector product reads whole vectors of int8 and one scale a group; Q8_0 keeps its size, the 4- to 6-bit types
+take 8 bits a value. Other quantized types keep the file's blocks, dequantized by Tensor ops in the kernel. The
+embedding table is read a row per token from the blocks of those rows only.
 
-The KV cache holds every layer's keys and values up to the context length; a step writes its positions and attends
-over those before it (causal; sliding-window layers see only the last `window` positions).
+The KV cache holds every layer's keys, (positions, kv_heads, head_dim), and values, transposed as (kv_heads *
+head_dim, positions), up to the context length; a step writes its positions and attends over those before it
+(causal; sliding-window layers see only the last `window` positions).
 """
 from __future__ import annotations
 
