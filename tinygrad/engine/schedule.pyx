@@ -145,7 +145,7 @@ def create_schedule_with_vars(outs, seen=None):
     # what fusing would recompute too often gets its buffer first, so that a reduce feeding it fuses into its kernel
     # (RMSNorm's factor, 1/sqrt(mean(x^2) + eps), read by every element of the next kernels: the sum and the square
     # root in one kernel, where the root was a kernel of its own after the sum's)
-    _realize_expanded_inputs(order, realizes, fused_reduce)
+    _realize_expanded_inputs(order, realizes)
     for r in order:
         if not isinstance(r.op, ReduceOps) or r in out_bases or r.forced_realize:
             continue
@@ -210,7 +210,7 @@ cdef void _unfuse(object b, set realizes, dict fused_reduce):
 _EXPENSIVE = frozenset((UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT))
 
 
-cdef void _realize_expanded_inputs(list order, set realizes, dict fused_reduce) except *:
+cdef void _realize_expanded_inputs(list order, set realizes) except *:
     """An elementwise result that a reduce reads through an expanding view (a matmul's operand, a convolution's
     window) would be computed again for every element that reads it: a GELU fused into the next matmul runs once
     per output column. Such results get a buffer of their own when they hold a costly op (cheap ones, like the
@@ -230,7 +230,7 @@ cdef void _realize_expanded_inputs(list order, set realizes, dict fused_reduce) 
                     continue
                 if s is not sb and _is_elementwise(sb.op) and isinstance(s.size, int) and \
                         isinstance(sb.size, int) and s.size > sb.size and _region_has(sb, realizes, _EXPENSIVE, {}):
-                    _unfuse(sb, realizes, fused_reduce)
+                    realizes.add(id(sb))  # (before reduces fuse: nothing fused into it to undo)
                 else:
                     stack.append(sb)
 

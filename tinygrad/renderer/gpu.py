@@ -290,18 +290,18 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             # matrix-vector product)
             emit(f"for (; {v} < {nv}; {v} += {unroll}*{stride}) {{")
             kw.depth += 1
+            step = [v] + [f"{v}+{k}*{stride}" for k in range(1, unroll)]  # each step's vector index
             for k in range(unroll if vec.loads else 0):
                 if k:
                     # a step past the thread's last vector loads that one again, unconditionally: a vector declared
                     # and then assigned under a branch was copied through local memory by nvcc
-                    emit(f"const int {v}_{k} = {v}+{k}*{stride} < {nv} ? {v}+{k}*{stride} : {nv}-1;")
+                    emit(f"const int {v}_{k} = {step[k]} < {nv} ? {step[k]} : {nv}-1;")
                 for u in vec.loads:
                     emit(f"const {vt[id(u)]} {names[id(u)]}_{k} = *(const {vt[id(u)]}*)({ptr[id(u)]}+"
                          f"{f'{v}_{k}' if k else v}*{w});")
             for k in range(unroll):
-                at = f"({v}+{k}*{stride})*{w}" if k else f"{v}*{w}"
-                live = f"{v}+{k}*{stride} < {nv}" if k else None
-                emit(f"if ({live}) {{" if live else "{")
+                at = f"({step[k]})*{w}" if k else f"{v}*{w}"
+                emit(f"if ({step[k]} < {nv}) {{" if k else "{")
                 kw.depth += 1
                 for u in vec.stores:
                     emit(f"{vt[id(u)]} {names[id(u)]}_{k};")

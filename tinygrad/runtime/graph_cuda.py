@@ -25,8 +25,7 @@ class CUDAGraph(NativeGraph):
     def __init__(self, jit_cache: list, input_replace: dict[tuple[int, int], int]):
         self.max_nodes = MAX_NODES
         super().__init__(jit_cache, input_replace)
-        arch = getattr(Device[jit_cache[0].prg.dname], "arch", "")
-        if getenv("CUDA_PDL") and arch.startswith("sm_") and int("".join(c for c in arch if c.isdigit())) >= 90:
+        if getenv("CUDA_PDL") and Device[jit_cache[0].prg.dname].cc >= 90:
             for g in self.graphs:
                 g.programmatic = True
 

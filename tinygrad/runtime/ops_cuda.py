@@ -229,7 +229,8 @@ class CUDADevice(Compiled):
         # CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X..Z are 5..7, MAX_BLOCK_DIM_X..Z 2..4
         # the renderer takes the linearizer's tiles and 16-byte vectors (codegen/heuristic_gpu.py picks them)
         # the renderer's matrix instructions and asynchronous copies came with sm_80
-        cc = int(re.sub(r"\D", "", self.arch))
+        # the compute capability as a number (sm_90: 90): which instructions and launch modes the GPU has
+        self.cc = cc = int(re.sub(r"\D", "", self.arch))
         tcs = CUDALanguage.tensor_cores if cc >= 80 else ()
         # wgmma: Hopper only (sm_90a code runs on sm_90 and nothing else)
         tcs += CUDALanguage.hopper_tensor_cores if cc == 90 else ()
