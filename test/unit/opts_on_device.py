@@ -3,6 +3,7 @@ kernel), so that a device's optimised kernels can be checked against its unoptim
 import numpy as np
 
 from tinygrad import Device, Tensor, dtypes
+from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.linearizer import Linearizer
 from tinygrad.engine.realize import CompiledRunner, ExecItem, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
@@ -34,3 +35,17 @@ def run_with_opts(t: Tensor, *variants: list) -> list[tuple[np.ndarray, Lineariz
             got = out.numpy().astype(np.float32)
         ret.append((got.reshape(t.shape), lin))
     return ret
+
+
+def tc_matches_plain(t: Tensor, cfg: int, frag: str, want: np.ndarray, cpu: Tensor | None = None,
+                     tol: float = 2e-2) -> Linearizer:
+    """`t`'s last kernel with TC config `cfg` took the tensor core whose fragments load as `frag`, and its output
+    equals the plain kernel's, `want` (numpy) and, given, `cpu` (the same on the CPU device). Returns its
+    linearizer."""
+    (got, lin), (ref, _) = run_with_opts(t, [Opt(OptOps.TC, 0, cfg)], [])
+    assert lin.tc is not None and lin.tc.tc.frag == frag
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if cpu is not None:
+        np.testing.assert_allclose(got, cpu.numpy().astype(np.float32), rtol=tol, atol=tol)
+    return lin

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opts_on_device import run_with_opts
+from opts_on_device import tc_matches_plain
 
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.tensor_cores import TC_CONFIGS
@@ -40,13 +40,7 @@ def _t(x, device="METAL"):
 
 
 def _tc_vs_plain(t, cfg: int, want: np.ndarray, cpu=None, tol: float = 2e-2):
-    (got, lin), (ref, _) = run_with_opts(t, [Opt(OptOps.TC, 0, cfg)], [])
-    assert lin.tc is not None and lin.tc.tc.frag == "simdgroup"
-    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
-    if cpu is not None:
-        np.testing.assert_allclose(got, cpu.numpy().astype(np.float32), rtol=tol, atol=tol)
-    return lin
+    return tc_matches_plain(t, cfg, "simdgroup", want, cpu, tol)
 
 
 def test_simdgroup_matrix_is_offered_and_chosen(metal):
