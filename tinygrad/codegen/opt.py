@@ -52,6 +52,11 @@ PARALLEL_MIN_COST = 1 << 18
 MAX_ORDERED = 4
 # bytes read from beyond the first-level cache that cost as much as one instruction
 BYTES_PER_INSTRUCTION = 16
+# a load of at least this many bytes that no two outputs share (a matrix-vector product's matrix) is streamed from
+# memory: its rows are best read one at a time, each run along the reduced dim unrolled, not several rows side by
+# side (an int8 matvec of 262,144 x 640 took 15.5 ms with 8 rows a step, 6.5 ms with one, on a 2-core AMD EPYC);
+# a quarter of a core's second-level cache: in a model's step every matrix is read from memory anyway
+STREAM_MIN_BYTES = 1 << 18
 # ops that cost more than one instruction (libm calls, dividers)
 _OP_COST = {UnaryOps.EXP2: 8, UnaryOps.LOG2: 8, UnaryOps.SIN: 12, UnaryOps.SQRT: 4, UnaryOps.RECIP: 4,
             BinaryOps.DIV: 4, BinaryOps.MOD: 8}
@@ -100,8 +105,24 @@ class _Model:
                                      for d in self.reduce)
         self.loads = _loads(lin)
         self.outputs = [d for d in range(len(self.full)) if d not in self.reduce]
+        self.streams = self._streams(lin, inner)
         self._traffic: dict[tuple[int, ...], int] = {}
         self._lane_free: dict[tuple[int, int, int], bool] = {}
+
+    def _streams(self, lin, ops) -> list[frozenset[int]]:
+        """The dims of every load streamed from memory (see STREAM_MIN_BYTES): read along a reduced dim, varying
+        along every output dim, so no output reuses what another read, and too big for the caches."""
+        outs = {d for d in self.outputs if not (isinstance(self.full[d], int) and self.full[d] == 1)}
+        found = []
+        for op in ops:
+            if op.op is not BufferOps.LOAD:
+                continue
+            dims = lin.op_dims[id(op)]
+            size = math.prod(self.full[d] if isinstance(self.full[d], int) else self.full[d].max for d in dims)
+            big = size * op.arg.dtype.itemsize >= STREAM_MIN_BYTES
+            if big and outs <= dims and _unit_dims(op.arg.st) & self.reduce:
+                found.append(dims)
+        return found
 
     @staticmethod
     def _nodes(lin, ops) -> list[_Node]:
@@ -198,7 +219,16 @@ class _Model:
             return copies <= MAX_COPIES_ELEMENTWISE
         accs = self.copies(up, [d for d in range(len(up)) if d not in self.reduce and d in self.src_dims], v, w)
         # the accumulators stay in registers, with a few left for the operands of each step
-        return copies <= MAX_COPIES and accs <= max(4, self.opts.vector_registers - 4)
+        if copies > MAX_COPIES or accs > max(4, self.opts.vector_registers - 4):
+            return False
+        if any(up[d] > 1 for dims in self.streams for d in self.outputs if d in dims):
+            return False
+        # so do the values a step reuses across copies of its body (a row's scale used by every unrolled step, an
+        # input vector used by every row): past the register file, the compiler spills accumulators to the stack
+        # each step (a 16-row int8 matvec with its 16 scales kept for two unrolled steps ran 1.8x slower)
+        body = self.copies(up, [d for d in range(len(up)) if d in self.reduce or d in self.src_dims], v, w)
+        reused = sum(n for n in (self.copies(up, nd.dims, v, w) for nd in self.nodes) if n < body)
+        return accs <= 4 or accs + reused <= self.opts.vector_registers - 2
 
 
 def _cast_cost(src) -> int:
