@@ -44,6 +44,9 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "JIT": (1, "0: TinyJit runs functions eagerly instead of capturing them"),
     "CUDA_PDL": (1, "0: CUDA graphs launch each kernel after the one before it has completed, instead of "
                     "programmatically while its last blocks finish (GPUs of compute capability 9.0 and later)"),
+    "ALLOW_TF32": (0, "1: float32 matmuls and convolutions on CUDA tensor cores as TF32 (inputs rounded to 10-bit "
+                      "mantissas, sums in float32: about 1e-3 relative error), as PyTorch's allow_tf32 does; sm_80 "
+                      "and later"),
     "CUDA_MULTIGRAPH": (1, "0: TinyJit replays a capture spanning several CUDA GPUs (kernels, NCCL collectives, "
                            "copies) item by item instead of as one CUDA graph"),
     "BEAM": (0, "n >= 1: search each kernel's optimisations by timing candidates on the device, a beam of n "

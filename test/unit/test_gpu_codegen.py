@@ -130,9 +130,9 @@ static unsigned tg_warp_lane(unsigned* lane) {
   *lane = tid % 32;
   return tid / 32;
 }
-template <int N, bool T> static tg_vec<unsigned short, 2 * N> tg_ldsm(const unsigned short* p) {
+template <int N, bool T> static tg_vec<unsigned short, 2 * N> tg_ldsm(const void* p) {
   unsigned l, w = tg_warp_lane(&l);
-  tg_ldsm_rows[w][l] = p;
+  tg_ldsm_rows[w][l] = (const unsigned short*)p;
   __syncthreads();
   tg_vec<unsigned short, 2 * N> out;
   for (int m = 0; m < N; m++)
@@ -176,6 +176,28 @@ template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_f16(tg_vec<unsig
     tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_f16, P, W>(a, b, c); }
 template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k16_bf16(tg_vec<unsigned short, 8> a,
     tg_vec<unsigned short, W> b, tg_vec<float, 4> c) { return tg_mma_emu<tg_mma_bf16, P, W>(a, b, c); }
+// m16n8k8 TF32: lane 4g+t holds A (g, t), (g+8, t), (g, t+4), (g+8, t+4) and B (k t, n g), (k t+4, n g) as floats
+// (two 16-bit halves each, low first), whose low 13 mantissa bits the tensor cores ignore
+static unsigned tg_mma_a32[32][32][4], tg_mma_b32[32][32][2];
+static float tg_tf32(unsigned u) { u &= 0xFFFFE000u; float f; std::memcpy(&f, &u, 4); return f; }
+template <int P, int W> static tg_vec<float, 4> tg_mma_m16n8k8_tf32(tg_vec<unsigned short, 8> a,
+    tg_vec<unsigned short, W> b, tg_vec<float, 4> c) {
+  unsigned l, w = tg_warp_lane(&l);
+  for (int i = 0; i < 4; i++) tg_mma_a32[w][l][i] = a.e[2 * i] | ((unsigned)a.e[2 * i + 1] << 16);
+  for (int i = 0; i < 2; i++) tg_mma_b32[w][l][i] = b.e[4 * P + 2 * i] | ((unsigned)b.e[4 * P + 2 * i + 1] << 16);
+  __syncthreads();
+  unsigned g = l / 4, t = l % 4;
+  for (int e = 0; e < 4; e++) {
+    unsigned row = g + 8 * (e / 2), col = 2 * t + e % 2;
+    float s = 0;
+    for (int k = 0; k < 8; k++)
+      s += tg_tf32(tg_mma_a32[w][4 * (row % 8) + k % 4][(row >= 8) + 2 * (k >= 4)]) *
+           tg_tf32(tg_mma_b32[w][4 * col + k % 4][k >= 4]);
+    c.e[e] += s;
+  }
+  __syncthreads();
+  return c;
+}
 // wgmma: each thread computes its own accumulators (rows 16w+g(+8), columns 8j+2q(+1) of its warpgroup's tile)
 // from shared memory read as the hardware reads it: K-major rows of 128 bytes, or N-major atoms of 64 columns by 8
 // rows of K (1024 bytes) ATOMS bytes apart along N, through the 128-byte swizzle of the address
@@ -213,8 +235,8 @@ def _emulate_mma(src: str) -> str:
     if "tg_smem_addr" not in src:
         return src
     src = src.replace(MMA_PRELUDE, "").replace(WGMMA_PRELUDE, "")
-    for name, ty in _MMA_TYPES.items():
-        src = src.replace(MMA_FN.format(name=name, ty=ty), "")
+    for name, (shape, ty) in _MMA_TYPES.items():
+        src = src.replace(MMA_FN.format(name=name, shape=shape, ty=ty), "")
     for name, ty in _WGMMA_TYPES.items():
         for n in WGMMA_SIZES:
             src = src.replace(wgmma_fn(name, ty, n), "")

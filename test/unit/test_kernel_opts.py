@@ -578,7 +578,8 @@ def test_a_streamed_matrix_is_read_a_row_at_a_time():
     q, d = ints((2048, 640), np.int8, rng), rand(2048, 20)
     got = opts_of(grouped_matvec(rand(1, 640), q, d), NARROW)
     assert not any(o.op is U for o in got) and any(o.op is R for o in got)
-    check(grouped_matvec(rand(1, 640), q, d), lopts=NARROW, rtol=1e-4, atol=1e-3)
+    # sums of 640 products of int8 by numbers up to 2: thousands, summed in another order than the plain kernel's
+    check(grouped_matvec(rand(1, 640), q, d), lopts=NARROW, rtol=1e-4, atol=2e-2)
     # a few rows of x share the matrix: a tile of them reuses each row of it, and is still taken
     assert any(o.op is U and o.axis == 0 for o in opts_of(grouped_matvec(rand(8, 640), q, d), NARROW))
 

@@ -280,3 +280,87 @@ def test_smem_opt_rules():
     lin = Linearizer(ast, TC).apply_opt(Opt(OptOps.SMEM, 0, S_MID))
     with pytest.raises(ValueError, match="TC or SMEM"):
         lin.apply_opt(Opt(OptOps.UNROLL, 2, 2))
+
+
+# ---- convolutions (the other reduced dims loop around K's pipeline) and TF32 ----
+TF32 = dataclasses.replace(TC, tensor_cores=TC.tensor_cores + ("tf32",))
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
+    """conv2d in float64 by explicit loops over the filter taps (numpy has none)."""
+    n, cin, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, cout, oh, ow))
+    per = cout // groups
+    for g in range(groups):
+        xs, ws = xp[:, g * cg:(g + 1) * cg], w[g * per:(g + 1) * per].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                r, c = i * dilation, j * dilation
+                patch = xs[:, :, r:r + stride * oh:stride, c:c + stride * ow:stride]
+                out[:, g * per:(g + 1) * per] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    return out
+
+
+CONVS = [((2, 16, 6, 33), (32, 16, 3, 3), {"padding": 1}), ((2, 16, 6, 33), (32, 16, 3, 3), {}),
+         ((1, 16, 9, 17), (32, 16, 3, 3), {"stride": 2, "padding": 1}),
+         ((2, 16, 7, 34), (32, 16, 3, 3), {"dilation": 2, "padding": 2}),
+         ((2, 32, 5, 32), (32, 8, 3, 3), {"padding": 1, "groups": 4}), ((1, 24, 4, 40), (40, 24, 1, 1), {})]
+
+
+def test_convolutions_run_on_tensor_cores():
+    # every filter tap restages K's (the input channels') slices; the input is staged along its columns (its view
+    # can't say so by strides: a padded window), the weights along K
+    ks, wants = [], []
+    for xs, ws, kw in CONVS:
+        x, w = _h(*xs), _h(*ws, seed=1)
+        conv = _t(x).conv2d(_t(w), **kw)
+        for cfg in (SMALL, TALL):
+            k = Kernel(conv, opts=[Opt(OptOps.TC, 0, cfg)], lopts=TC)
+            assert k.lin.tc is not None and len(k.lin.tc.outer) == (0 if ws[2] == 1 else 2)
+            ks.append(k)
+            wants.append(_conv_ref(x, w, **kw))
+    assert not ks[0].lin.tc.b_along_k and ks[0].lin.tc.a_along_k
+    for got, want in zip(_run(ks), wants):
+        _check(got, want.astype(np.float32))
+
+
+def test_convolution_tiles_follow_the_outputs_they_fill():
+    # 64 channels by 56 columns: a 64 x 64 tile (88% real outputs), not 128 x 128 (22%); a square matmul keeps its
+    # preferred tile; float32 convolutions keep the plain tiles (SMEM restaging every tap measured slower)
+    conv = Kernel(_t(_h(8, 64, 56, 56)).conv2d(_t(_h(64, 64, 3, 3, seed=1)), padding=1), lopts=TC)
+    cfg = TC_CONFIGS[conv.lin.applied_opts[0].amt]
+    assert conv.lin.applied_opts[0].op is OptOps.TC and (cfg.bm, cfg.bn) == (64, 64)
+    mm = Kernel(_t(_h(2048, 64)) @ _t(_h(64, 2048, seed=1)), lopts=TC)
+    assert [(TC_CONFIGS[o.amt].bm, TC_CONFIGS[o.amt].bn) for o in mm.lin.applied_opts] == [(128, 128)]
+    f32 = Kernel(_t(_h(2, 16, 32, 32, dtype=np.float32)).conv2d(_t(_h(32, 16, 3, 3, seed=1, dtype=np.float32))),
+                 lopts=TC)
+    assert f32.lin.tc is None
+
+
+def test_tf32_matmuls_and_convolutions():
+    # float32 operands on m16n8k8 TF32 where the device offers it: each input keeps 10 mantissa bits (the host
+    # emulation drops the other 13, as the tensor cores do), so about 1e-3 of the result's scale
+    f = lambda *shape, seed=0: _h(*shape, seed=seed, dtype=np.float32)  # noqa: E731
+    a, b, w = f(64, 96), f(96, 40, seed=1), f(40, 96, seed=2)
+    cases = [(_t(a) @ _t(b), a.astype(np.float64) @ b, cfg) for cfg in (SMALL, TALL)]
+    cases.append((_t(a[:, :40]) @ _t(b[:40]), a[:, :40].astype(np.float64) @ b[:40], SMALL))  # K: one partial slice
+    cases.append((_t(a) @ _t(w).T, a.astype(np.float64) @ w.T, SMALL))  # both along K: copied asynchronously
+    for (xs, ws, kw), cfg in zip(CONVS[:3], (SMALL, MID, TALL)):
+        x, wt = f(*xs), f(*ws, seed=1)
+        cases.append((_t(x).conv2d(_t(wt), **kw), _conv_ref(x, wt, **kw), cfg))
+    ks = [Kernel(t, opts=[Opt(OptOps.TC, 0, cfg)], lopts=TF32) for t, _, cfg in cases]
+    assert all(k.lin.tc.tc.name == "m16n8k8_tf32" and k.lin.tc.a_along_k for k in ks)
+    # a @ b: B staged N-major, its fragments read a float at a time; a @ w.T: K-major, by ldmatrix; both copied
+    # asynchronously; the convolutions' padded windows are read through registers
+    assert not ks[0].lin.tc.b_along_k and ks[3].lin.tc.b_along_k
+    assert ks[0].lin.tc.asynchronous and ks[3].lin.tc.asynchronous and not ks[4].lin.tc.asynchronous
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ks[0].src
+    for got, (_, want, _) in zip(_run(ks), cases):
+        err = np.abs(got.reshape(want.shape) - want).max() / np.abs(want).max()
+        assert 1e-5 < err < 3e-3  # not float32's exactness: the inputs were rounded
+    # without the knob's kind, float32 matmuls keep SMEM
+    assert Kernel(_t(a) @ _t(b), lopts=TC).lin.tc.simt

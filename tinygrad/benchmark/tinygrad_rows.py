@@ -127,8 +127,11 @@ def _attention(device: str, s: W.Sizes) -> tuple:
     return (lambda a, b, c: a.scaled_dot_product_attention(b, c, is_causal=True)), (q, k, v)
 
 
-def _conv(device: str, s: W.Sizes) -> tuple:
-    return (lambda x, w: x.conv2d(w, padding=1)), (_rand(s.conv, device), _rand((s.conv[1], s.conv[1], 3, 3), device))
+def _conv(dt) -> Callable:
+    def make(device: str, s: W.Sizes) -> tuple:
+        return (lambda x, w: x.conv2d(w, padding=1)), (_rand(s.conv, device, dt),
+                                                        _rand((s.conv[1], s.conv[1], 3, 3), device, dt))
+    return make
 
 
 def _matvec(device: str, s: W.Sizes) -> tuple:
@@ -188,7 +191,8 @@ ROWS: list[tuple[str, str, Callable[[str, W.Sizes], float]]] = [
     ("matmul fp16 large", "GFLOP/s", _kernel(_matmul(lambda s: s.mm_large, f16), W.mm_large_flops)),
     ("matmul bf16 large", "GFLOP/s", _kernel(_matmul(lambda s: s.mm_large, bf16), W.mm_large_flops)),
     ("matvec fp16 x@W.T", "GB/s", _kernel(_matvec, W.matvec_bytes)),
-    ("conv2d fp32 3x3", "GFLOP/s", _kernel(_conv, W.conv_flops)),
+    ("conv2d fp32 3x3", "GFLOP/s", _kernel(_conv(f32), W.conv_flops)),
+    ("conv2d fp16 3x3", "GFLOP/s", _kernel(_conv(f16), W.conv_flops)),
     ("softmax fp32", "GB/s", _kernel(_rows2d(lambda x: x.softmax(-1)), W.rowwise_bytes)),
     ("layernorm fp32", "GB/s", _kernel(_rows2d(lambda x: x.layernorm()), W.rowwise_bytes)),
     ("attention fp16 causal", "GFLOP/s", _kernel(_attention, W.attn_flops)),

@@ -110,10 +110,12 @@ def _matvec(dev: str, s: W.Sizes) -> Callable:
     return lambda: x @ w.T
 
 
-def _conv(dev: str, s: W.Sizes) -> Callable:
-    import torch
-    x, w = _rand(s.conv, dev), _rand((s.conv[1], s.conv[1], 3, 3), dev)
-    return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+def _conv(dt: str) -> Callable:
+    def make(dev: str, s: W.Sizes) -> Callable:
+        import torch
+        x, w = _rand(s.conv, dev, dt), _rand((s.conv[1], s.conv[1], 3, 3), dev, dt)
+        return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+    return make
 
 
 def _softmax(dev: str, s: W.Sizes) -> Callable:
@@ -178,7 +180,8 @@ ROWS: dict[str, Callable[[str, W.Sizes], float]] = {
     "matmul fp16 large": _kernel(_matmul(lambda s: s.mm_large, "float16"), W.mm_large_flops),
     "matmul bf16 large": _kernel(_matmul(lambda s: s.mm_large, "bfloat16"), W.mm_large_flops),
     "matvec fp16 x@W.T": _kernel(_matvec, W.matvec_bytes),
-    "conv2d fp32 3x3": _kernel(_conv, W.conv_flops),
+    "conv2d fp32 3x3": _kernel(_conv("float32"), W.conv_flops),
+    "conv2d fp16 3x3": _kernel(_conv("float16"), W.conv_flops),
     "softmax fp32": _kernel(_softmax, W.rowwise_bytes),
     "layernorm fp32": _kernel(_layernorm, W.rowwise_bytes),
     "attention fp16 causal": _kernel(_attention, W.attn_flops),

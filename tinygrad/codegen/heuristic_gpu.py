@@ -59,6 +59,8 @@ TC_PREFERENCE = (23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
 # matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)
 TC_MIN_DIM = 32
+# a tile is taken only where its share of real outputs is at least this fraction of the best config's
+TC_MIN_FILL = 0.8
 # float32 matmuls: SMEM configs (indices into codegen/tensor_cores.SIMT_CONFIGS) in order of preference, taken as
 # for tensor cores. Measured on the H100 (TFLOP/s, 1024^3 and 4096^3; PyTorch 28.3 and 51.0 in the same run):
 # 128x128x8 19.0 / 45.9, 64x128x16 26.6 / 35.7, 128x64x16 26.4 / 36.9, 64x64x16 25.0 / 28.7; the register tiles
@@ -230,14 +232,22 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
         if plan is None:
             continue
         full, cfg = lin.full_shape, configs[i]
-        if min(full[plan.m_axis], full[plan.n_axis]) < TC_MIN_DIM:
+        if plan.simt and plan.outer:
+            # a float32 convolution: the SMEM tile restages K's slices for every filter tap, and the H200 ran the
+            # benchmark's 3x3 at 11.7 TFLOP/s that way, against 17 with the plain tiles below
+            return None
+        m, n = full[plan.m_axis], full[plan.n_axis]
+        if min(m, n) < TC_MIN_DIM:
             return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
-        blocks = -(-full[plan.m_axis] // cfg.bm) * -(-full[plan.n_axis] // cfg.bn) * \
-            math.prod(full[d] for d in plan.batch)
-        if blocks >= TC_MIN_BLOCKS:
-            return Opt(op, 0, i)
-        fits.append((blocks, i))
-    return Opt(op, 0, max(fits)[1]) if fits else None
+        tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
+        fits.append((i, tiles * math.prod(full[d] for d in plan.batch), m * n / (tiles * cfg.bm * cfg.bn)))
+    if not fits:
+        return None
+    # the tiles' share of real outputs (the rest is padding past M's or N's end) within TC_MIN_FILL of the best: a
+    # convolution's 64 channels by 56 columns fill 22% of a 128 x 128 tile, 88% of a 64 x 64 one
+    fill = max(f for _, _, f in fits) * TC_MIN_FILL
+    fits = [(i, blocks) for i, blocks, f in fits if f >= fill]
+    return Opt(op, 0, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS), max(fits, key=lambda x: x[1])[0]))
 
 
 def _unrolls(full, rdims: list[int]) -> list[Opt]:

@@ -987,31 +987,42 @@ cdef class Linearizer:
             # of: rows +0/+8, K +0/+8 in that order; of the four of two B fragments side by side: K +0/+8, then N +8)
             sub, mat = mod(lane, c(8)), div(lane, c(8))
             a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
-            a_k = mul(div(mat, c(2)), c(8))
+            # (K's next 16-byte chunk of a row: 8 halves on, or 4 floats for TF32)
+            a_k = mul(div(mat, c(2)), c(plan.lanes))
             b_r = add(mul(wn_i, c(wtn)), add(sub, mul(div(mat, c(2)), c(8))))
-            b_k = mul(mod(mat, c(2)), c(8))
+            b_k = mul(mod(mat, c(2)), c(plan.lanes))
             # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
             if not plan.a_along_k:
                 a_r, a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
             if not plan.b_along_k:
                 b_r, b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
+        # TF32 from a slice of B staged N-major: ldmatrix transposes only 16-bit elements, so lane (g, t) reads its
+        # two floats of each N tile itself (_tc_b_floats), column g of the warp's tile
+        b_floats = frag == "ldmatrix" and tc.dtype == f32 and not plan.b_along_k
+        if b_floats:
+            b_n = add(mul(wn_i, c(wtn)), grp)
         # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
         # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
         lag = 1 if wg else 0
+        # the other reduced dims' steps around K's: each stages K's slices again
+        steps = ktiles
+        for d in plan.outer:
+            steps *= full[d]
         if asy:
             # the first stages-1-lag slices in flight, a group each (empty past the end, so every step commits one)
             for st_i in range(stages - 1 - lag):
-                if st_i < ktiles:
+                if st_i < steps:
                     for op, ax, rows, row0, smem, size, lay in ops:
-                        self._tc_stage(self._tc_copy(op, ax, rows, row0, c(st_i * cfg.bk), None, True), smem,
-                                       c(st_i * size), lay)
+                        self._tc_stage(self._tc_copy(op, ax, rows, row0, self._tc_step(st_i, ktiles, f"pre{st_i}"),
+                                                     None, True), smem, c(st_i * size), lay)
                 self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
         else:
             # the first slice of K into buffer 0
             for op, ax, rows, row0, smem, _, lay in ops:
-                self._tc_stage(self._tc_copy(op, ax, rows, row0, c(0), None, False), smem, c(0), lay)
+                self._tc_stage(self._tc_copy(op, ax, rows, row0, self._tc_step(0, ktiles, "pre0"), None, False), smem,
+                               c(0), lay)
             self._uop(UOps.BARRIER, None, (), None, False)
-        loop = self._uop(UOps.LOOP, i32, (c(0), c(ktiles)), None, False)
+        loop = self._uop(UOps.LOOP, i32, (c(0), c(steps)), None, False)
         self._open_scope()
         if asy:
             # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
@@ -1022,19 +1033,19 @@ cdef class Linearizer:
                 self._uop(UOps.FENCE, None, (), "async_proxy", False)
             self._uop(UOps.BARRIER, None, (), None, False)
             ahead = add(loop, c(stages - 1 - lag))
-            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(ktiles)))
+            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(steps)))
             buf = mod(ahead, c(stages))
+            at = self._tc_step(ahead, ktiles, "ahead")
             for op, ax, rows, row0, smem, size, lay in ops:
-                self._tc_stage(self._tc_copy(op, ax, rows, row0, mul(ahead, c(cfg.bk)), more, True), smem,
-                               mul(buf, c(size)), lay)
+                self._tc_stage(self._tc_copy(op, ax, rows, row0, at, more, True), smem, mul(buf, c(size)), lay)
             self._uop(UOps.ASYNC_COMMIT, None, (), None, False)
             cur = mod(loop, c(stages))
         else:
             # the next slice is read into registers now, and written to the other buffer once this one is used
             nxt = add(loop, c(1))
-            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(ktiles)))
-            staged = [self._tc_copy(op, ax, rows, row0, mul(nxt, c(cfg.bk)), more, False)
-                      for op, ax, rows, row0, _, _, _ in ops]
+            more = self._alu(BinaryOps.CMPLT, dtypes.bool, (nxt, c(steps)))
+            at = self._tc_step(nxt, ktiles, "next")
+            staged = [self._tc_copy(op, ax, rows, row0, at, more, False) for op, ax, rows, row0, _, _, _ in ops]
             cur = mod(loop, c(2))
         base_a, base_b = mul(cur, c(size_a)), mul(cur, c(size_b))
         if wg:
@@ -1076,15 +1087,20 @@ cdef class Linearizer:
                     frag_a = [self._uop(UOps.LOAD, u16.vec(8), (smem_a, add(base_a, self._tc_at(
                         add(a_r, c(mt * tc.m)), add(a_k, c(kk)), cfg.bm, plan.a_along_k))),
                         "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(tiles_m)]
-                    # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
-                    frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
-                        add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
-                        "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
+                    if b_floats:
+                        frag_b = [self._tc_b_floats(smem_b, base_b, add(b_n, c(nt * tc.n)), add(quad, c(kk)))
+                                  for nt in range(tiles_n)]
+                    else:
+                        # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
+                        frag_b = [self._uop(UOps.LOAD, u16.vec(8), (smem_b, add(base_b, self._tc_at(
+                            add(b_r, c(nt * tc.n)), add(b_k, c(kk)), cfg.bn, plan.b_along_k))),
+                            "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, tiles_n, 2)]
                 for mt in range(tiles_m):
                     for nt in range(tiles_n):
                         acc = accs[mt][nt]
                         # ldmatrix's B fragments hold two N tiles: which half this one is
-                        fb, part = (frag_b[nt // 2], nt % 2) if frag == "ldmatrix" else (frag_b[nt], None)
+                        fb, part = (frag_b[nt // 2], nt % 2) if frag == "ldmatrix" and not b_floats else \
+                            (frag_b[nt], None)
                         out = self._uop(UOps.WMMA, acc.dtype, (frag_a[mt], fb, acc), (tc.name, part), False)
                         accs[mt][nt] = self._uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
         if not asy:
@@ -1207,12 +1223,29 @@ cdef class Linearizer:
                 self._alu(BinaryOps.MOD, i32, (col, c(64))), c(8))), self._alu(BinaryOps.MOD, i32, (row, c(8)))))
             return self._alu(BinaryOps.ADD, i32, (atom, self._alu(BinaryOps.ADD, i32, (
                 self._alu(BinaryOps.MUL, i32, (row, c(64))), self._alu(BinaryOps.MUL, i32, (chunk, c(8)))))))
-        per_line, chunks = swizzle(row_elems)
+        nl = self.tc.lanes
+        per_line, chunks = swizzle(row_elems, nl)
         line = self._alu(BinaryOps.DIV, i32, (row, c(per_line))) if per_line > 1 else row
         sw = self._alu(BinaryOps.MOD, i32, (line, c(chunks)))
-        chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (col, c(8))), sw))
+        chunk = self._alu(BinaryOps.XOR, i32, (self._alu(BinaryOps.DIV, i32, (col, c(nl))), sw))
         return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))),
-                                              self._alu(BinaryOps.MUL, i32, (chunk, c(8)))))
+                                              self._alu(BinaryOps.MUL, i32, (chunk, c(nl)))))
+
+    cdef object _tc_b_floats(self, object smem, object base, object n, object k):
+        """mma.sync m16n8k8 TF32's B fragment of lane (g, t) from an N-major slice: the floats at (K k, column n) and
+        (K k + 4, column n), with k = t and n = g of the tile, as the four 16-bit halves of its two registers."""
+        i32, u16, nl = dtypes.int32, dtypes.uint16, self.tc.lanes
+        c = lambda v: self._const(v, i32)
+        within = self._alu(BinaryOps.MOD, i32, (n, c(nl)))
+        start = self._alu(BinaryOps.SUB, i32, (n, within))
+        halves = []
+        for dk in (0, 4):
+            at = self._alu(BinaryOps.ADD, i32, (self._tc_at(start, self._alu(BinaryOps.ADD, i32, (k, c(dk))),
+                                                            self.tc.config.bn, False), within))
+            v = self._uop(UOps.LOAD, u16.vec(2), (smem, self._alu(BinaryOps.ADD, i32, (base, at))), "reinterpret",
+                          False)
+            halves += [self._uop(UOps.GEP, u16, (v,), 0), self._uop(UOps.GEP, u16, (v,), 1)]
+        return self._uop(UOps.VECTORIZE, u16.vec(4), tuple(halves), None)
 
     cdef object _tc_lane_frag(self, object smem, object base, object r, int kk, int rows, bint k_major):
         """A lane's fragment of RDNA3's WMMA: the 16 elements (K from `kk`) of row `r` of a staged slice of `rows`
@@ -1243,8 +1276,35 @@ cdef class Linearizer:
         at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r0, self._const(kk, i32), rows, k_major)))
         return self._uop(UOps.LOAD, self.tc.elem.vec(2), (smem, at), ("simdgroup", stride, k_major == is_b), False)
 
-    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, object k0, object gate, bint asy):
-        """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K from `k0`):
+    cdef tuple _tc_step(self, object step, int ktiles, str tag):
+        """Where pipeline step `step` (an int, or a uop) reads: (K's first index, {other reduced dim: its index}).
+        Steps run K's slices innermost, then the other reduced dims (TCPlan.outer) in order, the last fastest."""
+        i32, bk = dtypes.int32, self.tc.config.bk
+        full, outer = self.full_shape, self.tc.outer
+        c = lambda v: self._const(v, i32)
+        if isinstance(step, int):
+            at, rest = {}, step // ktiles
+            for d in reversed(outer):
+                at[d], rest = NumNode(rest % full[d]), rest // full[d]
+            return c((step % ktiles) * bk), at
+        if not outer:
+            return self._alu(BinaryOps.MUL, i32, (step, c(bk))), {}
+        kt = self._alu(BinaryOps.MOD, i32, (step, c(ktiles))) if ktiles > 1 else c(0)
+        rest = self._alu(BinaryOps.DIV, i32, (step, c(ktiles))) if ktiles > 1 else step
+        at = {}
+        for i, d in enumerate(reversed(outer)):
+            v = Variable(f"tc_{tag}_r{d}", 0, full[d] - 1)
+            last = i == len(outer) - 1
+            # the outermost reduced dim takes what is left: the step never runs past the last one's end
+            self._var_uops[v] = rest if last else self._alu(BinaryOps.MOD, i32, (rest, c(full[d])))
+            if not last:
+                rest = self._alu(BinaryOps.DIV, i32, (rest, c(full[d])))
+            at[d] = v
+        return self._alu(BinaryOps.MUL, i32, (kt, c(bk))), at
+
+    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, tuple at, object gate, bint asy):
+        """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K and the
+        other reduced dims where `at` says, from _tc_step):
         [(row in the slice, k in the slice, is the chunk along K, 8 consecutive elements' 16-bit patterns)], chunks
         along K where the slice is staged K-major, else along the rows; read as one 16-byte vector where the operand
         is contiguous along the chunk, else element by element. `gate`: read only where true (else zeros). `asy`:
@@ -1265,6 +1325,7 @@ cdef class Linearizer:
         t_out = self._alu(BinaryOps.DIV, i32, (tid, c(inner)))
         t_in = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.MOD, i32, (tid, c(inner))), c(nl)))
         lane = Variable("tc_lane", 0, nl - 1)
+        k0, outer_at = at
         out = []
         for i in range(n_chunks):
             o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
@@ -1284,6 +1345,8 @@ cdef class Linearizer:
                     nodes.append(vk + lane if k_major else vk)
                 elif d in self._tc_bases:
                     nodes.append(self._tc_bases[d])
+                elif d in outer_at:
+                    nodes.append(outer_at[d])
                 else:
                     nodes.append(NumNode(0))
             idx, valid = st.expr_idxs(nodes)
@@ -1324,7 +1387,7 @@ cdef class Linearizer:
                     cond = self._tc_cond(lv, gate)
                     if cond is not None:
                         vin = vin + (cond, zero)
-                    elems.append(self._uop(UOps.LOAD, el, vin, None if self.tc.simt else "bits", False))
+                    elems.append(self._uop(UOps.LOAD, el, vin, None if el.itemsize == 4 else "bits", False))
                 val = self._uop(UOps.VECTORIZE, el.vec(nl), tuple(elems), None)
             out.append((r_in, k_in, k_major, rows, val))
         return out
@@ -1351,8 +1414,16 @@ cdef class Linearizer:
                     rj, kj = (r_in, self._alu(BinaryOps.ADD, i32, (k_in, self._const(j, i32)))) if k_major else \
                         (self._alu(BinaryOps.ADD, i32, (r_in, self._const(j, i32))), k_in)
                     lane = val.vin[j] if val.uop is UOps.VECTORIZE else self._uop(UOps.GEP, self.tc.elem, (val,), j)
-                    self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (
-                        base, self._tc_at(rj, kj, rows, layout_k))), lane), None, False)
+                    if self.tc.swizzled:
+                        # a swizzled slice places whole chunks (_tc_at): the element's own place in its chunk on top
+                        col = kj if layout_k else rj
+                        within = self._alu(BinaryOps.MOD, i32, (col, self._const(nl, i32)))
+                        col = self._alu(BinaryOps.SUB, i32, (col, within))
+                        at = self._alu(BinaryOps.ADD, i32, (self._tc_at(rj, col, rows, True) if layout_k else
+                                                            self._tc_at(col, kj, rows, False), within))
+                    else:
+                        at = self._tc_at(rj, kj, rows, layout_k)
+                    self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (base, at)), lane), None, False)
                 continue
             at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r_in, k_in, rows, k_major)))
             if isinstance(val, tuple):

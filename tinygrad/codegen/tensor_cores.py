@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
+from tinygrad.shape.symbolic import NumNode
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,10 @@ class TensorCore:
 TENSOR_CORES = {
     "m16n8k16": (TensorCore("m16n8k16_f16", 16, 8, 16, dtypes.float16, dtypes.float32),
                  TensorCore("m16n8k16_bf16", 16, 8, 16, dtypes.bfloat16, dtypes.float32)),
+    # float32 operands as TF32 (sm_80 and later, offered where ALLOW_TF32=1): m16n8k8 takes the same bytes of a row
+    # of K a register as m16n8k16 (a float where two halves were), so its fragments are the same ldmatrix loads of
+    # K-major slices; the tensor cores ignore each float's low 13 bits of mantissa
+    "tf32": (TensorCore("m16n8k8_tf32", 16, 8, 8, dtypes.float32, dtypes.float32),),
     # AMD RDNA3 (gfx11): v_wmma_f32_16x16x16_{f16,bf16} on a wave32 wavefront
     "wmma_gfx11": (TensorCore("wmma_f16_gfx11", 16, 16, 16, dtypes.float16, dtypes.float32, "lane"),
                    TensorCore("wmma_bf16_gfx11", 16, 16, 16, dtypes.bfloat16, dtypes.float32, "lane")),
@@ -204,7 +209,8 @@ def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full, lanes: in
 @dataclass(frozen=True)
 class TCPlan:
     """How a kernel maps onto tensor cores: its M, N and K dims, the loads of A (varies along M and K) and B (along N
-    and K), the other output dims (the grid's z), the instruction and the block tile."""
+    and K), the other output dims (the grid's z), the other reduced dims (loops around K's pipeline), the instruction
+    and the block tile."""
     m_axis: int
     n_axis: int
     k_axis: int
@@ -222,19 +228,22 @@ class TCPlan:
     asynchronous: bool
     # SMEM (float32, FMAs; `config` a SimtConfig, `tc` None): slices staged rows-major without a swizzle
     simt: bool = False
+    # the other reduced dims, outermost first: loops around K's slices (a convolution's filter taps)
+    outer: tuple[int, ...] = ()
 
     @property
     def elem(self):
         """The dtype a staged slice holds: tensor-core operands move as their 16-bit patterns (uint16), except on
-        Metal, whose buffers hold half itself (a uint16 read of one would convert the value)."""
-        if self.simt:
+        Metal, whose buffers hold half itself (a uint16 read of one would convert the value), and float32 (SMEM,
+        TF32) as itself."""
+        if self.simt or self.tc.dtype == dtypes.float32:
             return dtypes.float32
         return dtypes.float16 if self.tc.frag == "simdgroup" else dtypes.uint16
 
     @property
     def lanes(self) -> int:
         """Elements of one 16-byte chunk."""
-        return 4 if self.simt else 8
+        return 16 // self.elem.itemsize
 
     @property
     def swizzled(self) -> bool:
@@ -247,9 +256,31 @@ def along_k(st, rows_axis: int, k_axis: int) -> bool:
     """Is an operand read through `st` staged with K contiguous? Yes unless it is contiguous along its rows (M or N)
     and not along K: its 16-byte chunks are then read along the rows, and the slice is stored transposed."""
     s = st.real_strides()
-    unit_rows = isinstance(s[rows_axis], int) and s[rows_axis] == 1
-    unit_k = isinstance(s[k_axis], int) and s[k_axis] == 1
+    unit_rows = _unit(st, s, rows_axis)
+    unit_k = _unit(st, s, k_axis)
     return not (unit_rows and not unit_k)
+
+
+def _unit(st, strides, d: int) -> bool:
+    """Does `st` read consecutive elements along dim `d`? By its stride, else (a view its strides can't express: a
+    convolution's padded window, W and the filter's column summed into one index) where it reads inside the view,
+    probed at two points: there, a copy along `d` reads neighbours, which the threads of a warp then share."""
+    if strides[d] is not None:
+        return isinstance(strides[d], int) and strides[d] == 1
+    shape = [s if isinstance(s, int) else None for s in st.shape]
+    if None in shape or shape[d] < 2:
+        return False
+    for frac in (3, 2):
+        pt = [min(n // frac, n - 2) if i == d else n // frac for i, n in enumerate(shape)]
+        at = []
+        for off in (0, 1):
+            idx, valid = st.expr_idxs([NumNode(v + (off if i == d else 0)) for i, v in enumerate(pt)])
+            if not (isinstance(idx, NumNode) and isinstance(valid, NumNode) and valid.b == 1):
+                return False
+            at.append(idx.b)
+        if at[1] - at[0] != 1:
+            return False
+    return True
 
 
 def slice_elems(rows: int, bk: int, k_major: bool) -> int:
@@ -257,23 +288,25 @@ def slice_elems(rows: int, bk: int, k_major: bool) -> int:
     return rows * bk
 
 
-def swizzle(row_elems: int) -> tuple[int, int]:
-    """For rows of `row_elems` 16-bit elements: (L, C) such that chunk c of row i is stored at chunk
-    c ^ ((i // L) % C). Rows of fewer than 8 chunks share a 128-byte line of banks, L of them a line; XOR by the
-    line's index spreads eight consecutive rows' same chunk over the 8 chunk positions of the banks.
+def swizzle(row_elems: int, lanes: int = 8) -> tuple[int, int]:
+    """For rows of `row_elems` elements (`lanes` of them a 16-byte chunk): (L, C) such that chunk c of row i is
+    stored at chunk c ^ ((i // L) % C). Rows of fewer than 8 chunks share a 128-byte line of banks, L of them a
+    line; XOR by the line's index spreads eight consecutive rows' same chunk over the 8 chunk positions of the banks.
 
     >>> swizzle(32), swizzle(128)
     ((2, 4), (1, 8))
     """
-    chunks = row_elems // 8
+    chunks = row_elems // lanes
     return max(1, 8 // chunks), min(chunks, 8)
 
 
-def _operand(op, simt: bool):
+def _operand(op, simt: bool, tf32: bool = False):
     """The half/bfloat16 LOAD under `op` when `op` is that load or a cast of it (the float32 LOAD that `op` is, for
-    SMEM), else None."""
+    SMEM, or where TF32 tensor cores are offered), else None."""
+    if op.op is BufferOps.LOAD and op.arg.dtype == dtypes.float32:
+        return op if simt or tf32 else None
     if simt:
-        return op if op.op is BufferOps.LOAD and op.arg.dtype == dtypes.float32 else None
+        return None
     if op.op is UnaryOps.CAST and not op.arg[1]:
         op = op.src[0]
     if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16):
@@ -312,18 +345,23 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         src = src.src[0]
     if src.op is not BinaryOps.MUL:
         return None, "the reduce is not over a product"
-    x, y = _operand(src.src[0], simt), _operand(src.src[1], simt)
+    tf32 = not simt and "tf32" in kinds
+    x, y = _operand(src.src[0], simt, tf32), _operand(src.src[1], simt, tf32)
     if x is None or y is None or x.arg.dtype != y.arg.dtype:
         return None, "the product is not of two float32 loads" if simt else \
-            "the product is not of two half or two bfloat16 loads"
+            "the product is not of two half or two bfloat16 loads" + (" (or float32: TF32)" if tf32 else "")
     full = lin.full_shape
     rdims = [d for d in lin.reduce_axes if not (isinstance(full[d], int) and full[d] == 1)]
-    if len(rdims) != 1 or not isinstance(full[rdims[0]], int):
-        return None, "not exactly one reduced dim of a fixed size"
-    k = rdims[0]
+    if not rdims or any(not isinstance(full[d], int) for d in rdims):
+        return None, "no reduced dim, or one of a symbolic size"
     xd, yd = lin.op_dims[id(x)], lin.op_dims[id(y)]
-    if k not in xd or k not in yd:
-        return None, "an operand does not vary along the reduced dim"
+    shared = [d for d in rdims if d in xd and d in yd]
+    if not shared:
+        return None, "the operands share no reduced dim"
+    # K: the longest reduced dim both operands vary along, staged slice by slice; any other reduced dims (a
+    # convolution's filter taps) are loops around that pipeline, each of their steps staging K's slices again
+    k = max(shared, key=lambda d: (full[d], d))
+    outer = tuple(d for d in rdims if d != k)
     outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
     only_x = [d for d in outs if d in xd and d not in yd and full[d] != 1]
     only_y = [d for d in outs if d in yd and d not in xd and full[d] != 1]
@@ -343,10 +381,18 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         return None, "a symbolic batch dim"
     if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
-    lanes = 4 if simt else 8
+    wide = a.arg.dtype.itemsize == 4  # float32 elements: SMEM, or TF32 tensor cores
+    lanes = 4 if wide else 8
     # tensor-core slices are staged the way the operand's chunks are read; SMEM slices always rows-major (a thread
-    # reads 4 consecutive rows or columns at one k)
-    a_k, b_k = (False, False) if simt else (along_k(a.arg.st, m, k), along_k(b.arg.st, n, k))
+    # reads 4 consecutive rows or columns at one k); TF32's A always K-major (ldmatrix can't transpose 32-bit
+    # elements: an A read along its rows is written to its slice an element at a time), its B either way (read
+    # from an N-major slice a float at a time)
+    if simt:
+        a_k, b_k = False, False
+    elif wide:
+        a_k, b_k = True, along_k(b.arg.st, n, k)
+    else:
+        a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
     asynchronous = "cp.async" in kinds and \
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
@@ -366,7 +412,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     if not simt:
         kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
         tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
-    if smem_bytes(cfg, a_k, b_k, stages, 4 if simt else 2) + readback_bytes(cfg, tc) > lin.opts.shared_max:
+    if smem_bytes(cfg, a_k, b_k, stages, 4 if wide else 2) + readback_bytes(cfg, tc) > lin.opts.shared_max:
         return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
@@ -383,7 +429,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         if (rows * cfg.bk // lanes) % cfg.threads or cfg.threads % (cfg.bk // lanes) or cfg.threads % (rows // lanes):
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
-        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True), ""
+        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer), ""
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
-    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous), ""
+    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer), ""

@@ -90,7 +90,7 @@ MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void
   unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a;
 }
 #define TG_LDSM(NAME, N, SUFFIX) __device__ __forceinline__ tg_vec<unsigned short, 2 * N> NAME( \\
-    const unsigned short* p) { \\
+    const void* p) { \\
   union { tg_vec<unsigned short, 2 * N> v; unsigned int r[4]; } u; \\
   if (N == 4) asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0,%1,%2,%3}, [%4];" \\
       : "=r"(u.r[0]), "=r"(u.r[1]), "=r"(u.r[2]), "=r"(u.r[3]) : "r"(tg_smem_addr(p))); \\
@@ -113,14 +113,16 @@ MMA_FN = """template <int P, int W> __device__ __forceinline__ tg_vec<float, 4> 
     tg_vec<unsigned short, 8> a, tg_vec<unsigned short, W> b, tg_vec<float, 4> c) {{
   union {{ tg_vec<unsigned short, 8> v; unsigned int r[4]; }} ua; ua.v = a;
   union {{ tg_vec<unsigned short, W> v; unsigned int r[W / 2]; }} ub; ub.v = b;
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 "
+  asm("mma.sync.aligned.{shape}.row.col.f32.{ty}.{ty}.f32 "
       "{{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
       : "+f"(c.e[0]), "+f"(c.e[1]), "+f"(c.e[2]), "+f"(c.e[3])
       : "r"(ua.r[0]), "r"(ua.r[1]), "r"(ua.r[2]), "r"(ua.r[3]), "r"(ub.r[2 * P]), "r"(ub.r[2 * P + 1]));
   return c;
 }}
 """
-_MMA_TYPES = {"m16n8k16_f16": "f16", "m16n8k16_bf16": "bf16"}
+# name -> (shape, operand type); TF32 takes float32's bits in the registers where m16n8k16 takes two halves
+_MMA_TYPES = {"m16n8k16_f16": ("m16n8k16", "f16"), "m16n8k16_bf16": ("m16n8k16", "bf16"),
+              "m16n8k8_tf32": ("m16n8k8", "tf32")}
 
 # Hopper's wgmma (sm_90a): a warpgroup multiplies a 64-wide slice of K of A (its 64 rows, staged K-major) by B's (BN
 # columns, staged K-major or in N-major atoms), both read by the tensor cores from shared memory through 64-bit
@@ -201,6 +203,8 @@ class CUDALanguage(GPULanguage):
     # mma.sync m16n8k16 for half and bfloat16, and cp.async: sm_80 and later (ops_cuda.py checks the GPU)
     tensor_cores = ("m16n8k16", "cp.async")
     hopper_tensor_cores = ("wgmma",)  # sm_90 (compiled for sm_90a)
+    # float32 matmuls and convolutions on tensor cores as TF32 (10-bit mantissas): sm_80 and later, where ALLOW_TF32=1
+    tf32_tensor_cores = ("tf32",)
     vec_ops_prelude = VEC_OPS_PRELUDE
     bitcast_prelude = BITCAST_PRELUDE
     kernel_prefix = 'extern "C" __global__ void '
@@ -332,7 +336,8 @@ class CUDALanguage(GPULanguage):
             return ""
         mma = [n for n in sorted(names) if n in _MMA_TYPES]
         wg = [n for n in sorted(names) if n in _WGMMA_TYPES]
-        return MMA_PRELUDE + "".join(MMA_FN.format(name=n, ty=_MMA_TYPES[n]) for n in mma) + \
+        mma_fns = "".join(MMA_FN.format(name=n, shape=_MMA_TYPES[n][0], ty=_MMA_TYPES[n][1]) for n in mma)
+        return MMA_PRELUDE + mma_fns + \
             (WGMMA_PRELUDE if wg else "") + "".join(wgmma_fn(n, _WGMMA_TYPES[n], s) for n in wg for s in WGMMA_SIZES)
 
     def render_shuffle_down(self, val: str, offset: str) -> str:

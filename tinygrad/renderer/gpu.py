@@ -447,8 +447,10 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             bind(u, lang.render_matrix_load(f"{r[id(vin[0])]}+{r[id(vin[1])]}", u.arg[1], u.arg[2]), "frag",
                  inline=False)
         elif op is UOps.LOAD and dt.count > 1:
-            if u.arg == "aligned":
-                vt = f"{lang.address_space(vin[0])}tg_vec<{buf_type(vin[0])}, {dt.count}>"
+            if u.arg in ("aligned", "reinterpret"):
+                # "reinterpret": the buffer's bytes as the load's own type (a float's two 16-bit halves)
+                el = lang.render_dtype(dt.scalar()) if u.arg == "reinterpret" else buf_type(vin[0])
+                vt = f"{lang.address_space(vin[0])}tg_vec<{el}, {dt.count}>"
                 access = f"*(const {vt}*)({r[id(vin[0])]}+{r[id(vin[1])]})"
             else:
                 access = f"tg_vload<{buf_type(vin[0])}, {dt.count}>({r[id(vin[0])]}+{r[id(vin[1])]})"

@@ -234,6 +234,8 @@ class CUDADevice(Compiled):
         tcs = CUDALanguage.tensor_cores if cc >= 80 else ()
         # wgmma: Hopper only (sm_90a code runs on sm_90 and nothing else)
         tcs += CUDALanguage.hopper_tensor_cores if cc == 90 else ()
+        # TF32 rounds float32 operands to 10-bit mantissas: only where asked for, as PyTorch's allow_tf32 flags
+        tcs += CUDALanguage.tf32_tensor_cores if cc >= 80 and getenv("ALLOW_TF32") else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs,
                                  shared_max=a(97))  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
