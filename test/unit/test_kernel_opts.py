@@ -664,3 +664,55 @@ def test_padto_lets_tiles_divide_odd_sizes():
         Linearizer(si.ast, AVX512).apply_opt(Opt(P, 1, 64))  # exp(0) = 1 past the end: the sum would change
     with pytest.raises(ValueError, match="multiple of 5 already"):
         Linearizer(si.ast, AVX512).apply_opt(Opt(P, 1, 5))
+
+
+def _exp2_inputs() -> np.ndarray:
+    special = [0, -0.0, 1, -1, 0.5, 127, 127.99, 128, 128.5, 1e4, -126, -126.5, -140, -149, -149.5, -150, -151, -1e4,
+               np.inf, -np.inf, np.nan, 1e-8, 3.4e38, -3.4e38]
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.array(special, np.float32), rng.uniform(-160, 140, 4096).astype(np.float32),
+                        rng.uniform(-1, 1, 4096).astype(np.float32)])
+    return x[:len(x) // 16 * 16]
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def _assert_exp2(got: np.ndarray, x: np.ndarray, who: str = ""):
+    want = np.exp2(x.astype(np.float64))
+    want32 = want.astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want32)), who
+    ok = ~np.isnan(want32)
+    # within 1.2 units in the last place of the float32 result (subnormals by their fixed spacing): the polynomial's
+    # own bound, its steps rounded one by one (libm's exp2f is within 1)
+    ulps = np.abs(got[ok].astype(np.float64) - want[ok]) / np.spacing(np.maximum(np.abs(want32[ok]), 2 ** -126))
+    assert np.all((ulps <= 1.2) | (got[ok] == want32[ok])), f"{who}: {np.nanmax(ulps)} ulp"
+
+
+def test_exp2_on_float_vectors_is_computed_whole_to_one_ulp(tmp_path):
+    # a libm call per lane made softmax's exp the kernel's whole cost; the vector exp2 (renderer/cstyle.py) is within
+    # 1.2 ulp of the exact value everywhere, inf, NaN, overflow and subnormal results included, with every compiler
+    import shutil
+
+    from tinygrad.runtime.host_cc import run_cc
+    x = _exp2_inputs()
+    _assert_exp2(Tensor(x).exp2().numpy(), x)
+    si, var_vals = last_kernel(Tensor(x).exp2())
+    vmath = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True, max_vector_bytes=64,
+                              vector_registers=32, vector_math=True)
+    lin = lin_for(si, vmath, [Opt(V, 0, 16)])
+    src = ClangRenderer(lin.name, lin.uops)
+    assert "tg_exp2_float_v16(" in src.split("void ")[-1] and "__builtin_exp2f" not in src
+    compilers = {os.path.realpath(p) for p in map(shutil.which, ("gcc", "clang", "clang-14", "clang-19", "cc")) if p}
+    for i, cc in enumerate(sorted(compilers)):
+        out = tmp_path / f"k{i}.so"
+        proc = run_cc(cc, [], src, str(out))
+        assert proc.returncode == 0, f"{cc}: {proc.stderr.decode()}"
+        res = si.bufs[0]
+        res.copyin(memoryview(bytearray(res.nbytes)))
+        ClangProgram(lin.name, out.read_bytes())(*[b._buf for b in si.bufs])
+        _assert_exp2(res.numpy(), x, cc)
+    # softmax's exp is one vector op a step
+    si, _ = last_kernel(rand(64, 256).softmax(-1))
+    lin = lin_for(si, vmath)
+    assert "tg_exp2_float_v" in ClangRenderer(lin.name, lin.uops)
+    lin = lin_for(si, AVX512)  # a device without vector math: a call a lane
+    assert "__builtin_exp2f" in ClangRenderer(lin.name, lin.uops)

@@ -7,6 +7,7 @@ from tinygrad.codegen.kernel import OptOps as OptOps
 from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES as NARROW_VECTOR_DTYPES
 from tinygrad.codegen.uops import VECTOR_ALU_OPS as VECTOR_ALU_OPS
 from tinygrad.codegen.uops import VECTOR_DTYPES as VECTOR_DTYPES
+from tinygrad.codegen.uops import VECTOR_MATH_OPS as VECTOR_MATH_OPS
 from tinygrad.codegen.uops import UOp as UOp
 from tinygrad.codegen.uops import UOps as UOps
 from tinygrad.dtype import DType

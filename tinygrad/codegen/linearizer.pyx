@@ -33,7 +33,7 @@ other kernels (each tiled dim's copies are offsets from the thread's base row or
 from itertools import product
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
+from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
 from tinygrad.ops import _const_identity, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
@@ -661,7 +661,9 @@ cdef class Linearizer:
                 scalar = False
         if scalar:
             return self._uop(UOps.ALU, dtype, srcs, op)
-        if op in VECTOR_ALU_OPS and self._vec_ok(dtype) and all(_scalar_dtype(s) == dtype for s in srcs):
+        vec_op = op in VECTOR_ALU_OPS or (op in VECTOR_MATH_OPS and dtype == dtypes.float32 and
+                                          getattr(self.opts, "vector_math", False))
+        if vec_op and self._vec_ok(dtype) and all(_scalar_dtype(s) == dtype for s in srcs):
             return self._uop(UOps.ALU, dtype.vec(self.vector_width), tuple([self._as_vec(s, dtype) for s in srcs]),
                              op)
         return tuple([self._uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)

@@ -25,7 +25,7 @@ import itertools
 import math
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES
+from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 from tinygrad.shape.symbolic import NumNode, Variable
@@ -145,8 +145,9 @@ class _Model:
                 vec = src in VECTOR_DTYPES or src in NARROW_VECTOR_DTYPES
                 out.append(_Node(dims, _cast_cost(src), vec, False, frozenset()))
             elif not isinstance(op.op, ReduceOps):
-                out.append(_Node(dims, _OP_COST.get(op.op, 1), op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES,
-                                 False, frozenset()))
+                vec = (op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES) or \
+                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and getattr(lin.opts, "vector_math", False))
+                out.append(_Node(dims, _OP_COST.get(op.op, 1), vec, False, frozenset()))
         return out
 
     def copies(self, up: list[int], dims, v: int, w: int) -> int:

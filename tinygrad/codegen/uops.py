@@ -6,13 +6,15 @@ for devices whose LinearizerOptions set `supports_upcast`; a renderer for such a
 - VECTORIZE (lanes -> vector) and GEP (vector -> one lane);
 - LOAD/STORE of a vector dtype: `count` consecutive elements starting at the (scalar) index, at any alignment;
   a gated vector LOAD has a scalar condition and a vector alternative;
-- ALU of a vector dtype for the ops in VECTOR_ALU_OPS: lane by lane, every operand of the same vector dtype;
+- ALU of a vector dtype for the ops in VECTOR_ALU_OPS (and VECTOR_MATH_OPS on float32, where
+  LinearizerOptions.vector_math says so): lane by lane, every operand of the same vector dtype;
 - DEFINE_ACC of a vector dtype (every lane starts at the scalar `arg`) and PHI of a vector dtype.
 
 A LOAD's `arg` is None, "ldmatrix"/"ldmatrix.trans" (a warp's load of 8x8 matrices from shared memory for tensor
 cores: each lane gives one row's address, dtype = two 16-bit elements per matrix), or "bits" (a scalar: the
 element's stored bit pattern as the uint16 dtype of the uop, not converted, for half and bfloat16 buffers), or
 "aligned" (a vector whose address is known to be a multiple of its size: no run-time alignment check), or
+"reinterpret" (an aligned vector of the uop's own dtype read from a buffer of another: a float's two 16-bit halves), or
 ("simdgroup", stride, transposed) (a SIMD group's load of an 8x8 tensor-core tile from shared memory, rows `stride`
 elements apart: dtype = the lane's two 16-bit elements of it, in the compiler's own spread); a STORE's is None,
 "aligned" or ("simdgroup", stride) (a SIMD group's store of an 8x8 float accumulator, the value the lane's part of
@@ -76,6 +78,8 @@ VECTOR_DTYPES = (dtypes.float32, dtypes.float64)
 # NOTE: not half: gcc 12 converts a vector of _Float16 lane by lane, no faster than scalar loads
 NARROW_VECTOR_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32)
 VECTOR_ALU_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, BinaryOps.MAX, UnaryOps.NEG})
+# the math a device with LinearizerOptions.vector_math computes on whole float32 vectors
+VECTOR_MATH_OPS = frozenset({UnaryOps.EXP2})
 
 
 class UOp:
