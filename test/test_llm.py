@@ -200,15 +200,13 @@ def test_cli_json_and_logits_for(tmp_path, capsys):
         llm_main(["--model", str(path), "--logits-for", "[1, 99999]"])
 
 
-@pytest.mark.parametrize("ttype,nbytes,block", [(2, 18, 32), (6, 22, 32), (8, 34, 32), (12, 144, 256), (14, 210, 256)])
-def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
-    from tinygrad import Tensor
-    from tinygrad.apps.llm.model import _planes, plane_values
-    from tinygrad.nn.state_gguf import dequantize
-    rng = np.random.default_rng(ttype)
-    raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
+def _random_blocks(ttype: int, nbytes: int, n: int, seed: int) -> np.ndarray:
+    """n random blocks (n, nbytes) of a quantized type: every bit pattern, its fp16 fields finite."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, nbytes), dtype=np.uint8)
+
     def f16():
-        return np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)
+        return np.frombuffer(rng.uniform(-2, 2, n).astype(np.float16).tobytes(), np.uint8).reshape(n, 2)
     # the fp16 fields: scales at the start (Q4_K: d and dmin), at the end for Q6_K
     if ttype == 14:
         raw[:, 208:210] = f16()
@@ -216,8 +214,40 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
         raw[:, :2] = f16()
         if ttype == 12:
             raw[:, 2:4] = f16()
+    return raw
+
+
+def _gguf_matrix(raw: np.ndarray, ttype: int, shape: tuple[int, int], name: str = "w"):
+    """A GGUFTensor (rows, cols) over blocks `raw` held in memory."""
+    from tinygrad.nn.state_file import CheckpointBytes
+    from tinygrad.nn.state_gguf import GGUFTensor
+    return GGUFTensor(CheckpointBytes.in_memory(raw.tobytes(), name), name, shape, ttype, 0, raw.nbytes)
+
+
+# ttype, block bytes, values a block, the planes' bytes a block: Q8_0 the file's, Q4_0/Q5_0 a byte a value and the
+# file's fp16 scale, Q4_K/Q6_K a byte a value and float32 scales (and offsets)
+PLANE_CASES = [(2, 18, 32, 34), (6, 22, 32, 34), (8, 34, 32, 34), (12, 144, 256, 256 + 64), (14, 210, 256, 256 + 64)]
+
+
+@pytest.mark.parametrize("ttype,nbytes,block,plane_bytes", PLANE_CASES)
+def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block, plane_bytes):
+    """The planes hold the values gguf's dequantization gives, bit for bit (on the host and in the device's kernel),
+    in the bytes the type's layout says: fp16 scales where the file's are (Q8_0 takes exactly the file's bytes)."""
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.model import PLANE_LAYOUT, Linear, _planes, plane_values
+    from tinygrad.nn.state_gguf import dequantize
+    raw = _random_blocks(ttype, nbytes, 64, ttype)
     want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * block,)).numpy().reshape(64, block)
-    np.testing.assert_allclose(plane_values(*_planes(ttype, raw.reshape(-1))), want, rtol=1e-6, atol=1e-6)
+    planes = _planes(ttype, raw.reshape(-1))
+    np.testing.assert_array_equal(plane_values(*planes), want)
+    assert sum(p.nbytes for p in planes if p is not None) == 64 * plane_bytes
+    assert planes[1].dtype == PLANE_LAYOUT[ttype][1]
+    if ttype in (2, 6, 8):
+        assert planes[1].dtype == np.float16 and planes[1].nbytes == 64 * 2  # the file's scale bytes
+    # a (4, 16 * block) matrix on the device: its kernel's values equal too
+    lin = Linear(_gguf_matrix(raw, ttype, (4, 16 * block)), "CLANG")
+    assert lin.qs.nbytes() + lin.d.nbytes() + (lin.m.nbytes() if lin.m is not None else 0) == 64 * plane_bytes
+    np.testing.assert_array_equal(lin.weight().numpy(), want.reshape(4, 16 * block))
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------------
