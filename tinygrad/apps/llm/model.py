@@ -10,7 +10,7 @@ the kernel. The embedding table is read a row per token from the blocks of those
 
 Memory: the file is memory-mapped; planes are made and copied to the device a few MB at a time, the file's pages of
 each chunk let go once read, so loading holds about the planes and one chunk (Gemma 3 270M Q4_K_M: 253 MB of file,
-291 MB of planes).
+291 MB of planes); what loading freed is given back to the OS at its end.
 
 The KV cache holds every layer's keys, (positions, kv_heads, head_dim), and values, transposed as (kv_heads *
 head_dim, positions), up to the context length; a step writes its positions and attends over those before it
@@ -18,6 +18,7 @@ head_dim, positions), up to the context length; a step writes its positions and 
 """
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -328,6 +329,21 @@ def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool) -> Tensor:
     return x * c.reshape(t, 1, d) + pairs.reshape(t, h, d) * s.reshape(t, 1, d)
 
 
+def _return_freed_memory(device: str) -> None:
+    """Give back what loading freed but the process would keep: the device allocator's cached allocations (the
+    chunks copied in while making planes, whose sizes the model's steps don't reuse) and, with glibc, the heap's free
+    pages (malloc keeps the numpy temporaries' memory for reuse otherwise, a few MB to tens of MB)."""
+    from tinygrad.device import Device
+    free_cache = getattr(Device[device].allocator, "free_cache", None)
+    if free_cache is not None:
+        free_cache()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # not glibc (musl, macOS, Windows): nothing to trim
+        return
+    trim(0)
+
+
 class Transformer:
     """The model of a GGUF file (see the module docstring). `forward(ids, start_pos)` runs ids at positions
     start_pos.. and returns the logits of the last one; the KV cache keeps what came before."""
@@ -395,6 +411,7 @@ class Transformer:
         # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
         # it again, a few pages a token)
         self.embd.src.release_pages()
+        _return_freed_memory(self.device)
 
     def embed(self, ids: list[int]) -> np.ndarray:
         """The embedding rows of `ids` (n, dim) on the host, each dequantized from its own blocks (from the mapped
