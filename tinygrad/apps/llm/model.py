@@ -18,7 +18,6 @@ head_dim, positions), up to the context length; a step writes its positions and 
 """
 from __future__ import annotations
 
-import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tinygrad.dtype import dtypes
+from tinygrad.helpers import trim_heap
 from tinygrad.nn.state_gguf import GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
@@ -331,17 +331,13 @@ def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool) -> Tensor:
 
 def _return_freed_memory(device: str) -> None:
     """Give back what loading freed but the process would keep: the device allocator's cached allocations (the
-    chunks copied in while making planes, whose sizes the model's steps don't reuse) and, with glibc, the heap's free
-    pages (malloc keeps the numpy temporaries' memory for reuse otherwise, a few MB to tens of MB)."""
+    chunks copied in while making planes, whose sizes the model's steps don't reuse) and the C heap's free pages
+    (malloc keeps the numpy temporaries' memory for reuse otherwise, a few MB to tens of MB)."""
     from tinygrad.device import Device
     free_cache = getattr(Device[device].allocator, "free_cache", None)
     if free_cache is not None:
         free_cache()
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError, TypeError):  # not glibc (musl, macOS, Windows): nothing to trim
-        return
-    trim(0)
+    trim_heap()
 
 
 class Transformer:
