@@ -83,10 +83,12 @@ def worker_tinygrad(args, ids: list[int]) -> dict:
     from tinygrad.device import Device
     from tinygrad.nn.state_gguf import gguf_tensors
     device = Device.DEFAULT if args.device == "CPU" else args.device
-    # what the CLI holds while it generates: the metadata, the tokenizer and the model
+    # what the CLI holds while it generates: the tokenizer and the model (it drops the metadata, whose vocabulary
+    # lists alone take ~40 MB, and the tensor table once they are made)
     kv, tensors = gguf_tensors(args.model)
     tok = Tokenizer.from_gguf(kv)
     model = Transformer(kv, tensors, device=device, max_context=CONTEXT)
+    del kv, tensors
     sampler = Sampler(SamplingParams())
     history: list[int] = []
 

@@ -182,3 +182,41 @@ def test_misuse_errors_are_also_assertion_errors():
         jf(Tensor([1.0]))
     with pytest.raises(AssertionError):
         Variable("n", 1, 4).bind(5)
+
+
+def test_a_capture_shares_its_intermediates_but_not_what_others_hold():
+    """Six layers of same-sized intermediates take turns in a few buffers; a buffer something outside the capture
+    holds (an intermediate kept in a dict, a cache written in place, the result) keeps its own, and every replay's
+    values are right."""
+    w = Tensor(data(16, 16, seed=1) * 0.3).realize()
+    cache = Tensor.zeros(4, 16).contiguous().realize()
+    kept = {}
+
+    def f(x):
+        h = x
+        for layer in range(6):
+            h = ((h @ w) * 0.5 + 1).tanh().realize()
+            if layer == 2:
+                kept["mid"] = h
+        cache[1:2].assign(h[:1]).realize()
+        return (h * 2).realize()
+
+    def ref(x):
+        h, mid = x, None
+        for layer in range(6):
+            h = np.tanh((h @ w.numpy()) * 0.5 + 1)
+            mid = h if layer == 2 else mid
+        return h * 2, mid, h[:1]
+    jf = TinyJit(f)
+    for i in range(5):
+        x = data(4, 16, seed=10 + i)
+        out = jf(Tensor(x)).numpy()
+        want, mid, row = ref(x)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(kept["mid"].numpy(), mid, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(cache.numpy()[1:2], row, rtol=1e-5, atol=1e-6)
+    inputs = {id(b) for (j, i), _ in jf.input_replace.items() for b in [jf.jit_cache[j].bufs[i]]}
+    held = {id(t.lazydata.base.realized) for t in (w, cache, kept["mid"])}
+    layer_bufs = {id(b) for ei in jf.jit_cache for b in ei.bufs if b.size == 64} - inputs - held
+    assert len(layer_bufs) <= 3, "six layers' (4, 16) intermediates should take turns in a few buffers"
+    assert held <= {id(b) for ei in jf.jit_cache for b in ei.bufs}, "the held buffers stay the capture's own"

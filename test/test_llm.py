@@ -3,6 +3,9 @@ forward pass written from the architecture's description, on a small synthetic G
 sliding-window and global layers, QK-norm, post-norms, two RoPE bases), so no model file is needed."""
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -200,15 +203,13 @@ def test_cli_json_and_logits_for(tmp_path, capsys):
         llm_main(["--model", str(path), "--logits-for", "[1, 99999]"])
 
 
-@pytest.mark.parametrize("ttype,nbytes,block", [(2, 18, 32), (6, 22, 32), (8, 34, 32), (12, 144, 256), (14, 210, 256)])
-def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
-    from tinygrad import Tensor
-    from tinygrad.apps.llm.model import _planes, plane_values
-    from tinygrad.nn.state_gguf import dequantize
-    rng = np.random.default_rng(ttype)
-    raw = rng.integers(0, 256, (64, nbytes), dtype=np.uint8)
+def _random_blocks(ttype: int, nbytes: int, n: int, seed: int) -> np.ndarray:
+    """n random blocks (n, nbytes) of a quantized type: every bit pattern, its fp16 fields finite."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, nbytes), dtype=np.uint8)
+
     def f16():
-        return np.frombuffer(rng.uniform(-2, 2, 64).astype(np.float16).tobytes(), np.uint8).reshape(64, 2)
+        return np.frombuffer(rng.uniform(-2, 2, n).astype(np.float16).tobytes(), np.uint8).reshape(n, 2)
     # the fp16 fields: scales at the start (Q4_K: d and dmin), at the end for Q6_K
     if ttype == 14:
         raw[:, 208:210] = f16()
@@ -216,8 +217,106 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block):
         raw[:, :2] = f16()
         if ttype == 12:
             raw[:, 2:4] = f16()
+    return raw
+
+
+def _gguf_matrix(raw: np.ndarray, ttype: int, shape: tuple[int, int], name: str = "w"):
+    """A GGUFTensor (rows, cols) over blocks `raw` held in memory."""
+    from tinygrad.nn.state_file import CheckpointBytes
+    from tinygrad.nn.state_gguf import GGUFTensor
+    return GGUFTensor(CheckpointBytes.in_memory(raw.tobytes(), name), name, shape, ttype, 0, raw.nbytes)
+
+
+# ttype, block bytes, values a block, the planes' bytes a block: Q8_0 the file's, Q4_0/Q5_0 a byte a value and the
+# file's fp16 scale, Q4_K/Q6_K a byte a value and float32 scales (and offsets)
+PLANE_CASES = [(2, 18, 32, 34), (6, 22, 32, 34), (8, 34, 32, 34), (12, 144, 256, 256 + 64), (14, 210, 256, 256 + 64)]
+
+
+@pytest.mark.parametrize("ttype,nbytes,block,plane_bytes", PLANE_CASES)
+def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block, plane_bytes):
+    """The planes hold the values gguf's dequantization gives, bit for bit (on the host and in the device's kernel),
+    in the bytes the type's layout says: fp16 scales where the file's are (Q8_0 takes exactly the file's bytes)."""
+    from tinygrad import Device, Tensor
+    from tinygrad.apps.llm.model import PLANE_LAYOUT, Linear, _planes, plane_values
+    from tinygrad.nn.state_gguf import dequantize
+    raw = _random_blocks(ttype, nbytes, 64, ttype)
     want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * block,)).numpy().reshape(64, block)
-    np.testing.assert_allclose(plane_values(*_planes(ttype, raw.reshape(-1))), want, rtol=1e-6, atol=1e-6)
+    planes = _planes(ttype, raw.reshape(-1))
+    np.testing.assert_array_equal(plane_values(*planes), want)
+    assert sum(p.nbytes for p in planes if p is not None) == 64 * plane_bytes
+    assert planes[1].dtype == PLANE_LAYOUT[ttype][1]
+    if ttype in (2, 6, 8):
+        assert planes[1].dtype == np.float16 and planes[1].nbytes == 64 * 2  # the file's scale bytes
+    # a (4, 16 * block) matrix on the device: its kernel's values equal too (Q4_K's q * d - m within a rounding:
+    # a GPU compiler may fuse it into one fma)
+    lin = Linear(_gguf_matrix(raw, ttype, (4, 16 * block)), Device.DEFAULT)
+    assert lin.qs.nbytes() + lin.d.nbytes() + (lin.m.nbytes() if lin.m is not None else 0) == 64 * plane_bytes
+    if lin.m is None:
+        np.testing.assert_array_equal(lin.weight().numpy(), want.reshape(4, 16 * block))
+    else:
+        np.testing.assert_allclose(lin.weight().numpy(), want.reshape(4, 16 * block), rtol=1e-6, atol=1e-7)
+
+
+def test_planes_load_in_chunks_as_in_one_piece(monkeypatch):
+    """Matrices larger than a load chunk are made and written chunk by chunk (the last chunk overlapping the one
+    before), stacked ones too (a chunk spanning two of them): the device holds the same planes."""
+    from tinygrad import Device
+    from tinygrad.apps.llm import model
+    from tinygrad.apps.llm.model import Linear, plane_values
+    q, k = _random_blocks(8, 34, 13 * 4, 1), _random_blocks(6, 22, 7 * 4, 2)  # 13 and 7 rows of 128 values
+    want = np.concatenate([plane_values(*model._planes(8, q.reshape(-1))).reshape(13, 128),
+                           plane_values(*model._planes(6, k.reshape(-1))).reshape(7, 128)])
+    ts = [_gguf_matrix(q, 8, (13, 128), "q"), _gguf_matrix(k, 6, (7, 128), "k")]
+    whole = Linear.stacked(ts, Device.DEFAULT)
+    monkeypatch.setattr(model, "LOAD_CHUNK_BYTES", 3 * 128)  # 3 rows a chunk: 7 chunks, the last overlapping
+    chunked = Linear.stacked(ts, Device.DEFAULT)
+    for lin in (whole, chunked):
+        assert lin.shape == (20, 128) and lin.d.dtype == model.dtypes.float16
+        np.testing.assert_array_equal(lin.weight().numpy(), want)
+    np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).weight().numpy(), want[:13])
+    # Q4_K (offsets) and Q6_K (16-value groups) in chunks
+    for ttype, nbytes in ((12, 144), (14, 210)):
+        raw = _random_blocks(ttype, nbytes, 10, ttype)
+        lin = Linear(_gguf_matrix(raw, ttype, (5, 512)), Device.DEFAULT)
+        np.testing.assert_allclose(lin.weight().numpy(), plane_values(*model._planes(ttype, raw.reshape(-1))).reshape(
+            5, 512), rtol=1e-6, atol=1e-7)
+
+
+LOAD_PEAK_SCRIPT = """
+import sys
+from tinygrad.apps.llm.model import Transformer
+from tinygrad.nn.state_gguf import gguf_tensors
+
+
+def vm(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+
+kv, tensors = gguf_tensors(sys.argv[1])
+before = vm("VmRSS")
+model = Transformer(kv, tensors, max_context=64)
+stored = sum(t.nbytes() for lin in [model.output] + [v for L in model.layers for v in L.values()]
+             for t in (getattr(lin, "qs", None), getattr(lin, "d", None), getattr(lin, "m", None)) if t is not None)
+print(before, vm("VmHWM"), stored)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads peak memory from /proc (Linux)")
+def test_loading_peaks_at_the_weights_and_a_chunk(tmp_path):
+    """Loading one layer of the synthetic Gemma 3 270M (its 178 MB Q8_0 embedding table is most of the file) in a
+    fresh process: the peak resident memory stays within the planes it keeps plus a fixed allowance (a chunk in
+    flight, the file's pages of it, compiled kernels, the norms), where one whole-table temporary would add 168 MB
+    or more."""
+    from tinygrad.apps.llm.synthetic import write_gemma3_270m
+    path = write_gemma3_270m(tmp_path / "g.gguf", layers=1)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", LOAD_PEAK_SCRIPT, path], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, peak, stored = map(int, out.stdout.split())
+    assert 183e6 < stored < 185e6  # the table: 168 MB of int8 values and 10.5 MB of fp16 scales, as in the file
+    assert peak - before < stored + 48e6, (before, peak, stored)
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers
+from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers, trim_heap
 
 
 class CompileError(RuntimeError):
@@ -336,6 +336,12 @@ class _MallocAllocator(LRUAllocator):
         except BufferError:
             # a zero-copy view (as_buffer) still uses it: the memory goes when the last view does
             pass
+
+    def free_cache(self) -> None:
+        """Give every cached allocation back, and the C heap's free pages to the OS (host memory freed to malloc
+        stays resident otherwise)."""
+        super().free_cache()
+        trim_heap()
 
     def as_buffer(self, src, size: int | None = None) -> memoryview:
         # cached allocations may be larger than the Buffer they serve

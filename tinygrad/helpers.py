@@ -293,6 +293,24 @@ def Timing(prefix: str = "", on_exit: Callable[[int], str] | None = None, enable
 OSX = platform.system() == "Darwin"
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # not glibc (musl, macOS, Windows)
+        return None
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc's malloc_trim): memory the process freed, which malloc
+    otherwise keeps for reuse, resident (large buffers freed after a peak, such as a model's load temporaries).
+    Nothing where the C library has no such call."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def cache_dir() -> pathlib.Path:
     """The user's cache directory for tinygrad's on-disk caches."""
     base = getenv("XDG_CACHE_HOME") or (os.path.expanduser("~/Library/Caches") if OSX else

@@ -11,10 +11,15 @@ A replay is only right if the call looks like the captured one, so each call is 
 their shape, dtype, device and layout (symbolic dims may take any value in their bounds), other arguments must
 compare equal (or be the same object), and the function must have launched kernels at all. A mismatch raises
 JitError naming the argument; `jit.reset()` forgets the capture.
+
+A capture keeps every buffer its kernels use, the intermediates too; those of the same size whose uses don't overlap
+(a layer's, then the next layer's) share one buffer (see _share_buffers), and the rest go back to the device.
 """
 from __future__ import annotations
 
 import functools
+import sys
+from collections import defaultdict
 from typing import Any, Callable
 
 from tinygrad.device import Device
@@ -146,6 +151,12 @@ class TinyJit:
                 raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
                                "captured: it must compute (and return) Tensors")
             positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
+            shared, devices = _share_buffers(self.jit_cache, set(positions))
+            # the buffers that lost their place went to their allocators' caches: given back to the devices
+            for d in devices:
+                free_cache = getattr(Device[d].allocator, "free_cache", None)
+                if free_cache is not None:
+                    free_cache()
             self.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(self.jit_cache)
                                   for i, b in enumerate(ei.bufs) if id(b) in positions}
             self.expected = signature
@@ -153,7 +164,8 @@ class TinyJit:
             self.cnt = 2
             if DEBUG >= 1:
                 print(f"TinyJit captured {len(self.jit_cache)} items "
-                      f"({type(self.graph).__name__ if self.graph is not None else 'item by item'})")
+                      f"({type(self.graph).__name__ if self.graph is not None else 'item by item'}), "
+                      f"{shared / 1e6:.1f} MB of intermediates shared")
             return self.ret
         self._check(signature)
         bufs = [lb.base.realized for lb in inputs]
@@ -170,6 +182,56 @@ class TinyJit:
             _rebind(self.ret, var_vals)
         raise_pending_interrupt()
         return self.ret
+
+
+def _share_buffers(jit_cache: list, inputs: set[int]) -> tuple[int, set[str]]:
+    """Let the capture's own buffers of one size take turns: each one the capture writes before anything reads it
+    takes the buffer of an earlier one whose last use has passed. Returns the bytes that no longer need a buffer of
+    their own and the devices they were on (their buffers are freed once the caller's references go).
+
+    A buffer is the capture's own when it is not an input (by id in `inputs`), its first use is as an output of a
+    kernel or copy that doesn't also read it (so its contents before the capture mean nothing), and nothing outside
+    the capture holds it: its only references are the capture's own item lists, which rules out the returned
+    tensors' buffers, weights, caches written in place, and anything a Python object still keeps. Items run in
+    order (one stream, a graph in capture order), so a buffer whose last use came before another's first use may
+    hold both."""
+    uses: dict[int, list[tuple[int, int]]] = defaultdict(list)  # id -> (item, position) of every use, in order
+    bufs: dict[int, Any] = {}
+    buf = None
+    for j, ei in enumerate(jit_cache):
+        for i, buf in enumerate(ei.bufs):
+            uses[id(buf)].append((j, i))
+            bufs[id(buf)] = buf
+    del buf  # NOTE: a loop variable left holding a buffer would count as a holder outside the capture below
+
+    def own(k: int) -> bool:
+        j, i = uses[k][0]
+        prg = jit_cache[j].prg
+        kind = getattr(prg, "graph_kind", "")
+        writes = getattr(prg, "outcount", 1) if kind == "kernel" else 1 if kind == "copy" else 0
+        if k in inputs or i >= writes or any(jj == j for jj, _ in uses[k][1:]):
+            return False
+        # references: the item lists' (one a use), `bufs`' and getrefcount's argument; more is an outside holder
+        return sys.getrefcount(bufs[k]) - 2 == len(uses[k])
+    owned = {k for k in uses if own(k)}
+    ends: dict[int, list[int]] = defaultdict(list)
+    for k in owned:
+        ends[uses[k][-1][0]].append(k)
+    waiting: dict[tuple, list] = defaultdict(list)  # holders free after their last use, by (device, dtype, size)
+    holder: dict[int, Any] = {}
+    for j, ei in enumerate(jit_cache):
+        for k in (id(b) for b in ei.bufs):
+            if k in owned and k not in holder:
+                b = bufs[k]
+                free = waiting[(b.device, b.dtype, b.size, b.options)]
+                holder[k] = free.pop() if free else b
+        for k in ends[j]:
+            h = holder[k]
+            waiting[(h.device, h.dtype, h.size, h.options)].append(h)
+    moved = [k for k in owned if holder[k] is not bufs[k]]
+    for ei in jit_cache:
+        ei.bufs[:] = [holder.get(id(b), b) for b in ei.bufs]
+    return sum(bufs[k].nbytes for k in moved), {bufs[k].device for k in moved}
 
 
 def _describe(sig: Any) -> str:

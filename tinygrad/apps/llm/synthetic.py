@@ -49,10 +49,11 @@ VOCAB, DIM, FFN, LAYERS, Q_DIM, KV_DIM, HEAD_DIM = 262144, 640, 2048, 18, 1024, 
 MORE_BITS_LAYERS = (0, 1, 4, 7, 10, 13, 15, 16, 17)
 
 
-def gemma3_270m_tensors() -> list[tuple[str, tuple[int, ...], int]]:
-    """(name, shape outermost first, ggml type) of every tensor, in the real file's order."""
+def gemma3_270m_tensors(layers: int = LAYERS) -> list[tuple[str, tuple[int, ...], int]]:
+    """(name, shape outermost first, ggml type) of every tensor, in the real file's order (of its first `layers`
+    layers)."""
     out = [("output_norm.weight", (DIM,), F32_), ("token_embd.weight", (VOCAB, DIM), Q8_0)]
-    for i in range(LAYERS):
+    for i in range(layers):
         more = i in MORE_BITS_LAYERS
         layer = [("attn_k", (KV_DIM, DIM), Q5_0), ("attn_k_norm", (HEAD_DIM,), F32_), ("attn_norm", (DIM,), F32_),
                  ("attn_output", (DIM, Q_DIM), Q4_K), ("attn_q", (Q_DIM, DIM), Q5_0),
@@ -93,15 +94,19 @@ def synthetic_vocab(n: int = VOCAB) -> tuple[list[str], list[float], list[int]]:
     return tokens + normal, [0.0] * len(tokens) + [-float(i) for i in range(len(normal))], types + [1] * len(normal)
 
 
-def write_gemma3_270m(path: str | os.PathLike, seed: int = 0) -> str:
-    """Write the synthetic model to `path` (253 MB) and return the path."""
+def write_gemma3_270m(path: str | os.PathLike, seed: int = 0, layers: int = LAYERS) -> str:
+    """Write the synthetic model to `path` (253 MB; with fewer `layers`, its first ones: 184 MB for one) and
+    return the path."""
+    if not 1 <= layers <= LAYERS:
+        raise ValueError(f"the synthetic Gemma 3 270M has 1 to {LAYERS} layers, not {layers}")
     rng = np.random.default_rng(seed)
     tokens, scores, types = synthetic_vocab()
-    kv = GEMMA3_270M_KV + [("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+    head = [(k, t, layers if k == "gemma3.block_count" else v) for k, t, v in GEMMA3_270M_KV]
+    kv = head + [("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
                            ("tokenizer.ggml.scores", ARRAY, (F32, scores)),
                            ("tokenizer.ggml.token_type", ARRAY, (I32, types))] + GEMMA3_270M_KV_TAIL
     tensors = []
-    for name, shape, ttype in gemma3_270m_tensors():
+    for name, shape, ttype in gemma3_270m_tensors(layers):
         if ttype == F32_:
             raw = np.ones(shape, np.float32).tobytes()  # RMSNorm gains (GGUF stores Gemma's 1 + w)
         else:
