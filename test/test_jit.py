@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinygrad import GlobalCounters, Tensor, TinyJit, Variable, dtypes
+from tinygrad import Device, GlobalCounters, Tensor, TinyJit, Variable, dtypes
 from tinygrad.engine.jit import JitError
 from tinygrad.nn import Linear
 from tinygrad.nn.optim import Adam
@@ -220,3 +220,25 @@ def test_a_capture_shares_its_intermediates_but_not_what_others_hold():
     layer_bufs = {id(b) for ei in jf.jit_cache for b in ei.bufs if b.size == 64} - inputs - held
     assert len(layer_bufs) <= 3, "six layers' (4, 16) intermediates should take turns in a few buffers"
     assert held <= {id(b) for ei in jf.jit_cache for b in ei.bufs}, "the held buffers stay the capture's own"
+
+
+def test_a_capture_across_devices_keeps_its_buffers():
+    """Items on several devices run on as many streams: a buffer's last use on one may not be over when the next
+    kernel of another starts, so such a capture's intermediates keep buffers of their own."""
+    w = Tensor(data(16, 16, seed=2) * 0.3).realize()
+    other = "CLANG" if Device.DEFAULT == "CPU" else "CPU"
+
+    def f(x):
+        h = x
+        for _ in range(4):
+            h = ((h @ w) * 0.5 + 1).tanh().realize()
+        return (h.to(other) * 2).realize()
+    jf = TinyJit(f)
+    for i in range(4):
+        x = data(4, 16, seed=20 + i)
+        want = x
+        for _ in range(4):
+            want = np.tanh((want @ w.numpy()) * 0.5 + 1)
+        np.testing.assert_allclose(jf(Tensor(x)).numpy(), want * 2, rtol=1e-5, atol=1e-6)
+    layer_bufs = {id(b) for ei in jf.jit_cache for b in ei.bufs if b.size == 64 and b.device == Device.DEFAULT}
+    assert len(layer_bufs) >= 4

@@ -195,6 +195,10 @@ def _share_buffers(jit_cache: list, inputs: set[int]) -> tuple[int, set[str]]:
     tensors' buffers, weights, caches written in place, and anything a Python object still keeps. Items run in
     order (one stream, a graph in capture order), so a buffer whose last use came before another's first use may
     hold both."""
+    # NOTE: only where every item runs on one device: items on several run on as many streams, where a buffer's
+    # last use (a copy another device's stream runs) may not be over when this device's next kernel starts
+    if len({b.device for ei in jit_cache for b in ei.bufs}) > 1:
+        return 0, set()
     uses: dict[int, list[tuple[int, int]]] = defaultdict(list)  # id -> (item, position) of every use, in order
     bufs: dict[int, Any] = {}
     buf = None
