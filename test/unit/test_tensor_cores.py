@@ -324,6 +324,10 @@ def test_convolutions_run_on_tensor_cores():
             ks.append(k)
             wants.append(_conv_ref(x, w, **kw))
     assert not ks[0].lin.tc.b_along_k and ks[0].lin.tc.a_along_k
+    # the padded window is read a thread an element (neighbouring threads, neighbouring columns) and staged an
+    # element at a time; the weights, gathered along K, in chunks of 8
+    src, chunk = ks[0].src, "tg_vec<unsigned short, 8>*)"
+    assert "tc_b[" in src and f"{chunk}(tc_b" not in src and f"{chunk}(tc_a" in src
     for got, want in zip(_run(ks), wants):
         _check(got, want.astype(np.float32))
 

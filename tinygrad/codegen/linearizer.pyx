@@ -1364,6 +1364,9 @@ cdef class Linearizer:
             if len(limits) > 1:
                 valid = Node.ands(limits)
             base = _lane_base(idx, lane) if lane not in valid.vars() else None
+            if i == 0 and base is None and not asy and not k_major and nthreads % rows == 0:
+                # read element by element along the rows: a thread an element, neighbours reading neighbours
+                return self._tc_copy_spread(op, rows_axis, rows, row0, at, gate)
             if asy:
                 if base is None:
                     raise RuntimeError("internal error: an asynchronous copy of elements that are not consecutive")
@@ -1394,6 +1397,73 @@ cdef class Linearizer:
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
+    cdef list _tc_copy_spread(self, object op, int rows_axis, int rows, object row0, tuple at, object gate):
+        """_tc_copy for an operand read along its rows one element at a time (a convolution's padded window): element
+        e = tid + m * threads of the rows x BK slice is row e % rows, k e // rows, so a warp's 32 threads read 32
+        neighbours in one transaction, where 8-element chunks a thread would spread each read of a warp over 8 times
+        the bytes. Items (row, k, None, rows, the element), stored one by one (_tc_stage)."""
+        cfg = self.tc.config
+        i32, el = dtypes.int32, self.tc.elem
+        full, st, k_ax = self.full_shape, op.arg.st, self.tc.k_axis
+        nthreads = cfg.threads
+        c = lambda v: self._const(v, i32)
+        tid = self._thread_id
+        r_in = self._alu(BinaryOps.MOD, i32, (tid, c(rows))) if nthreads > rows else tid
+        k_first = self._alu(BinaryOps.DIV, i32, (tid, c(rows))) if nthreads > rows else c(0)
+        k0, outer_at = at
+        padded_rows = -(-full[rows_axis] // rows) * rows
+        padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
+        vr = Variable(f"tc_sr{rows_axis}", 0, padded_rows - 1)
+        self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
+        zero = self._const(dtypes.as_const(0, el), el)
+        out = []
+        for m in range(rows * cfg.bk // nthreads):
+            k_in = self._alu(BinaryOps.ADD, i32, (k_first, c(m * (nthreads // rows))))
+            vk = Variable(f"tc_sk{rows_axis}_{m}", 0, padded_k - 1)
+            self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
+            nodes = []
+            for d in range(len(full)):
+                if d == rows_axis:
+                    nodes.append(vr)
+                elif d == k_ax:
+                    nodes.append(vk)
+                elif d in self._tc_bases:
+                    nodes.append(self._tc_bases[d])
+                elif d in outer_at:
+                    nodes.append(outer_at[d])
+                else:
+                    nodes.append(NumNode(0))
+            idx, valid = st.expr_idxs(nodes)
+            limits = [valid]
+            if padded_rows != full[rows_axis]:
+                limits.append(vr < full[rows_axis])
+            if padded_k != full[k_ax]:
+                limits.append(vk < full[k_ax])
+            if len(limits) > 1:
+                valid = Node.ands(limits)
+            if _is_false(valid):
+                val = zero
+            else:
+                vin = (self.buf_uops[op.arg.idx], self._lower_node(idx))
+                cond = self._tc_cond(valid, gate)
+                if cond is not None:
+                    vin = vin + (cond, zero)
+                val = self._uop(UOps.LOAD, el, vin, None if el.itemsize == 4 else "bits", False)
+            out.append((r_in, k_in, None, rows, val))
+        return out
+
+    cdef object _tc_elem_at(self, object r, object k, int rows, bint layout_k):
+        """The offset of one element (row `r`, `k`) in a staged slice: a swizzled slice places whole chunks
+        (_tc_at), so the element's own place in its chunk goes on top."""
+        if not self.tc.swizzled:
+            return self._tc_at(r, k, rows, layout_k)
+        i32, nl = dtypes.int32, self.tc.lanes
+        col = k if layout_k else r
+        within = self._alu(BinaryOps.MOD, i32, (col, self._const(nl, i32)))
+        col = self._alu(BinaryOps.SUB, i32, (col, within))
+        return self._alu(BinaryOps.ADD, i32, (self._tc_at(r, col, rows, True) if layout_k else
+                                              self._tc_at(col, k, rows, False), within))
+
     cdef object _limits_valid(self, object valid, list nodes):
         """`valid` and the dims' limits: past the end of a dim its loop overruns (a tile's partial end, PADTO) there
         is nothing to read or store."""
@@ -1411,21 +1481,17 @@ cdef class Linearizer:
         element."""
         i32, nl = dtypes.int32, self.tc.lanes
         for r_in, k_in, k_major, rows, val in chunks:
+            if k_major is None:
+                self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (
+                    base, self._tc_elem_at(r_in, k_in, rows, layout_k))), val), None, False)
+                continue
             if k_major != layout_k:
                 for j in range(nl):
                     rj, kj = (r_in, self._alu(BinaryOps.ADD, i32, (k_in, self._const(j, i32)))) if k_major else \
                         (self._alu(BinaryOps.ADD, i32, (r_in, self._const(j, i32))), k_in)
                     lane = val.vin[j] if val.uop is UOps.VECTORIZE else self._uop(UOps.GEP, self.tc.elem, (val,), j)
-                    if self.tc.swizzled:
-                        # a swizzled slice places whole chunks (_tc_at): the element's own place in its chunk on top
-                        col = kj if layout_k else rj
-                        within = self._alu(BinaryOps.MOD, i32, (col, self._const(nl, i32)))
-                        col = self._alu(BinaryOps.SUB, i32, (col, within))
-                        at = self._alu(BinaryOps.ADD, i32, (self._tc_at(rj, col, rows, True) if layout_k else
-                                                            self._tc_at(col, kj, rows, False), within))
-                    else:
-                        at = self._tc_at(rj, kj, rows, layout_k)
-                    self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (base, at)), lane), None, False)
+                    self._uop(UOps.STORE, None, (smem, self._alu(BinaryOps.ADD, i32, (
+                        base, self._tc_elem_at(rj, kj, rows, layout_k))), lane), None, False)
                 continue
             at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r_in, k_in, rows, k_major)))
             if isinstance(val, tuple):
