@@ -368,3 +368,21 @@ def test_tf32_matmuls_and_convolutions():
         assert 1e-5 < err < 3e-3  # not float32's exactness: the inputs were rounded
     # without the knob's kind, float32 matmuls keep SMEM
     assert Kernel(_t(a) @ _t(b), lopts=TC).lin.tc.simt
+
+
+@settings(max_examples=6, deadline=None)
+@given(n=st.integers(1, 2), cin=st.sampled_from([3, 8, 20]), cout=st.sampled_from([8, 24, 33]), h=st.integers(3, 9),
+       w=st.integers(5, 40), k=st.integers(1, 3), stride=st.integers(1, 2), padding=st.integers(0, 2),
+       dilation=st.integers(1, 2), cfg=st.sampled_from([SMALL, TALL]), tf32=st.booleans(), seed=st.integers(0, 99))
+def test_random_convolutions_match_the_reference(n, cin, cout, h, w, k, stride, padding, dilation, cfg, tf32, seed):
+    # odd channel counts (K and M no tile divides), outputs narrower than a tile, strides, dilations and padding;
+    # float32 on TF32 or half on m16n8k16
+    if (h + 2 * padding - dilation * (k - 1) - 1) < 0 or (w + 2 * padding - dilation * (k - 1) - 1) < 0:
+        return
+    dt = np.float32 if tf32 else np.float16
+    x, wt = _h(n, cin, h, w, seed=seed, dtype=dt), _h(cout, cin, k, k, seed=seed + 1, dtype=dt)
+    kern = Kernel(_t(x).conv2d(_t(wt), stride=stride, padding=padding, dilation=dilation),
+                  opts=[Opt(OptOps.TC, 0, cfg)], lopts=TF32 if tf32 else TC)
+    want = _conv_ref(x, wt, stride=stride, padding=padding, dilation=dilation)
+    got = _run([kern])[0].astype(np.float64).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=3e-2 if not tf32 else 5e-3, atol=3e-2 if not tf32 else 5e-3)
