@@ -87,6 +87,7 @@ cdef class Linearizer:
     cdef object _lower_tc(self)
     cdef tuple _tc_step(self, object step, int ktiles, str tag)
     cdef object _tc_b_floats(self, object smem, object base, object n, object k)
+    cdef list _tc_nodes(self, int rows_axis, object r, object k, dict outer_at)
     cdef list _tc_copy_spread(self, object op, int rows_axis, int rows, object row0, tuple at, object gate)
     cdef object _tc_elem_at(self, object r, object k, int rows, bint layout_k)
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, tuple at, object gate, bint asy)

@@ -1329,28 +1329,17 @@ cdef class Linearizer:
         lane = Variable("tc_lane", 0, nl - 1)
         k0, outer_at = at
         out = []
+        # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
+        padded_rows = -(-full[rows_axis] // rows) * rows
+        padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
         for i in range(n_chunks):
             o = self._alu(BinaryOps.ADD, i32, (t_out, c(i * outer_step)))
             r_in, k_in = (o, t_in) if k_major else (t_in, o)
-            # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
-            padded_rows = -(-full[rows_axis] // rows) * rows
-            padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
             vr = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (nl if not k_major else 1))
             vk = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (nl if k_major else 1))
             self._var_uops[vr] = self._alu(BinaryOps.ADD, i32, (row0, r_in))
             self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
-            nodes = []
-            for d in range(len(full)):
-                if d == rows_axis:
-                    nodes.append(vr if k_major else vr + lane)
-                elif d == k_ax:
-                    nodes.append(vk + lane if k_major else vk)
-                elif d in self._tc_bases:
-                    nodes.append(self._tc_bases[d])
-                elif d in outer_at:
-                    nodes.append(outer_at[d])
-                else:
-                    nodes.append(NumNode(0))
+            nodes = self._tc_nodes(rows_axis, vr if k_major else vr + lane, vk + lane if k_major else vk, outer_at)
             idx, valid = st.expr_idxs(nodes)
             limits = [valid]
             # NOTE: a chunk starts at a multiple of its lanes, so where the dim's size is one too, the chunk is wholly
@@ -1397,6 +1386,23 @@ cdef class Linearizer:
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
+    cdef list _tc_nodes(self, int rows_axis, object r, object k, dict outer_at):
+        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows, `k` along K, the
+        tile's bases (the batch) and the other reduced dims where `outer_at` says (_tc_step), 0 elsewhere."""
+        nodes = []
+        for d in range(len(self.full_shape)):
+            if d == rows_axis:
+                nodes.append(r)
+            elif d == self.tc.k_axis:
+                nodes.append(k)
+            elif d in self._tc_bases:
+                nodes.append(self._tc_bases[d])
+            elif d in outer_at:
+                nodes.append(outer_at[d])
+            else:
+                nodes.append(NumNode(0))
+        return nodes
+
     cdef list _tc_copy_spread(self, object op, int rows_axis, int rows, object row0, tuple at, object gate):
         """_tc_copy for an operand read along its rows one element at a time (a convolution's padded window): element
         e = tid + m * threads of the rows x BK slice is row e % rows, k e // rows, so a warp's 32 threads read 32
@@ -1421,19 +1427,7 @@ cdef class Linearizer:
             k_in = self._alu(BinaryOps.ADD, i32, (k_first, c(m * (nthreads // rows))))
             vk = Variable(f"tc_sk{rows_axis}_{m}", 0, padded_k - 1)
             self._var_uops[vk] = self._alu(BinaryOps.ADD, i32, (k0, k_in))
-            nodes = []
-            for d in range(len(full)):
-                if d == rows_axis:
-                    nodes.append(vr)
-                elif d == k_ax:
-                    nodes.append(vk)
-                elif d in self._tc_bases:
-                    nodes.append(self._tc_bases[d])
-                elif d in outer_at:
-                    nodes.append(outer_at[d])
-                else:
-                    nodes.append(NumNode(0))
-            idx, valid = st.expr_idxs(nodes)
+            idx, valid = st.expr_idxs(self._tc_nodes(rows_axis, vr, vk, outer_at))
             limits = [valid]
             if padded_rows != full[rows_axis]:
                 limits.append(vr < full[rows_axis])
