@@ -268,3 +268,27 @@ def test_the_file_is_checked_once_per_process_not_per_thread(db, monkeypatch):
         w.join()
     assert got == [b"value"] * 3
     assert len(checks) <= 1
+
+
+def test_a_rendered_kernel_is_not_reused_when_the_device_options_change(db, monkeypatch):
+    # the rendered-kernel cache is keyed by the device's code-generation options: a kernel rendered with vector exp2
+    # (vector_math) is not served to the same device without it, as a TF32 kernel is not served once ALLOW_TF32 is
+    # off (the CUDA device's tensor_cores differ); turning the option back on finds the first render again
+    import dataclasses
+
+    from tinygrad import Device, Tensor
+    from tinygrad.engine.realize import _render
+    from tinygrad.engine.schedule import create_schedule_with_vars
+    t = Tensor.rand(64, 64, device="CLANG").realize()
+    ast = create_schedule_with_vars([t.exp2().lazydata])[0][-1].ast
+    dev = Device["CLANG"]
+    with Context(CACHELEVEL=2):
+        # the kernel's body (the last function: the prelude defines the vector exp2 for every float vector type)
+        body = lambda src: src.split("void ")[-1]  # noqa: E731
+        vector = _render("CLANG", ast).src
+        assert "tg_exp2_float_v" in body(vector)
+        with monkeypatch.context() as m:
+            m.setattr(dev, "linearizer_opts", dataclasses.replace(dev.linearizer_opts, vector_math=False))
+            per_lane = _render("CLANG", ast).src
+        assert "tg_exp2_float_v" not in body(per_lane) and "__builtin_exp2f" in body(per_lane)
+        assert _render("CLANG", ast).src == vector
