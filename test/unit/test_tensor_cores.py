@@ -343,6 +343,11 @@ def test_convolution_tiles_follow_the_outputs_they_fill():
     f32 = Kernel(_t(_h(2, 16, 32, 32, dtype=np.float32)).conv2d(_t(_h(32, 16, 3, 3, seed=1, dtype=np.float32))),
                  lopts=TC)
     assert f32.lin.tc is None
+    # on TF32 the 32 x 64 tile comes first (BEAM's pick on the H100), as it fills as well as 64 x 64
+    tf32 = Kernel(_t(_h(8, 64, 56, 56, dtype=np.float32)).conv2d(_t(_h(64, 64, 3, 3, seed=1, dtype=np.float32)),
+                                                                  padding=1), lopts=TF32)
+    cfg = TC_CONFIGS[tf32.lin.applied_opts[0].amt]
+    assert tf32.lin.tc.tc.name == "m16n8k8_tf32" and (cfg.bm, cfg.bn) == (32, 64)
 
 
 def test_tf32_matmuls_and_convolutions():

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from tinygrad.benchmark import workloads as W
 from tinygrad.benchmark.timing import REPS, wall
+from tinygrad.helpers import getenv
 
 CHAIN = 100
 
@@ -81,9 +82,20 @@ def d2d(device: str, s: W.Sizes) -> float:
     return 2 * s.copy_bytes / _wall(dev, lambda: b.copy_(a), 5) / 1e9
 
 
+def _same_precision() -> None:
+    """Float32 matmuls and convolutions in PyTorch at tinygrad's precision: TF32 exactly where ALLOW_TF32=1. PyTorch's
+    own defaults differ between the two (cuDNN convolutions allow TF32, cuBLAS matmuls do not), which would compare
+    a float32 kernel with a TF32 one."""
+    import torch
+    tf32 = bool(getenv("ALLOW_TF32"))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
 def _kernel(make: Callable[[str, W.Sizes], Callable], amount: Callable[[W.Sizes], float]) -> Callable:
     def measure(device: str, s: W.Sizes) -> float:
         dev = _dev(device)
+        _same_precision()
         return amount(s) / _timed(dev, make(dev, s)) / 1e9
     return measure
 

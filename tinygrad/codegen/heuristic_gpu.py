@@ -17,6 +17,7 @@ import math
 
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES
+from tinygrad.dtype import dtypes
 from tinygrad.ops import BufferOps
 from tinygrad.renderer.gpu_plan import WARP_MAX_STEPS, vector_width
 
@@ -61,6 +62,11 @@ TC_MIN_BLOCKS = 128
 TC_MIN_DIM = 32
 # a tile is taken only where its share of real outputs is at least this fraction of the best config's
 TC_MIN_FILL = 0.8
+# float32 convolutions on TF32 tensor cores take this config (32 x 64) first where it fits as well as the others:
+# BEAM=2 chose it for the benchmark's 8x64x56x56 3x3 on the H100 (21.3 TFLOP/s, against 16.4-16.8 for the 64 x 64
+# tile the fill rule takes); a TF32 slice is twice the bytes of a half one, and half-height tiles keep twice the
+# blocks in flight to cover the padded window's element-wise staging
+TF32_CONV_FIRST = 6
 # float32 matmuls: SMEM configs (indices into codegen/tensor_cores.SIMT_CONFIGS) in order of preference, taken as
 # for tensor cores. Measured on the H100 (TFLOP/s, 1024^3 and 4096^3; PyTorch 28.3 and 51.0 in the same run):
 # 128x128x8 19.0 / 45.9, 64x128x16 26.6 / 35.7, 128x64x16 26.4 / 36.9, 64x64x16 25.0 / 28.7; the register tiles
@@ -226,7 +232,7 @@ def smem_opt(lin) -> Opt | None:
 
 
 def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
-    fits = []
+    fits, first = [], None
     for i in preference:
         plan, _ = planner(lin, i)
         if plan is None:
@@ -236,6 +242,8 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
             # a float32 convolution: the SMEM tile restages K's slices for every filter tap, and the H200 ran the
             # benchmark's 3x3 at 11.7 TFLOP/s that way, against 17 with the plain tiles below
             return None
+        if op is OptOps.TC and plan.outer and plan.elem == dtypes.float32:
+            first = TF32_CONV_FIRST
         m, n = full[plan.m_axis], full[plan.n_axis]
         if min(m, n) < TC_MIN_DIM:
             return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
@@ -247,6 +255,8 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
     # convolution's 64 channels by 56 columns fill 22% of a 128 x 128 tile, 88% of a 64 x 64 one
     fill = max(f for _, _, f in fits) * TC_MIN_FILL
     fits = [(i, blocks) for i, blocks, f in fits if f >= fill]
+    if first is not None:
+        fits.sort(key=lambda x: x[0] != first)
     return Opt(op, 0, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS), max(fits, key=lambda x: x[1])[0]))
 
 
