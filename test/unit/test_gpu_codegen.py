@@ -31,6 +31,7 @@ from tinygrad.renderer.cuda import (
     HALF_PRELUDE,
     MMA_FN,
     MMA_PRELUDE,
+    TMA_PRELUDE,
     WGMMA_PRELUDE,
     WGMMA_SIZES,
     CUDALanguage,
@@ -47,7 +48,13 @@ CUDA = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcas
                          global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX)
 
 _SHIM = r"""
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <math.h>
 #include <pthread.h>
 #include <thread>
@@ -63,6 +70,7 @@ static pthread_barrier_t tg_block_bar;
 #define __restrict__ __restrict
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 static void __syncthreads() { pthread_barrier_wait(&tg_block_bar); }
 static float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 static unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -217,6 +225,9 @@ static tg_vec<float, N / 2> tg_wgmma_emu(const unsigned short* a, const unsigned
     }
     c.e[i] += s;
   }
+  // the warp's lanes leave together (the instructions are .sync.aligned): a lane that frees the stage (TMA) speaks
+  // for the whole warp
+  __syncthreads();
   return c;
 }
 #define TG_WGMMA(N) \
@@ -230,11 +241,77 @@ template <int R> static tg_vec<float, R> tg_wgmma_wait_all(tg_vec<float, R> c) {
 """
 
 
+# TMA on the host (blocks of one, no clusters): mbarriers as counters of arrivals and bytes with a phase, which
+# threads wait on (the copies land at once, counting their bytes down); a tensor map as the box's geometry and the
+# host address of its start; a copy writes the box row after row with the 128-byte swizzle, zeros out of bounds
+_TMA_EMU = r"""
+struct tg_tmap { const unsigned char* base; unsigned long long elem, swizzle, dims[2], stride, box[2]; };
+struct tg_mbar_state { unsigned count, pending, phase; long long tx; };
+static std::mutex tg_mbar_mu;
+static std::condition_variable tg_mbar_cv;
+static std::map<const void*, tg_mbar_state> tg_mbars;
+static void tg_mbar_settle(tg_mbar_state& b) {
+  if (b.pending == 0 && b.tx == 0) { b.phase++; b.pending = b.count; tg_mbar_cv.notify_all(); }
+}
+static void tg_mbar_init(unsigned long long* bar, unsigned count) {
+  std::lock_guard<std::mutex> g(tg_mbar_mu); tg_mbars[bar] = tg_mbar_state{count, count, 0, 0};
+}
+static void tg_mbar_expect(unsigned long long* bar, unsigned bytes) {
+  std::lock_guard<std::mutex> g(tg_mbar_mu); tg_mbar_state& b = tg_mbars.at(bar);
+  b.tx += bytes; b.pending--; tg_mbar_settle(b);
+}
+static void tg_mbar_arrive(unsigned long long* bar) {
+  std::lock_guard<std::mutex> g(tg_mbar_mu); tg_mbar_state& b = tg_mbars.at(bar);
+  if (b.pending == 0) std::abort();  // more arrivals than the barrier counts
+  b.pending--; tg_mbar_settle(b);
+}
+static void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
+  std::unique_lock<std::mutex> g(tg_mbar_mu);
+  if (!tg_mbar_cv.wait_for(g, std::chrono::seconds(20), [&] { return (tg_mbars.at(bar).phase & 1) != parity; })) {
+    tg_mbar_state& b = tg_mbars.at(bar);
+    fprintf(stderr, "mbar wait timeout: thread %u bar %p parity %u phase %u pending %u tx %lld\n", threadIdx.x,
+            (void*)bar, parity, b.phase, b.pending, b.tx);
+    std::abort();
+  }
+}
+static void tg_mbar_init_fence() {}
+static unsigned tg_cluster_rank() { return 0; }
+static void tg_cluster_sync() { __syncthreads(); }
+static void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) { if (cta) std::abort(); tg_mbar_arrive(bar); }
+static void tg_tma_2d(void* dst, const tg_tmap* m, int c0, int c1, unsigned long long* bar) {
+  unsigned long long e = m->elem;
+  for (unsigned long long y = 0; y < m->box[1]; y++)
+    for (unsigned long long x = 0; x < m->box[0]; x++) {
+      unsigned long long gx = c0 + x, gy = c1 + y, a = (unsigned long long)dst + (y * m->box[0] + x) * e;
+      if (m->swizzle == 128) a ^= ((a >> 7) & 7) << 4;
+      if (gx < m->dims[0] && gy < m->dims[1]) std::memcpy((void*)a, m->base + gy * m->stride + gx * e, e);
+      else std::memset((void*)a, 0, e);
+    }
+  std::lock_guard<std::mutex> g(tg_mbar_mu); tg_mbar_state& b = tg_mbars.at(bar);
+  b.tx -= (long long)(m->box[0] * m->box[1] * e); tg_mbar_settle(b);
+}
+static void tg_tma_2d_mc(void*, const tg_tmap*, int, int, unsigned long long*, unsigned short) { std::abort(); }
+"""
+
+
+class HostTensorMap(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("elem", ctypes.c_ulonglong), ("swizzle", ctypes.c_ulonglong),
+                ("dims", ctypes.c_ulonglong * 2), ("stride", ctypes.c_ulonglong), ("box", ctypes.c_ulonglong * 2)]
+
+
+_TMAP_LINE = re.compile(r"^// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+) dims=(\d+),(\d+) strides=(\d+) "
+                        r"box=(\d+),(\d+) swizzle=(\d+)$", re.M)
+
+
 def _emulate_mma(src: str) -> str:
     """`src` with its tensor-core functions replaced by the host emulation."""
     if "tg_smem_addr" not in src:
         return src
     src = src.replace(MMA_PRELUDE, "").replace(WGMMA_PRELUDE, "")
+    if TMA_PRELUDE in src:
+        # (the generic helpers, tg_tma_init and the rest, stay: they are written in terms of the emulated ones)
+        keep = TMA_PRELUDE[TMA_PRELUDE.index("template <int S, int CLUSTER>"):]
+        src = src.replace(TMA_PRELUDE, _TMA_EMU + keep)
     for name, (shape, ty) in _MMA_TYPES.items():
         src = src.replace(MMA_FN.format(name=name, shape=shape, ty=ty), "")
     for name, ty in _WGMMA_TYPES.items():
@@ -248,10 +325,15 @@ def _compile(kernels: list[Kernel]) -> list:
     parts = [_SHIM]
     for k, kern in enumerate(kernels):
         src = kern.src
-        m = re.search(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*)\) \{', src)
-        args, nptr, nint = [], 0, 0
+        m = re.search(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(?:__cluster_dims__\([\d, ]+\) )?'
+                      r'(\w+)\((.*)\) \{', src)
+        args, nptr, nint, nmap = [], 0, 0, 0
         for p in [p.replace("__restrict__", "").rsplit(" ", 1)[0].strip() for p in m.group(2).split(", ")]:
-            if p.endswith("*"):
+            if p.endswith("tg_tmap"):
+                # tensor maps come last, their host structures after the buffers' addresses (see _run)
+                args.append(f"*(const tg_tmap*)ptrs[{nptr + nmap}]")
+                nmap += 1
+            elif p.endswith("*"):
                 args.append(f"({p})ptrs[{nptr}]")
                 nptr += 1
             else:
@@ -302,7 +384,10 @@ def _run(kernels: list[Kernel], var_vals: dict | None = None, launchers: list | 
             else:
                 arrays.append(np.frombuffer(b.as_buffer(), dtype=b.dtype.np).copy())
         ints = [var_vals[v] for v in kern.lin.vars]
-        ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        maps = [HostTensorMap(arrays[int(g[0])].ctypes.data + int(g[1]), int(g[2]), int(g[8]), (int(g[3]), int(g[4])),
+                              int(g[5]), (int(g[6]), int(g[7]))) for g in _TMAP_LINE.findall(kern.src)]
+        addrs = [a.ctypes.data for a in arrays] + [ctypes.addressof(tm) for tm in maps]
+        ptrs = (ctypes.c_void_p * len(addrs))(*addrs)
         fn((ctypes.c_uint * 3)(*gs), (ctypes.c_uint * 3)(*ls), ptrs, (ctypes.c_int * max(1, len(ints)))(*ints))
         outs.append(arrays[0])
     return outs

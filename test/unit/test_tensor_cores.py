@@ -210,6 +210,57 @@ def test_wgmma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
         Kernel(_t(np.ascontiguousarray(a.T)).T @ _t(b), opts=[Opt(OptOps.TC, 0, cfg)], lopts=HOPPER)
 
 
+TMA = dataclasses.replace(HOPPER, tensor_cores=HOPPER.tensor_cores + ("tma",))
+
+
+def _tma_config(cluster, bm=128, bn=256, stages=4):
+    return TC_CONFIGS.index(next(c for c in TC_CONFIGS if c.tma == cluster and (c.bm, c.bn, c.stages) ==
+                                 (bm, bn, stages)))
+
+
+def test_tma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
+    # slices copied by TMA (the host emulates the copies and mbarriers): more steps of K than stages, so stages are
+    # refilled once every warp has freed them; M, N and K no tile divides (the boxes read zeros past the ends)
+    a, b, w = _h(200, 576), _h(576, 136, seed=1), _h(136, 576, seed=2)
+    nmaj = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
+    kmaj = Kernel(_t(a) @ _t(w).T, opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
+    assert "tg_tma_produce<4, 8192, 16384, false, 4, 1>" in nmaj.src and "tg_cp_async16(" not in nmaj.src.split("extern")[-1]
+    # the tensor maps: A (K, M) in 64 x 128 boxes; B (N, K) in 64-column atoms, or (K, N) in 64 x 256 boxes
+    assert "// tg_tensor_map arg=1 offset=0 elem=2 dims=576,200 strides=1152 box=64,128 swizzle=128" in nmaj.src
+    assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=136,576 strides=272 box=64,64 swizzle=128" in nmaj.src
+    assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=576,136 strides=1152 box=64,256 swizzle=128" in kmaj.src
+    assert "const __grid_constant__ tg_tmap tmap_b)" in nmaj.src
+    got_n, got_k = _run([nmaj, kmaj])
+    af = a.astype(np.float32)
+    _check(got_n, af @ b.astype(np.float32))
+    _check(got_k, af @ w.astype(np.float32).T)
+
+
+def test_tma_clusters_share_b_and_the_plan_rules():
+    # two blocks along M a cluster, each copying half of B's slice into both (multicast); rendered for the device
+    # only (the host runs one block at a time)
+    a, b = _h(256, 128), _h(128, 256, seed=1)
+    k = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(2))], lopts=TMA)
+    assert "__cluster_dims__(1, 2, 1)" in k.src and "multicast::cluster" in k.src
+    assert "tg_tma_init<4, 2>(tc_bar, 16, lidx0)" in k.src and "tg_tma_exit<2>()" in k.src
+    # K-major B: each block's box is half of B's rows
+    kk = Kernel(_t(a) @ _t(_h(256, 128, seed=2)).T, opts=[Opt(OptOps.TC, 0, _tma_config(2))], lopts=TMA)
+    assert "box=64,128 swizzle=128" in kk.src.split("tmap_b")[0].splitlines()[2]
+    # refused: an odd number of row tiles for a cluster of 2, a batch, a device without TMA, a view with an offset
+    # TMA can take (and one it can't: not 16-byte aligned, which cp.async refuses too)
+    with pytest.raises(ValueError, match="multiple of 2 row tiles"):
+        Kernel(_t(_h(128, 128)) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(2))], lopts=TMA)
+    with pytest.raises(ValueError, match="no batch dims"):
+        Kernel(_t(_h(2, 128, 128)) @ _t(_h(2, 128, 256)), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
+    with pytest.raises(ValueError, match="no TMA"):
+        Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=HOPPER)
+    big = _h(264, 128)
+    sub = Kernel(_t(big)[8:] @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
+    assert f"offset={8 * 128 * 2} elem=2 dims=128,256" in sub.src
+    got, = _run([sub])
+    _check(got, big[8:].astype(np.float32) @ b.astype(np.float32))
+
+
 @pytest.mark.parametrize("lopts", [TC, SYNC])
 def test_partial_tiles_of_whole_chunks_copy_asynchronously(lopts):
     # sizes that are multiples of a 16-byte chunk (8 halves) but of no tile: chunks wholly inside or past the end

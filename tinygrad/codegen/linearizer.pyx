@@ -1010,7 +1010,24 @@ cdef class Linearizer:
         steps = ktiles
         for d in plan.outer:
             steps *= full[d]
-        if asy:
+        tma = getattr(cfg, "tma", 0)
+        if tma:
+            # TMA (see UOps.TMA): thread 0 copies whole slices; every stage is filled before the loop, and at step
+            # k the stage of step k-2 (whose wgmma every warp has waited for by its step k-1) takes step k+S-2
+            from tinygrad.codegen.tensor_cores import tma_box
+            maps = []
+            for is_a, op, name in ((True, plan.a, "tmap_a"), (False, plan.b, "tmap_b")):
+                dims, strides, box, offset = tma_box(plan, is_a, full)
+                maps.append(self._uop(UOps.TMA, None, (self.buf_uops[op.arg.idx],),
+                                      ("map", name, offset, op.arg.dtype.itemsize, dims, strides, box, 128), False))
+            bars = self._uop(UOps.DEFINE_LOCAL, PtrDType(dtypes.uint64), (), ("tc_bar", 2 * stages), False)
+            self._uop(UOps.TMA, None, (bars, tid), ("init", stages, nthreads // 32 * tma, tma), False)
+            leader = self._alu(BinaryOps.CMPEQ, dtypes.bool, (tid, c(0)))
+            produce = ("produce", stages, size_a, size_b, plan.b_along_k, cfg.bn // 64, tma)
+            for st_i in range(min(stages, steps)):
+                self._uop(UOps.TMA, None, (bars, leader, c(st_i), smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
+                          produce, False)
+        elif asy:
             # the first stages-1-lag slices in flight, a group each (empty past the end, so every step commits one)
             for st_i in range(stages - 1 - lag):
                 if st_i < steps:
@@ -1026,7 +1043,16 @@ cdef class Linearizer:
             self._uop(UOps.BARRIER, None, (), None, False)
         loop = self._uop(UOps.LOOP, i32, (c(0), c(steps)), None, False)
         self._open_scope()
-        if asy:
+        if tma:
+            ahead = add(loop, c(stages - 2))
+            go = self._alu(BinaryOps.AND, dtypes.bool, (leader, self._alu(BinaryOps.AND, dtypes.bool, (
+                self._alu(BinaryOps.CMPLT, dtypes.bool, (c(1), loop)),
+                self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(steps)))))))
+            self._uop(UOps.TMA, None, (bars, go, ahead, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b), produce,
+                      False)
+            self._uop(UOps.TMA, None, (bars, loop), ("wait", stages), False)
+            cur = mod(loop, c(stages))
+        elif asy:
             # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
             # thread is done with the buffer the next copies overwrite), then the slice stages-1 ahead is started
             self._uop(UOps.ASYNC_WAIT, None, (), stages - 2 - lag, False)
@@ -1056,6 +1082,12 @@ cdef class Linearizer:
             out = self._uop(UOps.WMMA, acc_wg.dtype, (smem_a, add(base_a, wg_a), smem_b, base_b, acc_wg),
                             (tc.name, (cfg.bn, plan.b_along_k, b_atoms, lag)), False)
             acc_wg = self._uop(UOps.PHI, acc_wg.dtype, (acc_wg, out, loop), None, False)
+            if tma:
+                # the last slice's instructions are done (the wgmma waited for them): its stage is free
+                first_lane = self._alu(BinaryOps.CMPEQ, dtypes.bool, (mod(tid, c(32)), c(0)))
+                go = self._alu(BinaryOps.AND, dtypes.bool, (first_lane, self._alu(BinaryOps.CMPLT, dtypes.bool, (
+                    c(0), loop))))
+                self._uop(UOps.TMA, None, (bars, add(loop, c(-1)), go), ("release", stages, tma), False)
         elif simt:
             for kk in range(cfg.bk):
                 # slices are rows-major: 4 consecutive rows (columns) of one k are one 16-byte read
@@ -1114,6 +1146,8 @@ cdef class Linearizer:
         self._uop(UOps.ENDLOOP, None, (loop,), None, False)
         if wg:
             acc_wg = self._uop(UOps.WMMA, acc_wg.dtype, (acc_wg,), (tc.name, ("wait", cfg.bn)), False)
+        if tma:
+            self._uop(UOps.TMA, None, (), ("exit", tma), False)
         # the accumulators through the kernel's elementwise tail: each tiled dim's copies are offsets from the
         # thread's base row (column)
         if wg:

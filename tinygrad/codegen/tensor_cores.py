@@ -102,6 +102,11 @@ class TCConfig:
     # Hopper's wgmma: WM warpgroups (4 warps each) along M, each a 64 x BN tile; BK = 64, so that a staged row of K
     # (or a 64-wide atom of a slice staged N-major) is the 128 bytes of the hardware's 128-byte swizzle
     wgmma: bool = False
+    # wgmma slices copied by the TMA unit instead of cp.async (0: cp.async): a thread of the block issues each
+    # slice's copies (whole boxes of A and B, described by tensor maps the runtime encodes), and mbarriers say when a
+    # stage has landed and when every warp is done with it. `tma` blocks form a cluster along M whose members share
+    # B's slice: each copies 1/tma of it into all of them (multicast), so L2 serves B once per cluster
+    tma: int = 0
 
     @property
     def threads(self) -> int:
@@ -138,6 +143,12 @@ TC_CONFIGS = (
     TCConfig(128, 256, 64, 2, 1, 4, wgmma=True),
     TCConfig(64, 256, 64, 1, 1, 4, wgmma=True),
     TCConfig(256, 128, 64, 4, 1, 4, wgmma=True),
+    # Hopper: wgmma on slices copied by TMA, alone or in clusters of 2 blocks sharing B's slices (multicast)
+    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=1),
+    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=2),
+    TCConfig(128, 256, 64, 2, 1, 3, wgmma=True, tma=2),
+    TCConfig(128, 128, 64, 2, 1, 6, wgmma=True, tma=2),
+    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=2),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -408,11 +419,17 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
+        if cfg.tma:
+            why = _tma_unfit(cfg, a, b, m, n, k, b_k, batch, outer, full, kinds)
+            if why:
+                return None, f"config {cfg}: {why}"
     tc = None
     if not simt:
         kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
         tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
-    if smem_bytes(cfg, a_k, b_k, stages, 4 if wide else 2) + readback_bytes(cfg, tc) > lin.opts.shared_max:
+    # (TMA: the stages' mbarriers take one more 1024-byte aligned piece of it)
+    if smem_bytes(cfg, a_k, b_k, stages, 4 if wide else 2) + readback_bytes(cfg, tc) + \
+            (1024 if getattr(cfg, "tma", 0) else 0) > lin.opts.shared_max:
         return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
@@ -433,3 +450,33 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
     return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer), ""
+
+
+def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full, kinds) -> str:
+    """Why TMA can't copy this kernel's slices ("" where it can): each operand must be a plain 2D box of its buffer,
+    (K, M) for A and (K, N) or (N, K) for B, innermost first, which the runtime encodes as a tensor map (16-byte
+    aligned start and row strides: copies_async has checked both)."""
+    if "tma" not in kinds:
+        return "the device has no TMA (Hopper, sm_90)"
+    if batch or outer:
+        return "TMA copies a plain matmul's operands (no batch dims, no reduced dims besides K)"
+    for op, rows, along in ((a, m, True), (b, n, b_k)):
+        strides = op.arg.st.views[0].strides
+        if not isinstance(strides[rows if along else k], int) or strides[rows if along else k] <= 0:
+            return "an operand repeats its rows (a zero stride): not a tensor map's box"
+    if cfg.tma > 1 and (-(-full[m] // cfg.bm)) % cfg.tma:
+        return f"clusters of {cfg.tma} blocks along M need a multiple of {cfg.tma} row tiles"
+    return ""
+
+
+def tma_box(plan, op_is_a: bool, full) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    """The tensor map of one operand of a TMA plan: (dims, byte strides of dims 1.., box, byte offset of its start),
+    innermost first. A: (K, M), a box of BK x BM; B staged K-major: (K, N), BK x BN/cluster (each block of a cluster
+    copies its share of the rows); B staged N-major: (N, K), 64-column atoms of BK rows."""
+    cfg, op = plan.config, plan.a if op_is_a else plan.b
+    v, item, shape = op.arg.st.views[0], op.arg.dtype.itemsize, full
+    k, rows = plan.k_axis, plan.m_axis if op_is_a else plan.n_axis
+    if op_is_a or plan.b_along_k:
+        box = (cfg.bk, cfg.bm) if op_is_a else (cfg.bk, cfg.bn // cfg.tma)
+        return (shape[k], shape[rows]), (v.strides[rows] * item,), box, v.offset * item
+    return (shape[rows], shape[k]), (v.strides[k] * item,), (64, cfg.bk), v.offset * item

@@ -68,6 +68,20 @@ class UOps(Enum):
     ASYNC_WAIT = auto()      # wait until at most `arg` of this thread's committed groups are still in flight
     FENCE = auto()           # arg "async_proxy": this thread's shared-memory writes (its landed COPY_ASYNCs
     #                          included) are seen by the tensor cores' own reads of shared memory (Hopper's wgmma)
+    TMA = auto()             # Hopper's TMA pipeline of a wgmma kernel (CUDA only), arg[0] the kind:
+    #                          ("map", name, byte offset, element bytes, dims, byte strides, box, swizzle bytes), vin
+    #                          (the DEFINE_GLOBAL,): a tensor-map parameter describing a box of that buffer, innermost
+    #                          dim first (the runtime encodes it from the buffer's address at each launch);
+    #                          ("init", stages, arrivals, cluster), vin (mbarriers, thread id): the stages' "full" and
+    #                          "empty" mbarriers set up, then the block (cluster) synchronised;
+    #                          ("produce", stages, A's and B's elements a stage, B staged K-major, B's 64-column
+    #                          atoms, cluster), vin (mbarriers, go, step, A's local, B's local, A's map, B's map, first
+    #                          row of A, first column of B): where `go`, step's slices copied into stage step % stages
+    #                          once every warp is done with what it held;
+    #                          ("wait", stages), vin (mbarriers, step): until step's slices have landed;
+    #                          ("release", stages, cluster), vin (mbarriers, step, go): where `go`, this warp is done
+    #                          with step's stage (told to every block of the cluster, whose producers write into it);
+    #                          ("exit", cluster): no block of the cluster leaves while another may still signal it
 
 
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands

@@ -146,6 +146,98 @@ template <int R> __device__ __forceinline__ tg_vec<float, R> tg_wgmma_wait_all(t
 """
 WGMMA_SIZES = (64, 128, 256)
 
+# Hopper's TMA (sm_90): a wgmma kernel's slices copied by the TMA unit as whole boxes of A and B, described by tensor
+# maps (128-byte parameters the runtime encodes from the buffers: see UOps.TMA and the `// tg_tensor_map` lines),
+# landing in shared memory with the tensor cores' 128-byte swizzle. Stage s has two mbarriers: "full" (bars[s]),
+# which completes when its bytes have landed (the producer's arrive carries the byte count, the copies count the
+# bytes down), and "empty" (bars[S+s]), which completes when every warp, of every block of the cluster, is done with
+# it. Phase parities follow from the step: step j is stage j % S's (j / S)-th use. In a cluster each block copies
+# 1/CLUSTER of B's slice into every block's shared memory (multicast) and every warp frees its stage in all of them.
+TMA_PRELUDE = """struct __align__(64) tg_tmap { unsigned long long v[16]; };
+__device__ __forceinline__ void tg_mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tg_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void tg_mbar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+      :: "r"(tg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(tg_smem_addr(bar)), "r"(parity) : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tg_mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(tg_smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(tg_smem_addr(bar)), "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void tg_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ unsigned tg_cluster_rank() {
+  unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}
+__device__ __forceinline__ void tg_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void tg_tma_2d(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];" :: "r"(tg_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tg_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void tg_tma_2d_mc(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar,
+    unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3}], [%4], %5;"
+      :: "r"(tg_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tg_smem_addr(bar)), "h"(mask) : "memory");
+}
+template <int S, int CLUSTER> __device__ __forceinline__ void tg_tma_init(unsigned long long* bars, unsigned arrivals,
+    int tid) {
+  if (tid == 0) {
+    for (int s = 0; s < S; s++) { tg_mbar_init(bars + s, 1); tg_mbar_init(bars + S + s, arrivals); }
+    tg_mbar_init_fence();
+  }
+  if (CLUSTER > 1) tg_cluster_sync(); else __syncthreads();
+}
+// step j's slices into stage j % S: A's box at (K j*64, row), B's at (K, column) staged K-major, else its 64-column
+// atoms at (column + 64 i, K), 4096 elements apart; in a cluster, this block's share of B into every block
+template <int S, int SA, int SB, bool BK, int NB, int CLUSTER> __device__ __forceinline__ void tg_tma_produce(
+    unsigned long long* bars, bool go, int j, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
+    const tg_tmap& mb, int row, int col) {
+  if (!go) return;
+  const int s = j % S, k0 = j * 64;
+  if (j >= S) tg_mbar_wait(bars + S + s, (j / S - 1) & 1);
+  tg_mbar_expect(bars + s, (SA + SB) * 2);
+  tg_tma_2d(sa + s * SA, &ma, k0, row, bars + s);
+  unsigned short* b = sb + s * SB;
+  if (CLUSTER == 1) {
+    if (BK) tg_tma_2d(b, &mb, k0, col, bars + s);
+    else for (int i = 0; i < NB; i++) tg_tma_2d(b + i * 4096, &mb, col + 64 * i, k0, bars + s);
+  } else {
+    const int r = (int)tg_cluster_rank();
+    const unsigned short mask = (unsigned short)((1u << CLUSTER) - 1);
+    if (BK) tg_tma_2d_mc(b + r * (SB / CLUSTER), &mb, k0, col + r * (SB / CLUSTER / 64), bars + s, mask);
+    else for (int i = r * (NB / CLUSTER); i < (r + 1) * (NB / CLUSTER); i++)
+      tg_tma_2d_mc(b + i * 4096, &mb, col + 64 * i, k0, bars + s, mask);
+  }
+}
+template <int S> __device__ __forceinline__ void tg_tma_wait(unsigned long long* bars, int k) {
+  tg_mbar_wait(bars + k % S, (k / S) & 1);
+}
+template <int S, int CLUSTER> __device__ __forceinline__ void tg_tma_release(unsigned long long* bars, int k,
+    bool go) {
+  if (!go) return;
+  if (CLUSTER == 1) tg_mbar_arrive(bars + S + k % S);
+  else for (int c = 0; c < CLUSTER; c++) tg_mbar_arrive_cluster(bars + S + k % S, c);
+}
+template <int CLUSTER> __device__ __forceinline__ void tg_tma_exit() { if (CLUSTER > 1) tg_cluster_sync(); }
+"""
+
 
 def wgmma_fn(name: str, ty: str, n: int) -> str:
     """The CUDA function for one slice of wgmma `name` (operand type `ty`) with N = `n` columns."""
@@ -202,7 +294,7 @@ class CUDALanguage(GPULanguage):
     name = "CUDA"
     # mma.sync m16n8k16 for half and bfloat16, and cp.async: sm_80 and later (ops_cuda.py checks the GPU)
     tensor_cores = ("m16n8k16", "cp.async")
-    hopper_tensor_cores = ("wgmma",)  # sm_90 (compiled for sm_90a)
+    hopper_tensor_cores = ("wgmma", "tma")  # sm_90 (compiled for sm_90a)
     # float32 matmuls and convolutions on tensor cores as TF32 (10-bit mantissas): sm_80 and later, where ALLOW_TF32=1
     tf32_tensor_cores = ("tf32",)
     vec_ops_prelude = VEC_OPS_PRELUDE
@@ -286,15 +378,22 @@ class CUDALanguage(GPULanguage):
             return f"tg_vmax({operands[0]}, {operands[1]})"
         return super().render_vector_alu(op, operands, dt)
 
-    def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None) -> str:
+    def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None,
+                      cluster: int = 1) -> str:
         args = []
         for pname, dt, is_out in params:
-            if isinstance(dt, PtrDType):
+            if dt == "tmap":
+                # (read where it lies: TMA takes the parameter's own address)
+                args.append(f"const __grid_constant__ tg_tmap {pname}")
+            elif isinstance(dt, PtrDType):
                 base = self.buffer_type_map.get(dt.base) or self.render_dtype(dt.base)
                 args.append(f"{'' if is_out else 'const '}{base}*{self.restrict} {pname}")
             else:
                 args.append(f"{self.arg_int_prefix} {pname}")
         bounds = f"__launch_bounds__({launch_bounds}) " if launch_bounds else ""
+        # blocks of a cluster along y (the tile rows that share B: TMA multicast), fixed at compile time so that a
+        # plain launch forms them
+        bounds += f"__cluster_dims__(1, {cluster}, 1) " if cluster > 1 else ""
         # first, before any memory is touched: a graph may launch this kernel while the one before it finishes
         # (programmatic dependent launch, sm_90 and later), and this waits until that one has completed and its
         # writes are visible; with no such launch it returns at once
@@ -310,6 +409,25 @@ class CUDALanguage(GPULanguage):
         if name not in _MMA_TYPES:
             raise NotImplementedError(f"CUDA has no tensor core {name}")
         return f"tg_mma_{name}<{part or 0}, {8 if part is not None else 4}>({', '.join(operands)})"
+
+    def render_tma(self, arg: tuple, operands: list[str]) -> str:
+        kind = arg[0]
+        if kind == "init":
+            return f"tg_tma_init<{arg[1]}, {arg[3]}>({operands[0]}, {arg[2]}, {operands[1]})"
+        if kind == "produce":
+            _, stages, sa, sb, b_k, atoms, cluster = arg
+            return f"tg_tma_produce<{stages}, {sa}, {sb}, {'true' if b_k else 'false'}, {atoms}, {cluster}>(" + \
+                ", ".join(operands) + ")"
+        if kind == "wait":
+            return f"tg_tma_wait<{arg[1]}>({', '.join(operands)})"
+        if kind == "release":
+            return f"tg_tma_release<{arg[1]}, {arg[2]}>({', '.join(operands)})"
+        if kind == "exit":
+            return f"tg_tma_exit<{arg[1]}>()"
+        raise NotImplementedError(f"no TMA uop {kind}")
+
+    def tma_prelude(self) -> str:
+        return TMA_PRELUDE
 
     def render_proxy_fence(self, kind: str) -> str:
         if kind != "async_proxy":

@@ -44,6 +44,8 @@ from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _Parallel, _plan_
 
 LAUNCH_MARKER = "// tinygrad launch:"
 SHARED_MARKER = "// tinygrad dynamic shared memory:"
+# one line per tensor-map parameter (TMA), in parameter order: which launch argument it describes and how
+TENSOR_MAP_MARKER = "// tg_tensor_map"
 _SHARED_RE = re.compile(r"^// tinygrad dynamic shared memory: (\d+) bytes$", re.M)
 # the name of a kernel's dynamic shared array (its DEFINE_LOCALs are slices of it)
 DYNAMIC_SHARED = "tg_smem"
@@ -151,6 +153,14 @@ class GPULanguage(CStyleLanguage):
         the asynchronous copies where the kernel has them (`copies`)."""
         return ""
 
+    def render_tma(self, arg: tuple, operands: list[str]) -> str:
+        """A TMA uop other than a map (see UOps.TMA) as a statement, its operands rendered."""
+        raise NotImplementedError(f"{type(self).__name__} has no TMA")
+
+    def tma_prelude(self) -> str:
+        """What render_tma's statements and the tensor-map parameters need declared."""
+        raise NotImplementedError(f"{type(self).__name__} has no TMA")
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Launch sizes written into the kernel source (the parallel plan itself is made in gpu_plan.py)
@@ -215,6 +225,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         emit(lang.dynamic_shared.format(DYNAMIC_SHARED))
     # per open vectorised nest (by the id of its outermost loop): what its closing needs
     open_vec: dict[int, dict] = {}
+    tmaps: list[UOp] = []  # TMA map uops: the kernel's tensor-map parameters, in order
+    cluster = 1  # blocks of a cluster (TMA multicast)
     hoisted: dict[int, str] = {}  # id of a moved load or store -> the variable standing for its element
 
     def buf_type(buf: UOp) -> str:
@@ -440,6 +452,14 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(lang.render_async_wait(u.arg) + ";")
         elif op is UOps.FENCE:
             emit(lang.render_proxy_fence(u.arg) + ";")
+        elif op is UOps.TMA and u.arg[0] == "map":
+            # a tensor-map parameter (after every other one): the runtime encodes it from the launch's buffer
+            # argument `arg` at each launch, as the marker line says
+            r[id(u)] = u.arg[1]
+            tmaps.append(u)
+        elif op is UOps.TMA:
+            cluster = max(cluster, u.arg[3] if u.arg[0] == "init" else 1)
+            emit(lang.render_tma(u.arg, [r[id(v)] for v in vin]) + ";")
         elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
             bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
                  "frag", inline=False)
@@ -484,17 +504,28 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         kw.depth -= 1
         emit("}")  # the `if (thread 0)` of a kernel without output loops
     bounds = _launch_bounds(specials, par)
-    kernel = lang.render_kernel(name, body, kw.params, bounds)
+    names = [p[0] for p in kw.params]
+    tmap_lines = ""
+    for u in tmaps:
+        _, pname, offset, elem, dims, strides, box, swizzle = u.arg
+        tmap_lines += f"{TENSOR_MAP_MARKER} arg={names.index(r[id(u.vin[0])])} offset={offset} elem={elem} " \
+            f"dims={','.join(map(str, dims))} strides={','.join(map(str, strides))} box={','.join(map(str, box))} " \
+            f"swizzle={swizzle}\n"
+        kw.params.append((pname, "tmap", False))
+    extra = {"cluster": cluster} if cluster > 1 else {}
+    kernel = lang.render_kernel(name, body, kw.params, bounds, **extra)
     prelude = lang.prelude(dts) + (lang.bitcast_prelude if any(u.uop is UOps.BITCAST for u in uops) else "")
     vectors = any(u.dtype is not None and u.dtype.count > 1 and not isinstance(u.dtype, PtrDType) for u in uops)
     prelude += lang.vec_prelude if par.vec or vectors else ""
     prelude += lang.vec_ops_prelude if vectors else ""
     async_ops = (UOps.COPY_ASYNC, UOps.ASYNC_COMMIT, UOps.ASYNC_WAIT)
     prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA},
-                                 any(u.uop in async_ops for u in uops))
+                                 any(u.uop in async_ops for u in uops) or bool(tmaps))
+    prelude += lang.tma_prelude() if tmaps else ""
     persistent = " persistent" if par.mode in ("blocks", "grid", "warps") else ""
     marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
     marker += f"{SHARED_MARKER} {shared_total} bytes\n" if shared_total else ""
+    marker += tmap_lines
     if par.mode == "grid":
         # per module (each kernel is a module of its own): the blocks' partial results and how many are done
         prelude += f"{lang.device_var_prefix}{lang.render_dtype(par.acc.dtype)} tg_part[{par.grid}];\n"

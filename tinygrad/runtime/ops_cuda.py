@@ -43,7 +43,8 @@ LIB_MAGIC = b"TGCUDA4\0"
 _HEADER = struct.Struct("<8s9I")
 _OLD_HEADERS = {b"TGCUDA1\0": struct.Struct("<8s6I"), b"TGCUDA2\0": struct.Struct("<8s7I"),
                 b"TGCUDA3\0": struct.Struct("<8s8I")}
-_KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
+_KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
+                          r'(?:__cluster_dims__\([\d, ]+\) )?(\w+)\(')
 # resident threads per multiprocessor by compute capability (the CUDA programming guide's table of compute
 # capabilities); every one of them has 64K registers per multiprocessor, in four banks
 THREADS_PER_SM = {75: 1024, 80: 2048, 86: 1536, 87: 2048, 89: 1536, 90: 2048, 100: 2048, 103: 2048, 120: 1536,
