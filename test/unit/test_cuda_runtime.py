@@ -8,6 +8,7 @@ its copy has completed reads stale bytes here too. Kernels compute nothing: laun
 their packed arguments. Also here: the CUDA renderer (rendered kernels compile with NVRTC or nvcc where either is
 installed) and the grid planning of tinygrad/codegen/gpu_dims.py. test/test_cuda_device.py runs the numbers on a GPU.
 """
+import dataclasses
 import gc
 import hashlib
 import os
@@ -780,19 +781,66 @@ def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
 
 
 def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
+    from tinygrad.renderer.gpu import TensorMapSpec
     from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
     dims = ((5, 1, 1), (256, 1, 1))
-    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False)
-    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True)
-    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False)
+    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True, ())
+    maps = (TensorMapSpec(1, 16, 2, (64, 32), (256,), (64, 16), 128), TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0))
+    assert unpack_lib(pack_lib(b"CUBIN", dims, True, 64, True, maps)) == (b"CUBIN", dims, True, 64, True, maps)
+    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False, ())
     old = b"TGCUDA1\0" + struct.pack("<6I", 5, 1, 1, 256, 1, 1) + b"CUBIN"  # the layout before the flag
-    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False, ())
     old = b"TGCUDA2\0" + struct.pack("<7I", 5, 1, 1, 256, 1, 1, 1) + b"CUBIN"  # before dynamic shared memory
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False, ())
     old = b"TGCUDA3\0" + struct.pack("<8I", 5, 1, 1, 256, 1, 1, 1, 64) + b"CUBIN"  # before the grid wait
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False, ())
+    old = b"TGCUDA4\0" + struct.pack("<9I", 5, 1, 1, 256, 1, 1, 1, 64, 1) + b"CUBIN"  # before tensor maps
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, True, ())
+
+
+def test_tensor_map_lines_parse_and_round_trip():
+    from tinygrad.renderer.gpu import TensorMapSpec, tensor_maps
+    a = TensorMapSpec(1, 16, 2, [64, 32], [256], (64, 16), 128)  # any int sequences, kept as tuples
+    b = TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0)
+    assert a.dims == (64, 32) and a.strides == (256,) and hash(a) == hash(TensorMapSpec(*dataclasses.astuple(a)))
+    assert a.comment() == "// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16 swizzle=128"
+    assert b.comment() == "// tg_tensor_map arg=0 offset=0 elem=4 dims=1024 strides= box=32 swizzle=0"
+    src = f"{a.comment()}\n  {b.comment()}\n" + TMAP_KERNEL  # in parameter order; indentation allowed
+    assert tensor_maps(src) == (a, b) and tensor_maps(TMAP_KERNEL) == ()
+    for line in ["// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16",  # no swizzle
+                 "// tg_tensor_map arg=x offset=0 elem=4 dims=8 strides= box=8 swizzle=0",
+                 "// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=0 extra"]:
+        with pytest.raises(ValueError, match="malformed tensor-map line: '" + line):
+            tensor_maps(KERNEL + line + "\n")
+    for line, why in [("// tg_tensor_map arg=0 offset=0 elem=3 dims=8 strides= box=8 swizzle=0", "element size"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8,8 strides= box=8,8 swizzle=0", "needs 1 stride"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=512 swizzle=0", "1 to 256"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=16", "swizzle must")]:
+        with pytest.raises(ValueError, match=f"invalid tensor-map line '{line}'.*{why}"):
+            tensor_maps(line)
+    with pytest.raises(ValueError, match="rank must be 1 to 5"):
+        TensorMapSpec(0, 0, 4, (), (), (), 0)
+
+
+def test_tma_kernels_compile_with_their_maps_and_launch_with_ordinary_arguments(cuda, fake):
+    from tinygrad.renderer.gpu import TensorMapSpec
+    from tinygrad.runtime.ops_cuda import CUDAProgram, unpack_lib
+    maps = tuple(TensorMapSpec(*m) for m in TMAPS)
+    src = "".join(m.comment() + "\n" for m in maps) + TMAP_KERNEL
+    lib = cuda.compiler.compile(src)
+    assert unpack_lib(lib)[5] == maps
+    prg = CUDAProgram(cuda, "t", lib)
+    assert prg.native.tensor_maps == [dataclasses.astuple(m) for m in maps] == TMAPS
+    out, a = _cuda.DeviceBuffer(cuda._dev, 4096), _cuda.DeviceBuffer(cuda._dev, 16384)
+    prg(out, a, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(7,))
+    packed = fake.launches()[-1][3]
+    assert packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7)
+    assert decoded_map(packed[64:192])["address"] == a.ptr + 16
+    with pytest.raises(ValueError, match="malformed tensor-map line"):
+        cuda.compiler.compile("// tg_tensor_map arg=0\n" + TMAP_KERNEL)
 
 
 def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake):
