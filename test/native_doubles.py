@@ -112,8 +112,9 @@ def fake_cuda():
 
 
 def install_fake_cuda(**config) -> None:
-    """A fresh fake machine (`config`: device_count, driver_version, memory_bytes, compute_capability, param_info),
-    loaded by the CUDA runtime as its driver and its NVRTC, by path, the way it loads libcuda.so.1 and libnvrtc."""
+    """A fresh fake machine (`config`: device_count, driver_version, memory_bytes, compute_capability, param_info,
+    tensor_map), loaded by the CUDA runtime as its driver and its NVRTC, by path, the way it loads libcuda.so.1 and
+    libnvrtc."""
     from tinygrad.runtime import _cuda
     fake_cuda().install(**config)
     path = str(build())

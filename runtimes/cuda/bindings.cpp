@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "buffer.h"
@@ -41,6 +42,10 @@ std::vector<tg::BufferPin<>> pin_all(const std::vector<tg::Buffer*>& a, const st
       if (buf != nullptr) pins.emplace_back(*buf);
   return pins;
 }
+
+// A tensor-map spec as Python passes it: (arg, offset, elem, dims, strides, box, swizzle).
+using TensorMapTuple = std::tuple<size_t, std::uint64_t, std::uint32_t, std::vector<std::uint64_t>,
+                                  std::vector<std::uint64_t>, std::vector<std::uint32_t>, std::uint32_t>;
 
 struct CudaTraits {
   using Device = CudaDevice;
@@ -107,6 +112,29 @@ PYBIND11_MODULE(_cuda, m) {
                     "True where the kernel's first instruction is griddepcontrol.wait, so a graph may launch it "
                     "programmatically after the kernel before it (CudaGraph.programmatic). Set by the loader.")
       .def_property_readonly("max_threads_per_block", &CudaProgram::max_threads_per_block)
+      .def(
+          "set_tensor_maps",
+          [](CudaProgram& p, const std::vector<TensorMapTuple>& specs) {
+            std::vector<tg::cuda::TensorMapSpec> out;
+            for (const auto& [arg, offset, elem, dims, strides, box, swizzle] : specs)
+              out.push_back({arg, offset, elem, dims, strides, box, swizzle});
+            p.set_tensor_maps(std::move(out));
+          },
+          py::arg("specs"),
+          "Declare the kernel's trailing TMA tensor-map parameters: (arg, offset, elem, dims, strides, box, swizzle)"
+          " each, as the renderer's `// tg_tensor_map` lines give them. Launches then take the ordinary arguments "
+          "only; each map is encoded from buffer argument `arg`'s address + offset (ValueError for a spec that does "
+          "not fit the kernel; RuntimeError where the driver has no cuTensorMapEncodeTiled).")
+      .def_property_readonly(
+          "tensor_maps",
+          [](const CudaProgram& p) {
+            py::list out;
+            for (const auto& s : p.tensor_maps())
+              out.append(py::make_tuple(s.arg, s.offset, s.elem, py::tuple(py::cast(s.dims)),
+                                        py::tuple(py::cast(s.strides)), py::tuple(py::cast(s.box)), s.swizzle));
+            return out;
+          },
+          "The tensor maps set_tensor_maps declared, as its tuples (sizes as tuples).")
       .def_property_readonly(
           "params",
           [](const CudaProgram& p) -> py::object {

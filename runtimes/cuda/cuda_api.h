@@ -133,12 +133,38 @@ inline constexpr unsigned char CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1;
 inline constexpr unsigned char kGraphKernelNodePortProgrammatic = 1;  // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
 inline constexpr int kEdgeDataCudaVersion = 12030;
 
+// CUtensorMap: the 128-byte descriptor of a global tensor that Hopper's TMA copies tiles of (cp.async.bulk.tensor).
+// Opaque: cuTensorMapEncodeTiled writes it, a kernel takes it as a __grid_constant__ parameter aligned to 64 bytes
+// (kTensorMapParamAlign; the renderer's tg_tmap). The host copy the driver writes is aligned to 128, what CUDA 13's
+// cuda.h asks (CUDA 12's asked 64).
+struct alignas(128) TensorMap {
+  std::uint64_t opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
+inline constexpr size_t kTensorMapParamAlign = 64;
+// cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion, ...FloatOOBfill).
+// TMA only moves bits, so the unsigned integer type of each element size is enough for any dtype.
+inline constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+inline constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1;
+inline constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2;
+inline constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT64 = 4;
+inline constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+inline constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
+inline constexpr int CU_TENSOR_MAP_SWIZZLE_32B = 1;
+inline constexpr int CU_TENSOR_MAP_SWIZZLE_64B = 2;
+inline constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+inline constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+inline constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zeros
+inline constexpr int kTensorMapMaxRank = 5;
+
 // The oldest driver ABI this table is written against: every entry point is resolved at this version, so its
 // signature is the one declared below even on newer drivers (cuGetProcAddress returns the newest variant whose
 // signature existed at the requested version).
 inline constexpr int kPinnedCudaVersion = 12000;
 // cuFuncGetParamInfo (the exact parameter layout of a kernel) appeared in 12.4; optional below that.
 inline constexpr int kParamInfoCudaVersion = 12040;
+// cuTensorMapEncodeTiled (TMA descriptors, for sm_90 kernels) appeared in 12.0.
+inline constexpr int kTensorMapCudaVersion = 12000;
 
 // ---------------------------------------------------------------------------------------------------------------
 // The driver as a table of entry points
@@ -217,6 +243,12 @@ struct DriverApi {
   // (optional) resolved at kEdgeDataCudaVersion (the signature with edge data); nullptr otherwise
   CUresult (*cuGraphAddDependencies)(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
                                      const GraphEdgeData* edges, size_t count) = nullptr;
+  // (optional) resolved at kTensorMapCudaVersion; nullptr where the driver lacks it (kernels with tensor-map
+  // parameters then cannot be launched). Writes the 128-byte descriptor into `map`; needs no context.
+  CUresult (*cuTensorMapEncodeTiled)(TensorMap* map, int data_type, std::uint32_t rank, void* global_address,
+                                     const std::uint64_t* global_dim, const std::uint64_t* global_strides,
+                                     const std::uint32_t* box_dim, const std::uint32_t* element_strides,
+                                     int interleave, int swizzle, int l2_promotion, int oob_fill) = nullptr;
 };
 
 // The bootstrap entry point everything else is resolved through (cuGetProcAddress_v2, CUDA 12.0+).

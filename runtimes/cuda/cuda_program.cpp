@@ -17,7 +17,78 @@ std::string dims_text(const std::uint32_t d[3]) {
   return "(" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + ")";
 }
 
+template <class T>
+std::string join(const std::vector<T>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+
+std::string hex(std::uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  do {
+    out.insert(out.begin(), kDigits[v & 15]);
+    v >>= 4;
+  } while (v != 0);
+  return "0x" + out;
+}
+
+// The CUtensorMapDataType of an element size: TMA copies bits, so an unsigned type of the same width fits any dtype.
+int tensor_map_data_type(std::uint32_t elem) {
+  switch (elem) {
+    case 1:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case 2:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    case 4:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT32;
+    default:
+      return CU_TENSOR_MAP_DATA_TYPE_UINT64;
+  }
+}
+
+int tensor_map_swizzle(std::uint32_t bytes) {
+  switch (bytes) {
+    case 32:
+      return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64:
+      return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128:
+      return CU_TENSOR_MAP_SWIZZLE_128B;
+    default:
+      return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+// Why a spec cannot be encoded on any GPU, or an empty string; what the driver checks of the address and the strides
+// is left to it (its own error names the problem).
+std::string spec_problem(const TensorMapSpec& s) {
+  const size_t rank = s.dims.size();
+  if (rank < 1 || rank > static_cast<size_t>(kTensorMapMaxRank)) return "a tensor map has 1 to 5 dimensions";
+  if (s.strides.size() != rank - 1)
+    return "rank " + std::to_string(rank) + " needs " + std::to_string(rank - 1) + " stride(s), got " +
+           std::to_string(s.strides.size());
+  if (s.box.size() != rank)
+    return "rank " + std::to_string(rank) + " needs " + std::to_string(rank) + " box size(s), got " +
+           std::to_string(s.box.size());
+  for (std::uint64_t d : s.dims)
+    if (d == 0 || d > (std::uint64_t{1} << 32)) return "each size must be 1 to 2^32 elements";
+  for (std::uint32_t b : s.box)
+    if (b == 0 || b > 256) return "each box size must be 1 to 256 elements";
+  if (s.elem != 1 && s.elem != 2 && s.elem != 4 && s.elem != 8) return "the element size must be 1, 2, 4 or 8 bytes";
+  if (s.swizzle != 0 && s.swizzle != 32 && s.swizzle != 64 && s.swizzle != 128)
+    return "the swizzle must be 0, 32, 64 or 128 bytes";
+  return {};
+}
+
 }  // namespace
+
+std::string describe(const TensorMapSpec& s) {
+  return "arg=" + std::to_string(s.arg) + " offset=" + std::to_string(s.offset) + " elem=" + std::to_string(s.elem) +
+         " dims=" + join(s.dims) + " strides=" + join(s.strides) + " box=" + join(s.box) +
+         " swizzle=" + std::to_string(s.swizzle);
+}
 
 CudaProgram::CudaProgram(std::shared_ptr<Context> ctx, std::string name, std::string_view image)
     : ctx_(std::move(ctx)), name_(std::move(name)) {
@@ -78,9 +149,11 @@ CudaProgram::~CudaProgram() {
 }
 
 void CudaProgram::pack(const KernelArg* args, size_t nargs, std::vector<std::uint8_t>& out) const {
-  if (layout_known_ && nargs != params_.size())
-    throw UsageError("kernel " + name_ + " takes " + std::to_string(params_.size()) + " argument(s), got " +
-                     std::to_string(nargs));
+  const size_t nmaps = map_specs_.size();  // set_tensor_maps saw to it that the kernel has that many parameters
+  if (layout_known_ && nargs + nmaps != params_.size())
+    throw UsageError("kernel " + name_ + " takes " + std::to_string(params_.size() - nmaps) + " argument(s), got " +
+                     std::to_string(nargs) +
+                     (nmaps ? " (its " + std::to_string(nmaps) + " tensor map(s) are encoded by the runtime)" : ""));
   size_t end = 0;
   // Each argument's place: the driver's layout, or else natural alignment in order (the C ABI of the parameter
   // list, which NVCC and NVRTC follow).
@@ -122,6 +195,86 @@ void CudaProgram::pack(const KernelArg* args, size_t nargs, std::vector<std::uin
     }
     end = std::max(end, offset + size);
   }
+  // The tensor maps, after the ordinary arguments: where the driver gave no layout, at the next 64-byte boundary
+  // (the alignment of the kernel's tg_tmap), 128 bytes each, as the C ABI lays out the parameter list.
+  const size_t maps_at = (end + kTensorMapParamAlign - 1) / kTensorMapParamAlign * kTensorMapParamAlign;
+  for (size_t i = 0; i < nmaps; ++i) {
+    const TensorMapSpec& spec = map_specs_[i];
+    if (spec.arg >= nargs || args[spec.arg].kind != KernelArg::Kind::Pointer)
+      throw UsageError("kernel " + name_ + ": tensor map " + std::to_string(i) + " describes argument " +
+                       std::to_string(spec.arg) + ", which is " +
+                       (spec.arg >= nargs ? "not among the " + std::to_string(nargs) + " given" : "not a buffer"));
+    const size_t offset = layout_known_ ? params_[nargs + i].offset : maps_at + i * sizeof(TensorMap);
+    if (offset + sizeof(TensorMap) > out.size()) out.resize(offset + sizeof(TensorMap), 0);
+    write_tensor_map(i, args[spec.arg].bits + spec.offset, out.data() + offset);
+  }
+}
+
+void CudaProgram::write_tensor_map(size_t i, std::uint64_t address, std::uint8_t* dst) const {
+  std::lock_guard<std::mutex> lock(map_mutex_);
+  MapCache& cache = map_cache_[i];
+  if (!cache.valid || cache.address != address) {
+    cache.valid = false;
+    const DriverApi& d = ctx_->api();
+    if (d.cuTensorMapEncodeTiled == nullptr) no_tensor_maps();
+    const TensorMapSpec& s = map_specs_[i];
+    const auto rank = static_cast<std::uint32_t>(s.dims.size());
+    std::uint64_t dims[kTensorMapMaxRank] = {}, strides[kTensorMapMaxRank] = {};
+    std::uint32_t box[kTensorMapMaxRank] = {}, element_strides[kTensorMapMaxRank] = {1, 1, 1, 1, 1};
+    std::copy(s.dims.begin(), s.dims.end(), dims);
+    std::copy(s.strides.begin(), s.strides.end(), strides);
+    std::copy(s.box.begin(), s.box.end(), box);
+    CUresult r = d.cuTensorMapEncodeTiled(&cache.encoded, tensor_map_data_type(s.elem), rank,
+                                          reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), dims,
+                                          strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          tensor_map_swizzle(s.swizzle), CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      ctx_->fail("cuTensorMapEncodeTiled", r,
+                 "encoding tensor map " + std::to_string(i) + " of kernel " + name_ + " for address " + hex(address) +
+                     " (" + describe(s) + "); TMA needs a 16-byte-aligned address and strides that are multiples "
+                     "of 16 bytes");
+    cache.valid = true;
+    cache.address = address;
+  }
+  std::memcpy(dst, &cache.encoded, sizeof(TensorMap));
+}
+
+void CudaProgram::no_tensor_maps() const {
+  const DriverApi& d = ctx_->api();
+  throw RuntimeError(ctx_->name(), "cuGetProcAddress_v2", "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND",
+                     "kernel " + name_ + " takes TMA tensor maps, but the CUDA driver (" + d.source + ", CUDA " +
+                         cuda_version_text(d.version) + ") has no cuTensorMapEncodeTiled: TMA kernels need CUDA 12.0+");
+}
+
+void CudaProgram::set_tensor_maps(std::vector<TensorMapSpec> specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string why = spec_problem(specs[i]);
+    // the parameter layout: every map a trailing 128-byte parameter, its buffer an ordinary pointer parameter
+    if (why.empty() && layout_known_) {
+      const size_t ordinary = params_.size() - std::min(params_.size(), specs.size());
+      const size_t param = ordinary + i;
+      const size_t arg = specs[i].arg;
+      if (specs.size() > params_.size())
+        why = "the kernel has " + std::to_string(params_.size()) + " parameter(s), fewer than " +
+              std::to_string(specs.size()) + " tensor maps";
+      else if (params_[param].size != sizeof(TensorMap) || params_[param].offset % kTensorMapParamAlign != 0)
+        why = "the kernel's parameter " + std::to_string(param) + " is " + std::to_string(params_[param].size) +
+              " bytes at offset " + std::to_string(params_[param].offset) + ", not a 64-byte-aligned CUtensorMap";
+      else if (arg >= ordinary)
+        why = "argument " + std::to_string(arg) + " is not one of the kernel's " + std::to_string(ordinary) +
+              " ordinary argument(s)";
+      else if (params_[arg].size != 8)
+        why = "argument " + std::to_string(arg) + " is a " + std::to_string(params_[arg].size) +
+              "-byte value, not a pointer";
+    }
+    if (!why.empty()) throw UsageError("kernel " + name_ + ": tensor map " + std::to_string(i) + " (" +
+                                       describe(specs[i]) + "): " + why);
+  }
+  if (!specs.empty() && ctx_->api().cuTensorMapEncodeTiled == nullptr) no_tensor_maps();
+  std::lock_guard<std::mutex> lock(map_mutex_);
+  map_cache_.assign(specs.size(), MapCache{});
+  map_specs_ = std::move(specs);
 }
 
 void CudaProgram::check_dims(const LaunchDims& dims) const {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,22 @@ struct ParamSlot {
   size_t offset = 0;
   size_t size = 0;
 };
+
+// One TMA tensor map a kernel takes as a trailing `const __grid_constant__` 128-byte parameter: the global tensor it
+// describes, as the renderer's `// tg_tensor_map` line gives it (tinygrad/renderer/gpu.py, TensorMapSpec). The
+// runtime encodes it at pack time from the address of the launch's pointer argument `arg`.
+struct TensorMapSpec {
+  size_t arg = 0;                      // the ordinary argument (a buffer) whose address the map describes
+  std::uint64_t offset = 0;            // bytes added to that address: the view's start
+  std::uint32_t elem = 0;              // element size in bytes: 1, 2, 4 or 8
+  std::vector<std::uint64_t> dims;     // rank (1..5) sizes in elements, innermost first
+  std::vector<std::uint64_t> strides;  // rank - 1 byte strides of dims 1..
+  std::vector<std::uint32_t> box;      // rank box sizes in elements, each 1..256
+  std::uint32_t swizzle = 0;           // shared-memory swizzle in bytes: 0, 32, 64 or 128
+};
+
+// The spec as the renderer's annotation spells it ("arg=0 offset=0 elem=2 dims=64,64 ..."), for messages.
+std::string describe(const TensorMapSpec& spec);
 
 class CudaProgram final : public Program {
  public:
@@ -42,8 +59,19 @@ class CudaProgram final : public Program {
 
   // Writes the arguments into `out` (resized) at the kernel's parameter offsets, with no trailing padding: the
   // driver rejects a buffer larger than the parameters (as CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES). Pointers take 8
-  // bytes, ints 4 (or 8 for a 64-bit parameter). Throws tg::UsageError like launch().
+  // bytes, ints 4 (or 8 for a 64-bit parameter). Throws tg::UsageError like launch(). With tensor maps (below),
+  // `args` are the ordinary arguments only, and each map is encoded from its buffer argument's address plus its
+  // offset into its own 128-byte parameter (re-encoded only when that address changes); throws tg::RuntimeError
+  // with the driver's error (CUDA_ERROR_INVALID_VALUE for a misaligned address or stride) where that fails.
   void pack(const KernelArg* args, size_t nargs, std::vector<std::uint8_t>& out) const;
+  // Declares the kernel's trailing tensor-map parameters, one spec each, in parameter order (none: clears them).
+  // Checks each spec (rank 1..5, box sizes 1..256, element size 1/2/4/8, swizzle 0/32/64/128) and, where the driver
+  // reports the layout, that the kernel ends in that many 128-byte parameters after the ordinary ones and that
+  // `arg` is one of those, a pointer; elsewhere the maps follow the ordinary arguments at the next 64-byte
+  // boundary, 128 bytes each. Throws tg::UsageError for a spec that does not fit the kernel and tg::RuntimeError
+  // where the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12.0+).
+  void set_tensor_maps(std::vector<TensorMapSpec> specs);
+  const std::vector<TensorMapSpec>& tensor_maps() const noexcept { return map_specs_; }
   // Makes every later launch give the kernel `bytes` of dynamic shared memory (an `extern __shared__` array), opting
   // in with cuFuncSetAttribute where that is above the default 48 KB. Throws tg::RuntimeError with the driver's
   // error where the device cannot give that much (CUDA_ERROR_INVALID_VALUE).
@@ -67,6 +95,17 @@ class CudaProgram final : public Program {
 
  private:
   void enqueue(const KernelArg* args, size_t nargs, const LaunchDims& dims);
+  // Writes map `i`'s descriptor for `address` at `dst` (128 bytes), from the cache when the address is unchanged.
+  void write_tensor_map(size_t i, std::uint64_t address, std::uint8_t* dst) const;
+  // Throws the error for a driver without cuTensorMapEncodeTiled.
+  [[noreturn]] void no_tensor_maps() const;
+
+  // The last descriptor encoded for one map and the address it was encoded for.
+  struct MapCache {
+    bool valid = false;
+    std::uint64_t address = 0;
+    TensorMap encoded{};
+  };
 
   std::shared_ptr<Context> ctx_;
   std::string name_;
@@ -80,6 +119,10 @@ class CudaProgram final : public Program {
   bool waits_for_grid_ = false;
   std::uint32_t max_grid_[3] = {}, max_block_[3] = {};  // the device's limits, read once
   std::vector<std::uint8_t> scratch_;  // packed arguments of the launch in progress (launches are serialised)
+  std::vector<TensorMapSpec> map_specs_;
+  // pack() is const and graphs pack on their own threads' behalf: the cache of encoded maps has its own lock
+  mutable std::mutex map_mutex_;
+  mutable std::vector<MapCache> map_cache_;
   CUevent timing_[2] = {nullptr, nullptr};
 };
 

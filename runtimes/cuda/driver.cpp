@@ -14,8 +14,6 @@ namespace {
 
 constexpr char kDevice[] = "CUDA";
 
-std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
-
 std::string name_from(CUresult (*get_name)(CUresult, const char**), CUresult status) {
   const char* name = nullptr;
   if (get_name != nullptr && get_name(status, &name) == CUDA_SUCCESS && name != nullptr) return name;
@@ -48,9 +46,9 @@ void resolve(const Bootstrap& boot, const char* name, Fn* slot, int version, boo
   if (!required) return;
   if (r != CUDA_SUCCESS)
     throw RuntimeError(kDevice, "cuGetProcAddress_v2", name_from(boot.cuGetErrorName, r),
-                       std::string("could not resolve ") + name + " at CUDA " + version_text(version));
+                       std::string("could not resolve ") + name + " at CUDA " + cuda_version_text(version));
   throw RuntimeError(kDevice, "cuGetProcAddress_v2", status_name(symbol_status),
-                     std::string("the CUDA driver has no ") + name + " for CUDA " + version_text(version));
+                     std::string("the CUDA driver has no ") + name + " for CUDA " + cuda_version_text(version));
 }
 
 std::mutex g_mutex;
@@ -59,6 +57,8 @@ std::shared_ptr<const DriverApi> g_api;  // what it loaded, or
 std::exception_ptr g_error;             // how loading it failed
 
 }  // namespace
+
+std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
 std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std::string& source) {
   auto api = std::make_shared<DriverApi>();
@@ -78,8 +78,8 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
   // Asking cuGetProcAddress for a version newer than the driver fails for every symbol: say so once, clearly.
   if (api->version < kPinnedCudaVersion)
     throw RuntimeError(kDevice, "cuDriverGetVersion", "driver too old",
-                       "the CUDA driver supports CUDA " + version_text(api->version) + "; tinygrad needs CUDA " +
-                           version_text(kPinnedCudaVersion) + " or newer");
+                       "the CUDA driver supports CUDA " + cuda_version_text(api->version) + "; tinygrad needs CUDA " +
+                           cuda_version_text(kPinnedCudaVersion) + " or newer");
 
   const int v = kPinnedCudaVersion;
   resolve(boot, "cuDeviceGetCount", &api->cuDeviceGetCount, v, true);
@@ -132,6 +132,7 @@ std::shared_ptr<const DriverApi> resolve_driver(const Bootstrap& boot, const std
   resolve(boot, "cuGraphExecChildGraphNodeSetParams", &api->cuGraphExecChildGraphNodeSetParams, v, true);
   if (api->version >= kParamInfoCudaVersion)
     resolve(boot, "cuFuncGetParamInfo", &api->cuFuncGetParamInfo, kParamInfoCudaVersion, false);
+  resolve(boot, "cuTensorMapEncodeTiled", &api->cuTensorMapEncodeTiled, kTensorMapCudaVersion, false);
   if (api->version >= kEdgeDataCudaVersion)
     resolve(boot, "cuGraphAddDependencies", &api->cuGraphAddDependencies, kEdgeDataCudaVersion, false);
   return api;

@@ -42,6 +42,9 @@ std::shared_ptr<const DriverApi> driver();
 // the driver loaded so far, so the next driver() loads again; devices already open keep theirs.
 void use_driver_library(const std::optional<std::string>& path);
 
+// A CUDA version number as people write it: 12080 -> "12.8".
+std::string cuda_version_text(int version);
+
 // The driver's name for a status ("CUDA_ERROR_OUT_OF_MEMORY") and its description ("out of memory"); a generic
 // text when the driver does not know the code.
 std::string error_name(const DriverApi& api, CUresult status);

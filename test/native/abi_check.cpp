@@ -62,7 +62,8 @@
   X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode_v10000)                                                   \
   X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams_v11010)                               \
   X(cuFuncGetParamInfo, cuFuncGetParamInfo_v12040)                                                               \
-  X(cuGraphAddDependencies, cuGraphAddDependencies_v12030)
+  X(cuGraphAddDependencies, cuGraphAddDependencies_v12030)                                                       \
+  X(cuTensorMapEncodeTiled, cuTensorMapEncodeTiled_v12000)
 
 // The slot types, taken before cuda.h is included: its macros rename cuMemAlloc to cuMemAlloc_v2 and so on.
 #define TG_ALIAS(member, pfn) using member##_t = decltype(tg::cuda::DriverApi::member);
@@ -102,6 +103,10 @@ template <>
 struct canon<CUgraphEdgeData, false> {
   using type = tg::cuda::GraphEdgeData;
 };
+template <>
+struct canon<CUtensorMap, false> {
+  using type = tg::cuda::TensorMap;
+};
 template <class R, class... A>
 struct canon<R (*)(A...), false> {
   using type = typename canon<R>::type (*)(typename canon<A>::type...);
@@ -126,6 +131,19 @@ static_assert(offsetof(t::GraphEdgeData, to_port) == offsetof(CUgraphEdgeData, t
 static_assert(offsetof(t::GraphEdgeData, type) == offsetof(CUgraphEdgeData, type));
 static_assert(t::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
 static_assert(t::kGraphKernelNodePortProgrammatic == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC);  // a macro there
+
+static_assert(sizeof(t::TensorMap) == sizeof(CUtensorMap) && alignof(t::TensorMap) >= alignof(CUtensorMap));
+static_assert(t::CU_TENSOR_MAP_DATA_TYPE_UINT8 == CU_TENSOR_MAP_DATA_TYPE_UINT8);
+static_assert(t::CU_TENSOR_MAP_DATA_TYPE_UINT16 == CU_TENSOR_MAP_DATA_TYPE_UINT16);
+static_assert(t::CU_TENSOR_MAP_DATA_TYPE_UINT32 == CU_TENSOR_MAP_DATA_TYPE_UINT32);
+static_assert(t::CU_TENSOR_MAP_DATA_TYPE_UINT64 == CU_TENSOR_MAP_DATA_TYPE_UINT64);
+static_assert(t::CU_TENSOR_MAP_INTERLEAVE_NONE == CU_TENSOR_MAP_INTERLEAVE_NONE);
+static_assert(t::CU_TENSOR_MAP_SWIZZLE_NONE == CU_TENSOR_MAP_SWIZZLE_NONE);
+static_assert(t::CU_TENSOR_MAP_SWIZZLE_32B == CU_TENSOR_MAP_SWIZZLE_32B);
+static_assert(t::CU_TENSOR_MAP_SWIZZLE_64B == CU_TENSOR_MAP_SWIZZLE_64B);
+static_assert(t::CU_TENSOR_MAP_SWIZZLE_128B == CU_TENSOR_MAP_SWIZZLE_128B);
+static_assert(t::CU_TENSOR_MAP_L2_PROMOTION_L2_256B == CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+static_assert(t::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE == CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 
 static_assert(sizeof(t::KernelNodeParams) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2));
 #define TG_CHECK_FIELD(f) \

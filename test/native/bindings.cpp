@@ -36,11 +36,13 @@ PYBIND11_MODULE(tinygrad_test_doubles, m) {
   auto t = m.def_submodule("fake_cuda", "A fake CUDA driver and NVRTC for tests without a GPU (fake_driver.h).");
   t.def(
       "install",
-      [](int device_count, int driver_version, std::uint64_t memory_bytes, std::pair<int, int> cc, bool param_info) {
-        fake::install({device_count, driver_version, memory_bytes, cc.first, cc.second, param_info});
+      [](int device_count, int driver_version, std::uint64_t memory_bytes, std::pair<int, int> cc, bool param_info,
+         bool tensor_map) {
+        fake::install({device_count, driver_version, memory_bytes, cc.first, cc.second, param_info, tensor_map});
       },
       py::arg("device_count") = 1, py::arg("driver_version") = 12080, py::arg("memory_bytes") = std::uint64_t{1} << 30,
       py::arg("compute_capability") = std::make_pair(9, 0), py::arg("param_info") = true,
+      py::arg("tensor_map") = true,
       "A fresh simulated machine; the runtime sees it once it loads this library as its driver.");
   t.def("uninstall", &fake::uninstall);
   t.def(

@@ -275,6 +275,10 @@ CUresult f_get_proc_address(const char* symbol, void** pfn, int version, std::ui
     *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
     return CUDA_SUCCESS;
   }
+  if (std::string(symbol) == "cuTensorMapEncodeTiled" && !s.cfg.tensor_map) {  // as a driver that lacks it
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
+  }
   *pfn = it->second;
   *status = CU_GET_PROC_ADDRESS_SUCCESS;
   return CUDA_SUCCESS;

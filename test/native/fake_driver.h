@@ -12,7 +12,9 @@
 //    a stream synchronisation), so code that reads a staging buffer before waiting reads stale bytes;
 //  * modules from "fake CUBINs" (FAKECUBIN + CUDA source, as the fake NVRTC makes them), with the kernel parameter
 //    layout parsed from the source, so argument packing is checked byte for byte;
-//  * kernel launches and CUDA graphs, recorded (kernels do not compute anything);
+//  * kernel launches and CUDA graphs, recorded (kernels do not compute anything); 128-byte `tg_tmap` (CUtensorMap)
+//    parameters, encoded by a cuTensorMapEncodeTiled that checks what the real one checks and writes a readable
+//    FakeTensorMap;
 //  * stream capture: work issued on a stream being captured (copies, NCCL's collectives, kernels) becomes nodes of
 //    the capture, other streams join it by waiting on its events and must be joined back before it ends; the
 //    graph it makes runs that work again at every launch, also as a child graph of another graph;
@@ -36,7 +38,23 @@ struct Config {
   int cc_major = 9;
   int cc_minor = 0;
   bool param_info = true;  // offer cuFuncGetParamInfo (drivers >= 12.4 do)
+  bool tensor_map = true;  // offer cuTensorMapEncodeTiled (every 12.0+ driver does; false: one that lacks it)
 };
+
+// What the fake's cuTensorMapEncodeTiled writes into the 128-byte CUtensorMap (a real driver's encoding is opaque),
+// little-endian, zeros past the rank: tests decode it with struct "<QII5Q4Q5I5B4B11x".
+struct FakeTensorMap {
+  std::uint64_t address;          // globalAddress
+  std::uint32_t rank;
+  std::uint32_t data_type;        // CUtensorMapDataType
+  std::uint64_t dims[5];          // globalDim
+  std::uint64_t strides[4];       // globalStrides (rank - 1 of them)
+  std::uint32_t box[5];           // boxDim
+  std::uint8_t element_strides[5];
+  std::uint8_t interleave, swizzle, l2_promotion, oob_fill;  // the enums' values
+  std::uint8_t unused[11];
+};
+static_assert(sizeof(FakeTensorMap) == 128, "a CUtensorMap is 128 bytes");
 
 // One recorded driver or NVRTC call. `args` holds its integer and handle arguments in order, `text` a string
 // argument (symbol name, kernel name, compile options joined by spaces), `data` bytes it passed (packed kernel

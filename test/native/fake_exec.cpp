@@ -2,6 +2,7 @@
 // CUDA graphs. Work on a stream is queued and runs only when something waits for it.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "fake_state.h"
 
@@ -121,6 +122,52 @@ CUresult f_cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t
   if (index >= it->second.sig.params.size()) return CUDA_ERROR_INVALID_VALUE;
   *offset = it->second.sig.params[index].first;
   *size = it->second.sig.params[index].second;
+  return CUDA_SUCCESS;
+}
+// Checks what the real cuTensorMapEncodeTiled checks (CUDA driver API reference) and answers
+// CUDA_ERROR_INVALID_VALUE as it does; writes a FakeTensorMap a test can read back. Needs no context, as the real one.
+CUresult f_cuTensorMapEncodeTiled(TensorMap* map, int data_type, std::uint32_t rank, void* address,
+                                  const std::uint64_t* dims, const std::uint64_t* strides, const std::uint32_t* box,
+                                  const std::uint32_t* element_strides, int interleave, int swizzle, int l2, int oob) {
+  FAKE_ENTER("cuTensorMapEncodeTiled", {u(address), rank, static_cast<std::uint64_t>(data_type),
+                                        static_cast<std::uint64_t>(swizzle)});
+  (void)s;
+  // bytes of an element of each CUtensorMapDataType (UINT8, UINT16, UINT32, INT32, UINT64, INT64, FLOAT16, FLOAT32,
+  // FLOAT64, BFLOAT16, FLOAT32_FTZ, TFLOAT32, TFLOAT32_FTZ)
+  static constexpr std::uint64_t kElemBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if (map == nullptr || u(map) % 64 != 0 || address == nullptr || u(address) % 16 != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (data_type < 0 || data_type >= static_cast<int>(std::size(kElemBytes)) || rank < 1 || rank > 5)
+    return CUDA_ERROR_INVALID_VALUE;
+  // only what tinygrad asks for: no interleave, a 0/32/64/128-byte swizzle, any L2 promotion, either OOB fill
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE || swizzle < 0 || swizzle > 3 || l2 < 0 || l2 > 3 || oob < 0 ||
+      oob > 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  const std::uint64_t elem = kElemBytes[data_type];
+  for (std::uint32_t i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (std::uint64_t{1} << 32)) return CUDA_ERROR_INVALID_VALUE;
+    if (box[i] == 0 || box[i] > 256 || element_strides[i] == 0 || element_strides[i] > 8)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] % 16 != 0 || strides[i] >= (std::uint64_t{1} << 40)))
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::uint64_t inner = box[0] * elem;  // bytes of the box's innermost row
+  if (inner % 16 != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && inner > (std::uint64_t{16} << swizzle)) return CUDA_ERROR_INVALID_VALUE;
+  FakeTensorMap out{};
+  out.address = u(address);
+  out.rank = rank;
+  out.data_type = static_cast<std::uint32_t>(data_type);
+  for (std::uint32_t i = 0; i < rank; ++i) {
+    out.dims[i] = dims[i];
+    if (i + 1 < rank) out.strides[i] = strides[i];
+    out.box[i] = box[i];
+    out.element_strides[i] = static_cast<std::uint8_t>(element_strides[i]);
+  }
+  out.interleave = static_cast<std::uint8_t>(interleave);
+  out.swizzle = static_cast<std::uint8_t>(swizzle);
+  out.l2_promotion = static_cast<std::uint8_t>(l2);
+  out.oob_fill = static_cast<std::uint8_t>(oob);
+  std::memcpy(map, &out, sizeof(out));
   return CUDA_SUCCESS;
 }
 CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -457,6 +504,7 @@ void add_exec_entry_points(std::map<std::string, void*>& table) {
   table["cuFuncSetAttribute"] = reinterpret_cast<void*>(&f_cuFuncSetAttribute);
   table["cuFuncGetParamInfo"] = reinterpret_cast<void*>(&f_cuFuncGetParamInfo);
   table["cuLaunchKernel"] = reinterpret_cast<void*>(&f_cuLaunchKernel);
+  table["cuTensorMapEncodeTiled"] = reinterpret_cast<void*>(&f_cuTensorMapEncodeTiled);
   table["cuStreamCreate"] = reinterpret_cast<void*>(&f_cuStreamCreate);
   table["cuStreamDestroy"] = reinterpret_cast<void*>(&f_cuStreamDestroy);
   table["cuStreamSynchronize"] = reinterpret_cast<void*>(&f_cuStreamSynchronize);

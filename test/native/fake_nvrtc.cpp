@@ -196,8 +196,11 @@ std::vector<KernelSignature> parse_kernels(const std::string& src) {
       size_t comma = params.find(',', start);
       std::string p = params.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (p.find_first_not_of(" \t\n") != std::string::npos && p != "void") {
-        size_t size = p.find('*') != std::string::npos || p.find("long long") != std::string::npos ? 8 : 4;
-        offset = (offset + size - 1) / size * size;
+        // a TMA descriptor (`const __grid_constant__ tg_tmap m`): 128 bytes, 64-byte aligned; else 8 or 4
+        bool tmap = p.find("tg_tmap") != std::string::npos || p.find("CUtensorMap") != std::string::npos;
+        size_t size = tmap ? 128 : p.find('*') != std::string::npos || p.find("long long") != std::string::npos ? 8 : 4;
+        size_t align = tmap ? 64 : size;
+        offset = (offset + align - 1) / align * align;
         k.params.emplace_back(offset, size);
         offset += size;
       }

@@ -28,7 +28,8 @@ struct KernelSignature {
 };
 
 // The kernels declared in CUDA source: every `__global__` function, its parameters laid out as the C ABI does
-// (pointers and 64-bit ints 8 bytes, everything else 4), and its __launch_bounds__.
+// (pointers and 64-bit ints 8 bytes, tensor maps (tg_tmap, CUtensorMap) 128 bytes 64-byte aligned, everything else
+// 4), and its __launch_bounds__.
 std::vector<KernelSignature> parse_kernels(const std::string& source);
 
 inline constexpr char kCubinMagic[] = "FAKECUBIN\n";

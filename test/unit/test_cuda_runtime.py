@@ -8,6 +8,7 @@ its copy has completed reads stale bytes here too. Kernels compute nothing: laun
 their packed arguments. Also here: the CUDA renderer (rendered kernels compile with NVRTC or nvcc where either is
 installed) and the grid planning of tinygrad/codegen/gpu_dims.py. test/test_cuda_device.py runs the numbers on a GPU.
 """
+import dataclasses
 import gc
 import hashlib
 import os
@@ -517,6 +518,178 @@ def test_integers_beyond_64_bits_are_value_errors_naming_the_argument(dev):
         g.set_dims(0, None, (2**64,))
 
 
+# --- TMA tensor maps -----------------------------------------------------------------------------------------------
+
+# a kernel as the code generator writes one for TMA: its ordinary parameters, then two CUtensorMaps (128 bytes,
+# 64-byte aligned: the fake lays them out at 64 and 192)
+TMAP_KERNEL = ('struct __align__(64) tg_tmap { unsigned long long v[16]; };\n'
+               'extern "C" __global__ void __launch_bounds__(128) t(float* out, const float* a, int n, '
+               'const __grid_constant__ tg_tmap m0, const __grid_constant__ tg_tmap m1) { }\n')
+# map 0: a 2-D view of `a` (argument 1) starting 16 bytes in, 16-bit elements, 64-wide rows 256 bytes apart, a
+# 64x16 box with the 128-byte swizzle; map 1: `out` (argument 0) as 1024 32-bit elements in boxes of 32
+TMAPS = [(1, 16, 2, (64, 32), (256,), (64, 16), 128), (0, 0, 4, (1024,), (), (32,), 0)]
+# the fake's CUtensorMap (fake_driver.h, FakeTensorMap): address, rank, data type, dims[5], strides[4], box[5],
+# elementStrides[5], interleave, swizzle, L2 promotion, OOB fill
+_FAKE_TMAP = struct.Struct("<QII5Q4Q5I5B4B11x")
+
+
+def decoded_map(blob: bytes) -> dict:
+    f = _FAKE_TMAP.unpack(blob)
+    rank = f[1]
+    return {"address": f[0], "rank": rank, "type": f[2], "dims": f[3:3 + rank], "strides": f[8:8 + rank - 1],
+            "box": f[12:12 + rank], "elem_strides": f[17:17 + rank], "modes": f[22:26]}
+
+
+def tma_program(dev):
+    prg = program(dev, TMAP_KERNEL, "t")
+    prg.set_tensor_maps(TMAPS)
+    return prg
+
+
+def encodes() -> list:
+    return calls("cuTensorMapEncodeTiled")
+
+
+def test_tensor_maps_are_encoded_from_the_buffers_into_their_parameters(dev):
+    prg = program(dev, TMAP_KERNEL, "t")
+    assert prg.params == [(0, 8), (8, 8), (16, 4), (64, 128), (192, 128)] and prg.tensor_maps == []
+    prg.set_tensor_maps(TMAPS)
+    assert prg.tensor_maps == TMAPS
+    out, a = _cuda.DeviceBuffer(dev, 4096), _cuda.DeviceBuffer(dev, 16384)
+    prg.launch((1, 1, 1), (128, 1, 1), False, out, a, 7)  # the ordinary arguments only
+    packed = T.launches()[-1][3]
+    assert len(packed) == 320 and packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7) and packed[20:64] == bytes(44)
+    m0, m1 = decoded_map(packed[64:192]), decoded_map(packed[192:320])
+    # UINT16, the 128-byte swizzle (3), no interleave, L2 256B promotion (3), zeros out of bounds; element strides 1
+    assert m0 == {"address": a.ptr + 16, "rank": 2, "type": 1, "dims": (64, 32), "strides": (256,), "box": (64, 16),
+                  "elem_strides": (1, 1), "modes": (0, 3, 3, 0)}
+    assert m1 == {"address": out.ptr, "rank": 1, "type": 2, "dims": (1024,), "strides": (), "box": (32,),
+                  "elem_strides": (1,), "modes": (0, 0, 3, 0)}
+    assert [c[1] for c in encodes()] == [(a.ptr + 16, 2, 1, 3), (out.ptr, 1, 2, 0)]
+    # the same buffers again: nothing re-encoded; a new buffer for argument 1: its map only
+    prg.launch((1, 1, 1), (128, 1, 1), False, out, a, 8)
+    assert len(encodes()) == 2 and T.launches()[-1][3][64:] == packed[64:]
+    b = _cuda.DeviceBuffer(dev, 16384)
+    prg.launch((1, 1, 1), (128, 1, 1), False, out, b, 8)
+    assert len(encodes()) == 3 and decoded_map(T.launches()[-1][3][64:192])["address"] == b.ptr + 16
+    with pytest.raises(ValueError, match=r"takes 3 argument\(s\), got 5 \(its 2 tensor map\(s\) are encoded"):
+        prg.launch(None, None, False, out, a, 7, 0, 0)
+
+
+def test_graph_replays_re_encode_only_the_maps_of_replaced_buffers(dev):
+    prg = tma_program(dev)
+    out, a, b = _cuda.DeviceBuffer(dev, 4096), _cuda.DeviceBuffer(dev, 16384), _cuda.DeviceBuffer(dev, 16384)
+    g = _cuda.Graph(dev)
+    g.add(prg, [out, a, 7], (2, 1, 1), (128, 1, 1))
+    g()
+    node = calls("cuGraphAddKernelNode")[0][3]
+    assert decoded_map(node[64:192])["address"] == a.ptr + 16 and decoded_map(node[192:])["address"] == out.ptr
+    assert len(encodes()) == 2
+    T.clear_records()
+    g()
+    assert not encodes() and names("cuGraph") == ["cuGraphLaunch"]
+    g.set_arg(0, 1, b)  # the buffer map 0 describes
+    g()
+    assert [c[1][0] for c in encodes()] == [b.ptr + 16]
+    update = calls("cuGraphExecKernelNodeSetParams")[0][3]
+    assert update[:16] == struct.pack("<QQ", out.ptr, b.ptr) and decoded_map(update[64:192])["address"] == b.ptr + 16
+    assert decoded_map(T.launches()[-1][3][64:192])["address"] == b.ptr + 16 and T.launches()[-1][4]
+    T.clear_records()
+    g.set_arg(0, 2, 9)  # an int: the maps stay as they were
+    g()
+    assert not encodes() and calls("cuGraphExecKernelNodeSetParams")[0][3][16:20] == struct.pack("<i", 9)
+    # a multi-GPU graph packs its kernels the same way
+    mg = _cuda.MultiGraph([dev])
+    mg.add(prg, [out, a, 7], (1, 1, 1), (128, 1, 1))
+    mg()
+    assert decoded_map(T.launches()[-1][3][64:192])["address"] == a.ptr + 16
+
+
+def test_a_misaligned_tensor_map_names_the_encoder_and_the_driver_error(dev):
+    prg = program(dev, TMAP_KERNEL, "t")
+    prg.set_tensor_maps([(1, 8, 2, (64, 32), (256,), (64, 16), 128), TMAPS[1]])  # 8 bytes into `a`
+    out, a = _cuda.DeviceBuffer(dev, 4096), _cuda.DeviceBuffer(dev, 16384)
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_VALUE") as e:
+        prg.launch(None, None, False, out, a, 7)
+    assert e.value.call == "cuTensorMapEncodeTiled" and e.value.driver_error == "CUDA_ERROR_INVALID_VALUE"
+    assert f"tensor map 0 of kernel t for address {hex(a.ptr + 8)}" in str(e.value)
+    assert "arg=1 offset=8 elem=2 dims=64,32 strides=256 box=64,16 swizzle=128" in str(e.value)
+    assert "16-byte-aligned" in str(e.value)
+    with pytest.raises(RuntimeError, match="cuTensorMapEncodeTiled.*CUDA_ERROR_INVALID_VALUE"):
+        _cuda.Graph(dev).add(prg, [out, a, 7])
+    # strides must be multiples of 16 bytes; a swizzled box row must fit the swizzle
+    for spec in [(1, 0, 2, (64, 32), (136,), (64, 16), 128), (1, 0, 2, (64, 32), (256,), (64, 16), 64)]:
+        prg.set_tensor_maps([spec, TMAPS[1]])
+        with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_VALUE"):
+            prg.launch(None, None, False, out, a, 7)
+    assert not T.launches()
+    prg.set_tensor_maps(TMAPS)  # a failed encode is not cached as a good one
+    prg.launch(None, None, False, out, a, 7)
+    assert len(T.launches()) == 1
+
+
+def test_tensor_map_specs_must_fit_the_kernel(dev):
+    prg = program(dev, TMAP_KERNEL, "t")
+    bad = {(1, 0, 2, (1,) * 6, (16,) * 5, (1,) * 6, 0): "1 to 5 dimensions",
+           (1, 0, 2, (64, 32), (), (64, 16), 0): "rank 2 needs 1 stride",
+           (1, 0, 2, (64, 32), (256,), (64,), 0): "rank 2 needs 2 box size",
+           (1, 0, 2, (64, 32), (256,), (257, 1), 0): "box size must be 1 to 256",
+           (1, 0, 2, (64, 0), (256,), (64, 1), 0): "each size must be 1",
+           (1, 0, 3, (64, 32), (256,), (64, 16), 0): "element size must be 1, 2, 4 or 8",
+           (1, 0, 2, (64, 32), (256,), (64, 16), 16): "swizzle must be 0, 32, 64 or 128",
+           (2, 0, 2, (64, 32), (256,), (64, 16), 0): "argument 2 is a 4-byte value, not a pointer",
+           (3, 0, 2, (64, 32), (256,), (64, 16), 0): "argument 3 is not one of the kernel's 3 ordinary"}
+    for spec, why in bad.items():
+        with pytest.raises(ValueError, match=f"kernel t: tensor map 0 .*{why}"):
+            prg.set_tensor_maps([spec, TMAPS[1]])
+    with pytest.raises(ValueError, match="parameter 2 is 4 bytes at offset 16, not a 64-byte-aligned CUtensorMap"):
+        prg.set_tensor_maps(TMAPS + [TMAPS[1]])
+    with pytest.raises(ValueError, match="parameter 3 is 4 bytes"):
+        program(dev).set_tensor_maps([TMAPS[1]])  # KERNEL has no tensor-map parameter
+    assert prg.tensor_maps == []  # nothing half set
+    prg.set_tensor_maps(TMAPS)
+    prg.set_tensor_maps([])  # none again: the kernel takes 5 ordinary arguments, which it cannot be given
+    with pytest.raises(ValueError, match="takes 5 argument"):
+        prg.launch(None, None, False, _cuda.DeviceBuffer(dev, 64), 0, 0)
+
+
+def test_tensor_maps_follow_the_arguments_where_the_driver_gives_no_layout():
+    install_fake_cuda(driver_version=12020)  # before cuFuncGetParamInfo
+    try:
+        d = _cuda.Device(0)
+        prg = program(d, TMAP_KERNEL, "t")
+        assert prg.params is None
+        prg.set_tensor_maps(TMAPS)
+        out, a = _cuda.DeviceBuffer(d, 4096), _cuda.DeviceBuffer(d, 16384)
+        prg.launch(None, None, False, out, a, 7)  # 20 bytes of arguments; the maps at 64 and 192
+        packed = T.launches()[-1][3]
+        assert packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7) and len(packed) == 320
+        assert decoded_map(packed[64:192])["address"] == a.ptr + 16 and decoded_map(packed[192:])["address"] == out.ptr
+        with pytest.raises(ValueError, match="tensor map 0 describes argument 1, which is not a buffer"):
+            prg.launch(None, None, False, out, 5, 7)
+        with pytest.raises(ValueError, match="tensor map 0 describes argument 1, which is not among the 1 given"):
+            prg.launch(None, None, False, out)
+    finally:
+        uninstall_fake_cuda()
+
+
+def test_a_driver_without_the_tensor_map_encoder_refuses_tma_kernels_clearly():
+    install_fake_cuda(tensor_map=False)
+    try:
+        d = _cuda.Device(0)
+        prg = program(d, TMAP_KERNEL, "t")
+        why = r"kernel t takes TMA tensor maps, but the CUDA driver \(.*, CUDA 12\.8\) has no cuTensorMapEncodeTiled"
+        with pytest.raises(RuntimeError, match=why + r": TMA kernels need CUDA 12\.0\+") as e:
+            prg.set_tensor_maps(TMAPS)
+        assert e.value.driver_error == "CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND"
+        prg.set_tensor_maps([])  # nothing to encode: fine
+        k, a = program(d), _cuda.DeviceBuffer(d, 4)
+        k.launch(None, None, False, a, a, 1, 2)  # other kernels launch as ever
+        assert len(T.launches()) == 1
+    finally:
+        uninstall_fake_cuda()
+
+
 # --- the CUDA device's Python layer on the fake ----------------------------------------------------------------------
 
 
@@ -608,19 +781,66 @@ def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
 
 
 def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
+    from tinygrad.renderer.gpu import TensorMapSpec
     from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
     dims = ((5, 1, 1), (256, 1, 1))
-    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False)
-    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False)
-    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True)
-    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False)
+    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False, ())
+    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True, ())
+    maps = (TensorMapSpec(1, 16, 2, (64, 32), (256,), (64, 16), 128), TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0))
+    assert unpack_lib(pack_lib(b"CUBIN", dims, True, 64, True, maps)) == (b"CUBIN", dims, True, 64, True, maps)
+    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False, ())
     old = b"TGCUDA1\0" + struct.pack("<6I", 5, 1, 1, 256, 1, 1) + b"CUBIN"  # the layout before the flag
-    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False, ())
     old = b"TGCUDA2\0" + struct.pack("<7I", 5, 1, 1, 256, 1, 1, 1) + b"CUBIN"  # before dynamic shared memory
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False, ())
     old = b"TGCUDA3\0" + struct.pack("<8I", 5, 1, 1, 256, 1, 1, 1, 64) + b"CUBIN"  # before the grid wait
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False)
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False, ())
+    old = b"TGCUDA4\0" + struct.pack("<9I", 5, 1, 1, 256, 1, 1, 1, 64, 1) + b"CUBIN"  # before tensor maps
+    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, True, ())
+
+
+def test_tensor_map_lines_parse_and_round_trip():
+    from tinygrad.renderer.gpu import TensorMapSpec, tensor_maps
+    a = TensorMapSpec(1, 16, 2, [64, 32], [256], (64, 16), 128)  # any int sequences, kept as tuples
+    b = TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0)
+    assert a.dims == (64, 32) and a.strides == (256,) and hash(a) == hash(TensorMapSpec(*dataclasses.astuple(a)))
+    assert a.comment() == "// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16 swizzle=128"
+    assert b.comment() == "// tg_tensor_map arg=0 offset=0 elem=4 dims=1024 strides= box=32 swizzle=0"
+    src = f"{a.comment()}\n  {b.comment()}\n" + TMAP_KERNEL  # in parameter order; indentation allowed
+    assert tensor_maps(src) == (a, b) and tensor_maps(TMAP_KERNEL) == ()
+    for line in ["// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16",  # no swizzle
+                 "// tg_tensor_map arg=x offset=0 elem=4 dims=8 strides= box=8 swizzle=0",
+                 "// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=0 extra"]:
+        with pytest.raises(ValueError, match="malformed tensor-map line: '" + line):
+            tensor_maps(KERNEL + line + "\n")
+    for line, why in [("// tg_tensor_map arg=0 offset=0 elem=3 dims=8 strides= box=8 swizzle=0", "element size"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8,8 strides= box=8,8 swizzle=0", "needs 1 stride"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=512 swizzle=0", "1 to 256"),
+                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=16", "swizzle must")]:
+        with pytest.raises(ValueError, match=f"invalid tensor-map line '{line}'.*{why}"):
+            tensor_maps(line)
+    with pytest.raises(ValueError, match="rank must be 1 to 5"):
+        TensorMapSpec(0, 0, 4, (), (), (), 0)
+
+
+def test_tma_kernels_compile_with_their_maps_and_launch_with_ordinary_arguments(cuda, fake):
+    from tinygrad.renderer.gpu import TensorMapSpec
+    from tinygrad.runtime.ops_cuda import CUDAProgram, unpack_lib
+    maps = tuple(TensorMapSpec(*m) for m in TMAPS)
+    src = "".join(m.comment() + "\n" for m in maps) + TMAP_KERNEL
+    lib = cuda.compiler.compile(src)
+    assert unpack_lib(lib)[5] == maps
+    prg = CUDAProgram(cuda, "t", lib)
+    assert prg.native.tensor_maps == [dataclasses.astuple(m) for m in maps] == TMAPS
+    out, a = _cuda.DeviceBuffer(cuda._dev, 4096), _cuda.DeviceBuffer(cuda._dev, 16384)
+    prg(out, a, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(7,))
+    packed = fake.launches()[-1][3]
+    assert packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7)
+    assert decoded_map(packed[64:192])["address"] == a.ptr + 16
+    with pytest.raises(ValueError, match="malformed tensor-map line"):
+        cuda.compiler.compile("// tg_tensor_map arg=0\n" + TMAP_KERNEL)
 
 
 def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake):

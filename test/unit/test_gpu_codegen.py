@@ -38,7 +38,7 @@ from tinygrad.renderer.cuda import (
     CUDARenderer,
     wgmma_fn,
 )
-from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes
+from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes, tensor_maps
 from tinygrad.renderer.gpu_plan import VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
 
@@ -277,7 +277,10 @@ static void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
 static void tg_mbar_init_fence() {}
 static unsigned tg_cluster_rank() { return 0; }
 static void tg_cluster_sync() { __syncthreads(); }
-static void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) { if (cta) std::abort(); tg_mbar_arrive(bar); }
+static void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
+  if (cta) std::abort();
+  tg_mbar_arrive(bar);
+}
 static void tg_tma_2d(void* dst, const tg_tmap* m, int c0, int c1, unsigned long long* bar) {
   unsigned long long e = m->elem;
   for (unsigned long long y = 0; y < m->box[1]; y++)
@@ -297,10 +300,6 @@ static void tg_tma_2d_mc(void*, const tg_tmap*, int, int, unsigned long long*, u
 class HostTensorMap(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("elem", ctypes.c_ulonglong), ("swizzle", ctypes.c_ulonglong),
                 ("dims", ctypes.c_ulonglong * 2), ("stride", ctypes.c_ulonglong), ("box", ctypes.c_ulonglong * 2)]
-
-
-_TMAP_LINE = re.compile(r"^// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+) dims=(\d+),(\d+) strides=(\d+) "
-                        r"box=(\d+),(\d+) swizzle=(\d+)$", re.M)
 
 
 def _emulate_mma(src: str) -> str:
@@ -384,8 +383,8 @@ def _run(kernels: list[Kernel], var_vals: dict | None = None, launchers: list | 
             else:
                 arrays.append(np.frombuffer(b.as_buffer(), dtype=b.dtype.np).copy())
         ints = [var_vals[v] for v in kern.lin.vars]
-        maps = [HostTensorMap(arrays[int(g[0])].ctypes.data + int(g[1]), int(g[2]), int(g[8]), (int(g[3]), int(g[4])),
-                              int(g[5]), (int(g[6]), int(g[7]))) for g in _TMAP_LINE.findall(kern.src)]
+        maps = [HostTensorMap(arrays[t.arg].ctypes.data + t.offset, t.elem, t.swizzle, t.dims, t.strides[0], t.box)
+                for t in tensor_maps(kern.src)]
         addrs = [a.ctypes.data for a in arrays] + [ctypes.addressof(tm) for tm in maps]
         ptrs = (ctypes.c_void_p * len(addrs))(*addrs)
         fn((ctypes.c_uint * 3)(*gs), (ctypes.c_uint * 3)(*ls), ptrs, (ctypes.c_int * max(1, len(ints)))(*ints))

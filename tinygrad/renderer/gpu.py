@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 from tinygrad.codegen.uops import UOp, UOps
@@ -44,11 +45,14 @@ from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _Parallel, _plan_
 
 LAUNCH_MARKER = "// tinygrad launch:"
 SHARED_MARKER = "// tinygrad dynamic shared memory:"
-# one line per tensor-map parameter (TMA), in parameter order: which launch argument it describes and how
-TENSOR_MAP_MARKER = "// tg_tensor_map"
 _SHARED_RE = re.compile(r"^// tinygrad dynamic shared memory: (\d+) bytes$", re.M)
 # the name of a kernel's dynamic shared array (its DEFINE_LOCALs are slices of it)
 DYNAMIC_SHARED = "tg_smem"
+# one line per TMA tensor-map parameter of a kernel, in parameter order (see TensorMapSpec)
+TENSOR_MAP_MARKER = "// tg_tensor_map"
+_TENSOR_MAP_LINE_RE = re.compile(r"^[ \t]*// tg_tensor_map\b.*$", re.M)
+_TENSOR_MAP_RE = re.compile(r"// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+) dims=(\d+(?:,\d+)*) "
+                            r"strides=((?:\d+(?:,\d+)*)?) box=(\d+(?:,\d+)*) swizzle=(\d+)")
 _LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
                         re.M)
 
@@ -187,6 +191,78 @@ def dynamic_shared_bytes(src: str) -> int:
     """The bytes of dynamic shared memory a kernel from this renderer must be launched with (0: none)."""
     m = _SHARED_RE.search(src)
     return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One TMA tensor map (CUtensorMap) a kernel takes as a trailing `const __grid_constant__ tg_tmap` parameter:
+    the global tensor its `cp.async.bulk.tensor` copies read tiles of. The caller passes only the ordinary arguments
+    (buffers, then ints); the runtime encodes the map from buffer argument `arg` at each launch (CUDA:
+    cuTensorMapEncodeTiled) and fills the parameter. The source carries one `comment()` line per map, in parameter
+    order, which `tensor_maps` reads back.
+
+    arg: index of the buffer among the launch's ordinary arguments; offset: bytes from its start (the view's start);
+    elem: element size in bytes (1, 2, 4 or 8: TMA moves bits); dims: sizes in elements, innermost first (rank 1 to
+    5); strides: byte strides of dims 1.. (rank - 1 of them; multiples of 16); box: the tile copied, in elements
+    (each 1 to 256); swizzle: the shared-memory swizzle in bytes (0, 32, 64 or 128).
+
+    >>> spec = TensorMapSpec(0, 0, 2, (64, 32), (128,), (64, 16), 128)
+    >>> spec.comment()
+    '// tg_tensor_map arg=0 offset=0 elem=2 dims=64,32 strides=128 box=64,16 swizzle=128'
+    >>> tensor_maps(spec.comment()) == (spec,)
+    True
+    """
+    arg: int
+    offset: int
+    elem: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int
+
+    def __post_init__(self):
+        for name in ("dims", "strides", "box"):  # any sequence of ints is taken; kept as a tuple (hashable)
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+        rank = len(self.dims)
+        problem = ("the rank must be 1 to 5" if not 1 <= rank <= 5 else
+                   f"rank {rank} needs {rank - 1} stride(s)" if len(self.strides) != rank - 1 else
+                   f"rank {rank} needs {rank} box size(s)" if len(self.box) != rank else
+                   "box sizes must be 1 to 256" if not all(1 <= b <= 256 for b in self.box) else
+                   "sizes must be at least 1" if min(self.dims) < 1 else
+                   "the element size must be 1, 2, 4 or 8 bytes" if self.elem not in (1, 2, 4, 8) else
+                   "the swizzle must be 0, 32, 64 or 128 bytes" if self.swizzle not in (0, 32, 64, 128) else
+                   "arg and offset must be at least 0" if min(self.arg, self.offset) < 0 else None)
+        if problem is not None:
+            raise ValueError(f"tensor map {self}: {problem}")
+
+    def comment(self) -> str:
+        """The source line that declares this map to the runtime (the renderer writes it; tensor_maps reads it)."""
+        def ints(v: tuple[int, ...]) -> str:
+            return ",".join(str(x) for x in v)
+        return (f"{TENSOR_MAP_MARKER} arg={self.arg} offset={self.offset} elem={self.elem} dims={ints(self.dims)} "
+                f"strides={ints(self.strides)} box={ints(self.box)} swizzle={self.swizzle}")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def tensor_maps(src: str) -> tuple[TensorMapSpec, ...]:
+    """The tensor maps a kernel takes, from its `// tg_tensor_map` lines, in parameter order (() for none). A line
+    that does not spell a valid map raises ValueError naming it."""
+    out = []
+    for line in _TENSOR_MAP_LINE_RE.finditer(src):
+        text = line.group(0).strip()
+        m = _TENSOR_MAP_RE.fullmatch(text)
+        if m is None:
+            raise ValueError(f"malformed tensor-map line: {text!r}")
+        arg, offset, elem, dims, strides, box, swizzle = m.groups()
+        try:
+            out.append(TensorMapSpec(int(arg), int(offset), int(elem), _int_list(dims), _int_list(strides),
+                                     _int_list(box), int(swizzle)))
+        except ValueError as e:
+            raise ValueError(f"invalid tensor-map line {text!r}: {e}") from None
+    return tuple(out)
 
 
 def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], int]:
@@ -508,9 +584,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     tmap_lines = ""
     for u in tmaps:
         _, pname, offset, elem, dims, strides, box, swizzle = u.arg
-        tmap_lines += f"{TENSOR_MAP_MARKER} arg={names.index(r[id(u.vin[0])])} offset={offset} elem={elem} " \
-            f"dims={','.join(map(str, dims))} strides={','.join(map(str, strides))} box={','.join(map(str, box))} " \
-            f"swizzle={swizzle}\n"
+        tmap_lines += TensorMapSpec(names.index(r[id(u.vin[0])]), offset, elem, dims, strides, box, swizzle).comment() \
+            + "\n"
         kw.params.append((pname, "tmap", False))
     extra = {"cluster": cluster} if cluster > 1 else {}
     kernel = lang.render_kernel(name, body, kw.params, bounds, **extra)

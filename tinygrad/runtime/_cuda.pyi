@@ -70,6 +70,8 @@ class HostBuffer:
 
 # a CUDA kernel takes DeviceBuffers and ints (host memory is refused)
 _Arg = DeviceBuffer | int
+# (arg, offset, elem, dims, strides, box, swizzle): a TMA tensor map as Program.tensor_maps gives it
+_TensorMap = tuple[int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]
 
 class Program:
     def __init__(self, device: Device, name: str, image: bytes) -> None: ...
@@ -94,6 +96,12 @@ class Program:
     # [(offset, size)] of each kernel parameter, or None when the driver cannot tell (before CUDA 12.4)
     @property
     def params(self) -> list[tuple[int, int]] | None: ...
+    # the kernel's trailing TMA tensor-map parameters, (arg, offset, elem, dims, strides, box, swizzle) each (as
+    # renderer/gpu.py's TensorMapSpec); launches then take the ordinary arguments and the runtime encodes the maps
+    def set_tensor_maps(self, specs: Sequence[tuple[int, int, int, Sequence[int], Sequence[int], Sequence[int],
+                                                    int]]) -> None: ...
+    @property
+    def tensor_maps(self) -> list[_TensorMap]: ...
     # with wait: block until the kernel ends and return its seconds, else None
     def launch(self, global_size: _Dims, local_size: _Dims, wait: bool, *args: _Arg) -> float | None: ...
     def __call__(self, *args: _Arg) -> None: ...

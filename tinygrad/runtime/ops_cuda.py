@@ -11,6 +11,7 @@ raises a RuntimeError naming libcuda.so.1 and the loader's error.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -24,7 +25,7 @@ from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
 from tinygrad.renderer.cuda import GRID_WAIT, CUDALanguage, CUDARenderer
-from tinygrad.renderer.gpu import dynamic_shared_bytes, launch_dims, launch_persistent
+from tinygrad.renderer.gpu import TensorMapSpec, dynamic_shared_bytes, launch_dims, launch_persistent, tensor_maps
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph, CUDAMultiGraph
 
@@ -37,12 +38,14 @@ if _cuda.abi_version() != RUNTIME_ABI_VERSION:
 # A compiled kernel as kept in the caches: magic, the launch the renderer wrote it for (grid and block, 6 x uint32,
 # zeros when it has none), 1 if that grid may be lowered to what the GPU holds at once (a persistent reduction), the
 # bytes of dynamic shared memory every launch gives it, 1 if its first instruction waits for the grid before it
-# (griddepcontrol.wait: a graph may then launch it programmatically), then the CUBIN (or PTX) image. Libraries of the
-# earlier layouts (no flag; no shared memory; no wait) still load.
-LIB_MAGIC = b"TGCUDA4\0"
-_HEADER = struct.Struct("<8s9I")
+# (griddepcontrol.wait: a graph may then launch it programmatically), the length of the tensor-map tail, then that
+# tail (the kernel's TMA tensor maps as their source lines, TensorMapSpec.comment(), joined by newlines; ASCII) and
+# the CUBIN (or PTX) image. Libraries of the earlier layouts (no flag; no shared memory; no wait; no tensor maps)
+# still load.
+LIB_MAGIC = b"TGCUDA5\0"
+_HEADER = struct.Struct("<8s10I")
 _OLD_HEADERS = {b"TGCUDA1\0": struct.Struct("<8s6I"), b"TGCUDA2\0": struct.Struct("<8s7I"),
-                b"TGCUDA3\0": struct.Struct("<8s8I")}
+                b"TGCUDA3\0": struct.Struct("<8s8I"), b"TGCUDA4\0": struct.Struct("<8s9I")}
 _KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
                           r'(?:__cluster_dims__\([\d, ]+\) )?(\w+)\(')
 # resident threads per multiprocessor by compute capability (the CUDA programming guide's table of compute
@@ -64,21 +67,24 @@ def resident_blocks(arch: str, sms: int, block: int, regs: int) -> int:
 
 
 def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None, persistent: bool = False,
-             shared: int = 0, waits: bool = False) -> bytes:
+             shared: int = 0, waits: bool = False, maps: tuple[TensorMapSpec, ...] = ()) -> bytes:
     grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
-    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent), shared, int(waits)) + image
+    tail = "\n".join(m.comment() for m in maps).encode()
+    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent), shared, int(waits), len(tail)) + tail + image
 
 
-def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool, int, bool]:
-    """(image, (grid, block) or None, persistent, dynamic shared bytes, waits for the grid before it). A bare
-    CUBIN/PTX (no header) is accepted as is."""
+def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool, int, bool,
+                                    tuple[TensorMapSpec, ...]]:
+    """(image, (grid, block) or None, persistent, dynamic shared bytes, waits for the grid before it, tensor maps). A
+    bare CUBIN/PTX (no header) is accepted as is."""
     header = _HEADER if lib.startswith(LIB_MAGIC) else _OLD_HEADERS.get(lib[:8])
     if header is None:
-        return lib, None, False, 0, False
+        return lib, None, False, 0, False, ()
     _, *fields = header.unpack_from(lib)
-    dims, flags = fields[:6], fields[6:] + [0, 0, 0]
-    return (lib[header.size:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(flags[0]), flags[1],
-            bool(flags[2]))
+    dims, flags = fields[:6], fields[6:] + [0, 0, 0, 0]
+    start, end = header.size, header.size + flags[3]
+    return (lib[end:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(flags[0]), flags[1],
+            bool(flags[2]), tensor_maps(lib[start:end].decode()))
 
 
 def nvrtc_candidates() -> list[str]:
@@ -141,6 +147,7 @@ class CUDACompiler(Compiler):
     def compile(self, src: str) -> bytes:
         self._setup()
         m = _KERNEL_NAME.search(src)
+        maps = tensor_maps(src)  # before NVRTC's work: a malformed annotation is the renderer's bug, raised at once
         try:
             options = self.options
             if "wgmma.mma_async" in src and not self.ptx:
@@ -153,7 +160,7 @@ class CUDACompiler(Compiler):
         if log and DEBUG >= 3:
             print(f"NVRTC: {log}")
         return pack_lib(image, launch_dims(src), launch_persistent(src), dynamic_shared_bytes(src),
-                        GRID_WAIT in src)
+                        GRID_WAIT in src, maps)
 
 
 class CUDAProgram:
@@ -166,9 +173,13 @@ class CUDAProgram:
 
     def __init__(self, device: CUDADevice, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
-        image, self.default_dims, persistent, shared, waits = unpack_lib(lib)
+        image, self.default_dims, persistent, shared, waits, maps = unpack_lib(lib)
         self._prg = self.native = device._dev.load_program(name, image)
         self._prg.waits_for_grid = waits
+        if maps:
+            # the kernel's trailing CUtensorMap parameters: the runtime encodes them from the buffers at each launch
+            # (callers pass the ordinary arguments only)
+            self._prg.set_tensor_maps([dataclasses.astuple(m) for m in maps])
         if shared:
             self._prg.dynamic_shared = shared
         if self.default_dims is not None:
