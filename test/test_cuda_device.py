@@ -452,3 +452,51 @@ def test_device_names(dev):
     assert dev._dev.name == "CUDA" and dev.arch.startswith("sm_")
     with pytest.raises(ValueError, match="no GPU CUDA:99"):
         _cuda.Device(99)
+
+
+# --- TMA (Hopper) -----------------------------------------------------------------------------------------------
+
+
+def _tma_configs() -> list[int]:
+    from tinygrad.codegen.tensor_cores import TC_CONFIGS
+    return [i for i, c in enumerate(TC_CONFIGS) if c.tma]
+
+
+needs_tma = pytest.mark.skipif(
+    _why is not None or not _nvrtc() or "tma" not in Device["CUDA"].linearizer_opts.tensor_cores,
+    reason="needs a Hopper GPU (TMA) and NVRTC")
+
+
+@needs_tma
+@pytest.mark.parametrize("cfg", _tma_configs() if _why is None else [])
+def test_tma_matmuls_match_the_plain_kernel(cfg):
+    # both layouts of B, sizes no tile divides (the boxes read zeros past the ends), more steps of K than stages; a
+    # cluster of two needs an even number of row tiles (M 500: 4 of 128, 2 of 256)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "unit"))
+    from opts_on_device import run_with_opts
+
+    from tinygrad.codegen.kernel import Opt, OptOps
+    r = rng(cfg)
+    a, b, w = (r.standard_normal(s).astype(np.float16) for s in ((500, 1088), (1088, 200), (264, 1088)))
+    af = a.astype(np.float32)
+    for t, want in ((Tensor(a, device="CUDA") @ Tensor(b, device="CUDA"), af @ b.astype(np.float32)),
+                    (Tensor(a, device="CUDA") @ Tensor(w, device="CUDA").T, af @ w.astype(np.float32).T)):
+        (got, lin), (plain, _) = run_with_opts(t, [Opt(OptOps.TC, 0, cfg)], [])
+        assert lin.tc is not None and lin.tc.config.tma
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=0.25)
+        np.testing.assert_allclose(got, plain, rtol=2e-2, atol=0.25)
+
+
+@needs_tma
+def test_tma_kernel_replays_with_new_buffers(monkeypatch):
+    # the tensor maps describe the buffers: a JIT replay with other inputs re-encodes them (else it would read the
+    # first call's)
+    import tinygrad.codegen.heuristic_gpu as hg
+    cfg = _tma_configs()[0]
+    monkeypatch.setattr(hg, "TC_PREFERENCE", (cfg,) + hg.TC_PREFERENCE)
+    f = TinyJit(lambda x, y: (x @ y).realize())
+    for i in range(4):
+        a = rng(i).standard_normal((384, 832)).astype(np.float16)
+        b = rng(i + 9).standard_normal((832, 328)).astype(np.float16)
+        got = f(Tensor(a, device="CUDA").realize(), Tensor(b, device="CUDA").realize()).numpy().astype(np.float32)
+        np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=2e-2, atol=0.25)
