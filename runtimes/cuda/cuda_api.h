@@ -135,13 +135,12 @@ inline constexpr int kEdgeDataCudaVersion = 12030;
 
 // CUtensorMap: the 128-byte descriptor of a global tensor that Hopper's TMA copies tiles of (cp.async.bulk.tensor).
 // Opaque: cuTensorMapEncodeTiled writes it, a kernel takes it as a __grid_constant__ parameter aligned to 64 bytes
-// (kTensorMapParamAlign; the renderer's tg_tmap). The host copy the driver writes is aligned to 128, what CUDA 13's
-// cuda.h asks (CUDA 12's asked 64).
+// (the renderer's tg_tmap), where the driver's parameter layout says. The host copy the driver writes is aligned to
+// 128, what CUDA 13's cuda.h asks (CUDA 12's asked 64).
 struct alignas(128) TensorMap {
   std::uint64_t opaque[16];
 };
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
-inline constexpr size_t kTensorMapParamAlign = 64;
 // cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion, ...FloatOOBfill).
 // TMA only moves bits, so the unsigned integer type of each element size is enough for any dtype.
 inline constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;

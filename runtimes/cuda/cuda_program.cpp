@@ -195,16 +195,15 @@ void CudaProgram::pack(const KernelArg* args, size_t nargs, std::vector<std::uin
     }
     end = std::max(end, offset + size);
   }
-  // The tensor maps, after the ordinary arguments: where the driver gave no layout, at the next 64-byte boundary
-  // (the alignment of the kernel's tg_tmap), 128 bytes each, as the C ABI lays out the parameter list.
-  const size_t maps_at = (end + kTensorMapParamAlign - 1) / kTensorMapParamAlign * kTensorMapParamAlign;
+  // The tensor maps, after the ordinary arguments, where the driver's layout puts them (set_tensor_maps refuses
+  // maps where the driver gives none)
   for (size_t i = 0; i < nmaps; ++i) {
     const TensorMapSpec& spec = map_specs_[i];
     if (spec.arg >= nargs || args[spec.arg].kind != KernelArg::Kind::Pointer)
       throw UsageError("kernel " + name_ + ": tensor map " + std::to_string(i) + " describes argument " +
                        std::to_string(spec.arg) + ", which is " +
                        (spec.arg >= nargs ? "not among the " + std::to_string(nargs) + " given" : "not a buffer"));
-    const size_t offset = layout_known_ ? params_[nargs + i].offset : maps_at + i * sizeof(TensorMap);
+    const size_t offset = params_[nargs + i].offset;
     if (offset + sizeof(TensorMap) > out.size()) out.resize(offset + sizeof(TensorMap), 0);
     write_tensor_map(i, args[spec.arg].bits + spec.offset, out.data() + offset);
   }
@@ -258,9 +257,11 @@ void CudaProgram::set_tensor_maps(std::vector<TensorMapSpec> specs) {
       if (specs.size() > params_.size())
         why = "the kernel has " + std::to_string(params_.size()) + " parameter(s), fewer than " +
               std::to_string(specs.size()) + " tensor maps";
-      else if (params_[param].size != sizeof(TensorMap) || params_[param].offset % kTensorMapParamAlign != 0)
+      else if (params_[param].size != sizeof(TensorMap))
+        // NOTE: its offset is the driver's: a 64-byte aligned parameter may lie at offset 48 of the buffer (the
+        // parameter space itself starts at an address that is not a multiple of 64)
         why = "the kernel's parameter " + std::to_string(param) + " is " + std::to_string(params_[param].size) +
-              " bytes at offset " + std::to_string(params_[param].offset) + ", not a 64-byte-aligned CUtensorMap";
+              " bytes at offset " + std::to_string(params_[param].offset) + ", not a 128-byte CUtensorMap";
       else if (arg >= ordinary)
         why = "argument " + std::to_string(arg) + " is not one of the kernel's " + std::to_string(ordinary) +
               " ordinary argument(s)";
@@ -272,6 +273,12 @@ void CudaProgram::set_tensor_maps(std::vector<TensorMapSpec> specs) {
                                        describe(specs[i]) + "): " + why);
   }
   if (!specs.empty() && ctx_->api().cuTensorMapEncodeTiled == nullptr) no_tensor_maps();
+  // Where the maps go is the driver's to say: it places a 64-byte aligned parameter by the absolute address of the
+  // parameter space, which the C ABI's offsets do not know (the H100 put one at offset 48 after three pointers)
+  if (!specs.empty() && !layout_known_)
+    throw UsageError("kernel " + name_ + " takes TMA tensor maps, but the CUDA driver (" +
+                     cuda_version_text(ctx_->api().version) + ") does not report kernel parameter layouts "
+                     "(cuFuncGetParamInfo, CUDA 12.4+), which say where they go");
   std::lock_guard<std::mutex> lock(map_mutex_);
   map_cache_.assign(specs.size(), MapCache{});
   map_specs_ = std::move(specs);

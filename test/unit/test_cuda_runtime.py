@@ -642,7 +642,7 @@ def test_tensor_map_specs_must_fit_the_kernel(dev):
     for spec, why in bad.items():
         with pytest.raises(ValueError, match=f"kernel t: tensor map 0 .*{why}"):
             prg.set_tensor_maps([spec, TMAPS[1]])
-    with pytest.raises(ValueError, match="parameter 2 is 4 bytes at offset 16, not a 64-byte-aligned CUtensorMap"):
+    with pytest.raises(ValueError, match="parameter 2 is 4 bytes at offset 16, not a 128-byte CUtensorMap"):
         prg.set_tensor_maps(TMAPS + [TMAPS[1]])
     with pytest.raises(ValueError, match="parameter 3 is 4 bytes"):
         program(dev).set_tensor_maps([TMAPS[1]])  # KERNEL has no tensor-map parameter
@@ -653,24 +653,25 @@ def test_tensor_map_specs_must_fit_the_kernel(dev):
         prg.launch(None, None, False, _cuda.DeviceBuffer(dev, 64), 0, 0)
 
 
-def test_tensor_maps_follow_the_arguments_where_the_driver_gives_no_layout():
+def test_tensor_maps_need_the_drivers_parameter_layout():
+    # a 64-byte aligned parameter's offset depends on where the driver's parameter space starts (the H100 put one
+    # at offset 48 after three pointers): without cuFuncGetParamInfo the maps have no known place
     install_fake_cuda(driver_version=12020)  # before cuFuncGetParamInfo
     try:
-        d = _cuda.Device(0)
-        prg = program(d, TMAP_KERNEL, "t")
+        prg = program(_cuda.Device(0), TMAP_KERNEL, "t")
         assert prg.params is None
-        prg.set_tensor_maps(TMAPS)
-        out, a = _cuda.DeviceBuffer(d, 4096), _cuda.DeviceBuffer(d, 16384)
-        prg.launch(None, None, False, out, a, 7)  # 20 bytes of arguments; the maps at 64 and 192
-        packed = T.launches()[-1][3]
-        assert packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7) and len(packed) == 320
-        assert decoded_map(packed[64:192])["address"] == a.ptr + 16 and decoded_map(packed[192:])["address"] == out.ptr
-        with pytest.raises(ValueError, match="tensor map 0 describes argument 1, which is not a buffer"):
-            prg.launch(None, None, False, out, 5, 7)
-        with pytest.raises(ValueError, match="tensor map 0 describes argument 1, which is not among the 1 given"):
-            prg.launch(None, None, False, out)
+        with pytest.raises(ValueError, match=r"takes TMA tensor maps, but the CUDA driver .*12.2.* does not report "
+                                             r"kernel parameter layouts \(cuFuncGetParamInfo, CUDA 12.4\+\)"):
+            prg.set_tensor_maps(TMAPS)
     finally:
         uninstall_fake_cuda()
+
+
+def test_a_tensor_maps_argument_must_be_a_buffer(dev):
+    prg = program(dev, TMAP_KERNEL, "t")
+    prg.set_tensor_maps(TMAPS)
+    with pytest.raises(ValueError, match="tensor map 0 describes argument 1, which is not a buffer"):
+        prg.launch(None, None, False, _cuda.DeviceBuffer(dev, 4096), 5, 7)
 
 
 def test_a_driver_without_the_tensor_map_encoder_refuses_tma_kernels_clearly():

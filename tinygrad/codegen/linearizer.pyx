@@ -898,6 +898,7 @@ cdef class Linearizer:
 
     # ---- tensor cores (TC) and float32 block tiles (SMEM): see codegen/tensor_cores.py for the kernel's shape ----
     cdef object _lower_tc(self):
+        from tinygrad.codegen import tensor_cores as tcm
         from tinygrad.codegen.tensor_cores import slice_elems
         plan = self.tc
         cfg, tc, simt = plan.config, plan.tc, plan.simt
@@ -1005,7 +1006,7 @@ cdef class Linearizer:
             b_n = add(mul(wn_i, c(wtn)), grp)
         # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
         # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
-        lag = 1 if wg else 0
+        lag = tcm.WGMMA_IN_FLIGHT if wg else 0
         # the other reduced dims' steps around K's: each stages K's slices again
         steps = ktiles
         for d in plan.outer:

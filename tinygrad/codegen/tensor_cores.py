@@ -90,6 +90,11 @@ TENSOR_CORES = {
 }
 
 
+# wgmma slices left in flight when the next is issued (1: the tensor cores never wait for the issue of the next;
+# 0: each slice is waited for before the next)
+WGMMA_IN_FLIGHT = 1
+
+
 @dataclass(frozen=True)
 class TCConfig:
     """A block tile: BM x BN outputs, K staged BK at a time, WM x WN warps (each a (BM/WM) x (BN/WN) tile)."""

@@ -158,23 +158,23 @@ __device__ __forceinline__ void tg_mbar_init(unsigned long long* bar, unsigned c
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tg_smem_addr(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void tg_mbar_expect(unsigned long long* bar, unsigned bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+  asm volatile("{\\n.reg .b64 st;\\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\\n}\\n"
       :: "r"(tg_smem_addr(bar)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done;
   do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
         : "=r"(done) : "r"(tg_smem_addr(bar)), "r"(parity) : "memory");
   } while (!done);
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned long long* bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(tg_smem_addr(bar))
+  asm volatile("{\\n.reg .b64 st;\\nmbarrier.arrive.shared::cta.b64 st, [%0];\\n}\\n" :: "r"(tg_smem_addr(bar))
       : "memory");
 }
 __device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
-  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(tg_smem_addr(bar)), "r"(cta)
+  asm volatile("{\\n.reg .b32 ra;\\nmapa.shared::cluster.u32 ra, %0, %1;\\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\\n}\\n" :: "r"(tg_smem_addr(bar)), "r"(cta)
       : "memory");
 }
 __device__ __forceinline__ void tg_mbar_init_fence() {
@@ -184,7 +184,7 @@ __device__ __forceinline__ unsigned tg_cluster_rank() {
   unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
 }
 __device__ __forceinline__ void tg_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void tg_tma_2d(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "

@@ -245,7 +245,9 @@ class CUDADevice(Compiled):
         self.cc = cc = int(re.sub(r"\D", "", self.arch))
         tcs = CUDALanguage.tensor_cores if cc >= 80 else ()
         # wgmma: Hopper only (sm_90a code runs on sm_90 and nothing else)
-        tcs += CUDALanguage.hopper_tensor_cores if cc == 90 else ()
+        # (TMA's tensor maps go where the driver's parameter layout says: cuFuncGetParamInfo, CUDA 12.4)
+        tcs += tuple(k for k in CUDALanguage.hopper_tensor_cores if k != "tma" or _cuda.driver_version() >= 12040) \
+            if cc == 90 else ()
         # TF32 rounds float32 operands to 10-bit mantissas: only where asked for, as PyTorch's allow_tf32 flags
         tcs += CUDALanguage.tf32_tensor_cores if cc >= 80 and getenv("ALLOW_TF32") else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
