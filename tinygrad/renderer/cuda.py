@@ -164,8 +164,8 @@ __device__ __forceinline__ void tg_mbar_expect(unsigned long long* bar, unsigned
 __device__ __forceinline__ void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done;
   do {
-    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
-        : "=r"(done) : "r"(tg_smem_addr(bar)), "r"(parity) : "memory");
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+        "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(tg_smem_addr(bar)), "r"(parity) : "memory");
   } while (!done);
 }
 __device__ __forceinline__ void tg_mbar_arrive(unsigned long long* bar) {
