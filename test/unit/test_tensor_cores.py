@@ -170,13 +170,15 @@ def test_tiles_past_48kb_take_dynamic_shared_memory():
     assert dynamic_shared_bytes(small.src) == 0  # what fits 48 KB stays static
     got, = _run([k])
     _check(got, a.astype(np.float32) @ b.astype(np.float32))
-    # the heuristic's first choices: wgmma where the device has it, then a 64 KB mma.sync tile where it gives a
-    # block that much, else the 48 KB one
+    # the heuristic's first choices: wgmma on TMA where the device has both, wgmma on cp.async where it has no TMA,
+    # then a 64 KB mma.sync tile where it gives a block that much, else the 48 KB one
     x, y = _t(_h(2048, 64)), _t(_h(64, 2048, seed=1))
     hopper = dataclasses.replace(wide, tensor_cores=wide.tensor_cores + ("wgmma",))
-    pick = [TC_CONFIGS[Kernel(x @ y, lopts=lo).lin.applied_opts[0].amt] for lo in (hopper, wide, TC)]
-    assert pick[0].wgmma and pick[0] == TC_CONFIGS[TC_PREFERENCE[0]]
-    assert not pick[1].wgmma and smem_bytes(pick[1]) > 48 * 1024 and smem_bytes(pick[2]) <= 48 * 1024
+    tma = dataclasses.replace(wide, tensor_cores=wide.tensor_cores + ("wgmma", "tma"))
+    pick = [TC_CONFIGS[Kernel(x @ y, lopts=lo).lin.applied_opts[0].amt] for lo in (tma, hopper, wide, TC)]
+    assert pick[0].tma and pick[0] == TC_CONFIGS[TC_PREFERENCE[0]]
+    assert pick[1].wgmma and not pick[1].tma and pick[1] == TC_CONFIGS[TC_PREFERENCE[1]]
+    assert not pick[2].wgmma and smem_bytes(pick[2]) > 48 * 1024 and smem_bytes(pick[3]) <= 48 * 1024
 
 
 HOPPER = dataclasses.replace(TC, tensor_cores=("m16n8k16", "cp.async", "wgmma"), shared_max=227 * 1024)

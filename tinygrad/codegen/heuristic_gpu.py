@@ -55,8 +55,10 @@ GROUP = 16
 # 302/292, 128x128x64 in 3 stages 305/312, 128x256x32 (8 warps) 273/273, 128x64x32 in 4 stages 283/273, 64x64
 # 250/215. Where a block gets only 48 KB, the 4-stage tile does not fit and the 2-stage one is next. On Hopper, wgmma
 # comes first (PyTorch 706/718 in the same run): 128x256x64 in 4 stages 448/449, in 3 stages 426/426, 128x128x64
-# 414/419, 64x256x64 308/321.
-TC_PREFERENCE = (23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
+# 414/419, 64x256x64 308/321. With TMA (a thread copying whole slices, mbarriers instead of block barriers) the
+# 128x256x64 tile in 4 stages measured 521/523 on an H200, against 460/469 for cp.async in the same run; clusters of
+# 2 sharing B's slices (multicast) 345-368, 128x128 in 6 stages 210-220.
+TC_PREFERENCE = (26, 23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
 # matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)
 TC_MIN_DIM = 32

@@ -1006,7 +1006,7 @@ cdef class Linearizer:
             b_n = add(mul(wn_i, c(wtn)), grp)
         # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
         # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
-        lag = tcm.WGMMA_IN_FLIGHT if wg else 0
+        lag = (tcm.WGMMA_IN_FLIGHT_TMA if getattr(cfg, "tma", 0) else tcm.WGMMA_IN_FLIGHT) if wg else 0
         # the other reduced dims' steps around K's: each stages K's slices again
         steps = ktiles
         for d in plan.outer:
@@ -1014,7 +1014,8 @@ cdef class Linearizer:
         tma = getattr(cfg, "tma", 0)
         if tma:
             # TMA (see UOps.TMA): thread 0 copies whole slices; every stage is filled before the loop, and at step
-            # k the stage of step k-2 (whose wgmma every warp has waited for by its step k-1) takes step k+S-2
+            # k the stage of step k-1-lag (whose wgmma every warp has waited for by its step k-1) takes step
+            # k+S-1-lag
             from tinygrad.codegen.tensor_cores import tma_box
             maps = []
             for is_a, op, name in ((True, plan.a, "tmap_a"), (False, plan.b, "tmap_b")):
@@ -1045,9 +1046,9 @@ cdef class Linearizer:
         loop = self._uop(UOps.LOOP, i32, (c(0), c(steps)), None, False)
         self._open_scope()
         if tma:
-            ahead = add(loop, c(stages - 2))
+            ahead = add(loop, c(stages - 1 - lag))
             go = self._alu(BinaryOps.AND, dtypes.bool, (leader, self._alu(BinaryOps.AND, dtypes.bool, (
-                self._alu(BinaryOps.CMPLT, dtypes.bool, (c(1), loop)),
+                self._alu(BinaryOps.CMPLT, dtypes.bool, (c(lag), loop)),
                 self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(steps)))))))
             self._uop(UOps.TMA, None, (bars, go, ahead, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b), produce,
                       False)
@@ -1084,11 +1085,14 @@ cdef class Linearizer:
                             (tc.name, (cfg.bn, plan.b_along_k, b_atoms, lag)), False)
             acc_wg = self._uop(UOps.PHI, acc_wg.dtype, (acc_wg, out, loop), None, False)
             if tma:
-                # the last slice's instructions are done (the wgmma waited for them): its stage is free
-                first_lane = self._alu(BinaryOps.CMPEQ, dtypes.bool, (mod(tid, c(32)), c(0)))
-                go = self._alu(BinaryOps.AND, dtypes.bool, (first_lane, self._alu(BinaryOps.CMPLT, dtypes.bool, (
-                    c(0), loop))))
-                self._uop(UOps.TMA, None, (bars, add(loop, c(-1)), go), ("release", stages, tma), False)
+                # the instructions of the slice `lag` steps back are done (the wgmma waited for them): its stage is
+                # free
+                go = self._alu(BinaryOps.CMPEQ, dtypes.bool, (mod(tid, c(32)), c(0)))
+                if lag:
+                    go = self._alu(BinaryOps.AND, dtypes.bool, (go, self._alu(BinaryOps.CMPLT, dtypes.bool, (
+                        c(lag - 1), loop))))
+                self._uop(UOps.TMA, None, (bars, add(loop, c(-lag)) if lag else loop, go), ("release", stages, tma),
+                          False)
         elif simt:
             for kk in range(cfg.bk):
                 # slices are rows-major: 4 consecutive rows (columns) of one k are one 16-byte read
