@@ -62,7 +62,8 @@ _SHIM = r"""
 struct tg_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local tg_dim3 threadIdx, blockIdx;
 static tg_dim3 gridDim, blockDim;
-static pthread_barrier_t tg_block_bar;
+static pthread_barrier_t tg_block_bar, tg_wg_bar;
+static unsigned tg_producers = 0;  // threads at the end of the block that never multiply (a TMA producer warp)
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -86,6 +87,7 @@ static void tg_run(const unsigned* g, const unsigned* l, bool together, void (*t
   blockDim.x = l[0]; blockDim.y = l[1]; blockDim.z = l[2];
   unsigned n = l[0] * l[1] * l[2];
   if (together) pthread_barrier_init(&tg_block_bar, nullptr, n);
+  if (together) pthread_barrier_init(&tg_wg_bar, nullptr, n - tg_producers);
   for (unsigned bz = 0; bz < g[2]; bz++) for (unsigned by = 0; by < g[1]; by++) for (unsigned bx = 0; bx < g[0]; bx++) {
     tg_dim3 b; b.x = bx; b.y = by; b.z = bz;
     std::vector<std::thread> threads;
@@ -97,6 +99,7 @@ static void tg_run(const unsigned* g, const unsigned* l, bool together, void (*t
     for (auto& t : threads) t.join();
   }
   if (together) pthread_barrier_destroy(&tg_block_bar);
+  if (together) pthread_barrier_destroy(&tg_wg_bar);
 }
 """
 
@@ -226,8 +229,8 @@ static tg_vec<float, N / 2> tg_wgmma_emu(const unsigned short* a, const unsigned
     c.e[i] += s;
   }
   // the warp's lanes leave together (the instructions are .sync.aligned): a lane that frees the stage (TMA) speaks
-  // for the whole warp
-  __syncthreads();
+  // for the whole warp (all the multiplying threads wait here: a producer warp never multiplies)
+  pthread_barrier_wait(&tg_wg_bar);
   return c;
 }
 #define TG_WGMMA(N) \
@@ -347,7 +350,8 @@ def _compile(kernels: list[Kernel]) -> list:
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"
                      f'extern "C" void tg_launch{k}(const unsigned* g, const unsigned* l, void** p, const int* i) '
-                     f"{{ tg_run(g, l, {together}, k{k}::thread, p, i); }}\n")
+                     f"{{ tg_producers = {32 if 'tg_tma_producer<' in src else 0}; "
+                     f"tg_run(g, l, {together}, k{k}::thread, p, i); }}\n")
     folder = tempfile.mkdtemp()
     src_path, lib_path = os.path.join(folder, "kernels.cpp"), os.path.join(folder, "kernels.so")
     Path(src_path).write_text("\n".join(parts))

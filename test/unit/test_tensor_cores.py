@@ -215,9 +215,9 @@ def test_wgmma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
 TMA = dataclasses.replace(HOPPER, tensor_cores=HOPPER.tensor_cores + ("tma",))
 
 
-def _tma_config(cluster, bm=128, bn=256, stages=4):
-    return TC_CONFIGS.index(next(c for c in TC_CONFIGS if c.tma == cluster and (c.bm, c.bn, c.stages) ==
-                                 (bm, bn, stages)))
+def _tma_config(cluster, bm=128, bn=256, stages=4, producer=False):
+    return TC_CONFIGS.index(next(c for c in TC_CONFIGS if c.tma == cluster and (c.bm, c.bn, c.stages, c.producer) ==
+                                 (bm, bn, stages, producer)))
 
 
 def test_tma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
@@ -233,10 +233,14 @@ def test_tma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
     assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=136,576 strides=272 box=64,64 swizzle=128" in nmaj.src
     assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=576,136 strides=1152 box=64,256 swizzle=128" in kmaj.src
     assert "const __grid_constant__ tg_tmap tmap_b)" in nmaj.src
-    got_n, got_k = _run([nmaj, kmaj])
+    # a producer warp (the block's last) copying every step, the others only multiplying
+    prod = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1, producer=True))], lopts=TMA)
+    assert prod.lin.local_size == (288, 1, 1) and "if (lidx0 >= 256) { tg_tma_producer<4, 8192, 16384" in prod.src
+    got_n, got_k, got_p = _run([nmaj, kmaj, prod])
     af = a.astype(np.float32)
     _check(got_n, af @ b.astype(np.float32))
     _check(got_k, af @ w.astype(np.float32).T)
+    _check(got_p, af @ b.astype(np.float32))
 
 
 def test_tma_clusters_share_b_and_the_plan_rules():

@@ -926,9 +926,10 @@ cdef class Linearizer:
         # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
         gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
         gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
-        tid = self._thread_id = self._uop(UOps.SPECIAL, i32, (), (0, "lidx0", nthreads), False)
+        block = getattr(cfg, "block_threads", nthreads)  # (a TMA producer warp after the others)
+        tid = self._thread_id = self._uop(UOps.SPECIAL, i32, (), (0, "lidx0", block), False)
         self.global_size = (tiles_x, tiles_y, nbatch)
-        self.local_size = (nthreads, 1, 1)
+        self.local_size = (block, 1, 1)
         self._tc_bases, self._tc_offsets = {}, {}
         if plan.batch:
             gz = self._uop(UOps.SPECIAL, i32, (), (2, "gidx2", nbatch), False)
@@ -1026,7 +1027,11 @@ cdef class Linearizer:
             self._uop(UOps.TMA, None, (bars, tid), ("init", stages, nthreads // 32 * tma, tma), False)
             leader = self._alu(BinaryOps.CMPEQ, dtypes.bool, (tid, c(0)))
             produce = ("produce", stages, size_a, size_b, plan.b_along_k, cfg.bn // 64, tma)
-            for st_i in range(min(stages, steps)):
+            if cfg.producer:
+                # the last warp copies every step's slices, each once its stage is freed, and leaves
+                self._uop(UOps.TMA, None, (bars, tid, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
+                          ("producer", stages, size_a, size_b, plan.b_along_k, cfg.bn // 64, steps, nthreads), False)
+            for st_i in range(0 if cfg.producer else min(stages, steps)):
                 self._uop(UOps.TMA, None, (bars, leader, c(st_i), smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
                           produce, False)
         elif asy:
@@ -1045,7 +1050,10 @@ cdef class Linearizer:
             self._uop(UOps.BARRIER, None, (), None, False)
         loop = self._uop(UOps.LOOP, i32, (c(0), c(steps)), None, False)
         self._open_scope()
-        if tma:
+        if tma and cfg.producer:
+            self._uop(UOps.TMA, None, (bars, loop), ("wait", stages), False)
+            cur = mod(loop, c(stages))
+        elif tma:
             ahead = add(loop, c(stages - 1 - lag))
             go = self._alu(BinaryOps.AND, dtypes.bool, (leader, self._alu(BinaryOps.AND, dtypes.bool, (
                 self._alu(BinaryOps.CMPLT, dtypes.bool, (c(lag), loop)),

@@ -226,6 +226,13 @@ template <int S, int SA, int SB, bool BK, int NB, int CLUSTER> __device__ __forc
       tg_tma_2d_mc(b + i * 4096, &mb, col + 64 * i, k0, bars + s, mask);
   }
 }
+// the producer warp's loop: every step's slices, in order, by its first thread
+template <int S, int SA, int SB, bool BK, int NB, int STEPS> __device__ __forceinline__ void tg_tma_producer(
+    unsigned long long* bars, bool first, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
+    const tg_tmap& mb, int row, int col) {
+  if (!first) return;
+  for (int j = 0; j < STEPS; j++) tg_tma_produce<S, SA, SB, BK, NB, 1>(bars, true, j, sa, sb, ma, mb, row, col);
+}
 template <int S> __device__ __forceinline__ void tg_tma_wait(unsigned long long* bars, int k) {
   tg_mbar_wait(bars + k % S, (k / S) & 1);
 }
@@ -418,6 +425,13 @@ class CUDALanguage(GPULanguage):
             _, stages, sa, sb, b_k, atoms, cluster = arg
             return f"tg_tma_produce<{stages}, {sa}, {sb}, {'true' if b_k else 'false'}, {atoms}, {cluster}>(" + \
                 ", ".join(operands) + ")"
+        if kind == "producer":
+            # the warp after the multiplying ones copies, then leaves (nothing after this waits for all threads)
+            _, stages, sa, sb, b_k, atoms, steps, consumers = arg
+            bars, tid, rest = operands[0], operands[1], operands[2:]
+            return f"if ({tid} >= {consumers}) {{ tg_tma_producer<{stages}, {sa}, {sb}, " \
+                f"{'true' if b_k else 'false'}, {atoms}, {steps}>({bars}, {tid} == {consumers}, " + \
+                ", ".join(rest) + "); return; }"
         if kind == "wait":
             return f"tg_tma_wait<{arg[1]}>({', '.join(operands)})"
         if kind == "release":
