@@ -90,6 +90,7 @@ cdef class Linearizer:
     cdef list _tc_nodes(self, int rows_axis, object r, object k, dict outer_at)
     cdef list _tc_copy_spread(self, object op, int rows_axis, int rows, object row0, tuple at, object gate)
     cdef object _tc_elem_at(self, object r, object k, int rows, bint layout_k)
+    cdef bint _tc_store_pair(self, tuple g, int n_ax, tuple red, dict memo)
     cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, tuple at, object gate, bint asy)
     cdef object _tc_cond(self, object valid, object gate)
     cdef object _limits_valid(self, object valid, list nodes)

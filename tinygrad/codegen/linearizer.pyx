@@ -1205,6 +1205,7 @@ cdef class Linearizer:
             base_m = add(row0_a, add(mul(wm_i, c(wtm)), grp))
             base_n = add(row0_b, add(mul(wn_i, c(wtn)), mul(quad, c(2))))
         vm = Variable("tc_row", 0, tiles_y * cfg.bm - 1 - max(off_m))
+        # (for wgmma tc_col is even: _tc_store_pair relies on it)
         vn = Variable("tc_col", 0, tiles_x * cfg.bn - 1 - max(off_n))
         self._var_uops[vm], self._var_uops[vn] = base_m, base_n
         self._tc_bases[m_ax], self._tc_bases[n_ax] = vm, vn
@@ -1226,9 +1227,46 @@ cdef class Linearizer:
         red = ([m_ax, n_ax], vals)
         self.loop_order = [d for d in range(len(full)) if d not in self.reduce_axes]
         memo = {}
+        paired = set()
         for g in self._combos(self.loop_order):
+            if g in paired:
+                continue
+            if wg and len(self.ast) == 1 and g[n_ax] % 2 == 0 and self._tc_store_pair(g, n_ax, red, memo):
+                paired.add(g[:n_ax] + (g[n_ax] + 1,) + g[n_ax + 1:])
+                continue
             for root in self.ast:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+
+    cdef bint _tc_store_pair(self, tuple g, int n_ax, tuple red, dict memo):
+        """Stores the half (bfloat16) outputs of copies g and g+1 along N as one 4-byte store where they are
+        neighbours with the same condition, and says so: a warp's stores of its accumulators then write 16 bytes a
+        row, not 4 scattered halves (the wgmma kernels' epilogue)."""
+        mb = self.ast[0].arg
+        if mb.dtype not in (dtypes.float16, dtypes.bfloat16):
+            return False
+        g1 = g[:n_ax] + (g[n_ax] + 1,) + g[n_ax + 1:]
+        if g1[n_ax] >= len(self._tc_offsets[n_ax]) or self._tc_offsets[n_ax][g1[n_ax]] != \
+                self._tc_offsets[n_ax][g[n_ax]] + 1:
+            return False
+        idx0, valid0 = mb.st.expr_idxs(self._idx_nodes(g, True))
+        idx1, valid1 = mb.st.expr_idxs(self._idx_nodes(g1, True))
+        if self._dim_limits:
+            valid0 = self._limits_valid(valid0, self._idx_nodes(g, True))
+            valid1 = self._limits_valid(valid1, self._idx_nodes(g1, True))
+        # neighbours whatever the thread (the difference folds to 1), under one condition, at an even element (a
+        # 4-byte aligned address: the buffer starts aligned, and every term of the index is even)
+        diff = idx1 - idx0
+        if not (isinstance(diff, NumNode) and diff.b == 1) or valid0.render() != valid1.render():
+            return False
+        if not _even(idx0, self._tc_bases[n_ax]):
+            return False
+        u16 = dtypes.uint16
+        bits = [self._uop(UOps.BITCAST, u16, (self._lower_ast(self.ast[0].src[0], c, True, red, memo),), None)
+                for c in (g, g1)]
+        vin = (self.buf_uops[mb.idx], self._lower_node(idx0), self._uop(UOps.VECTORIZE, u16.vec(2), tuple(bits), None))
+        gate = self._gated(valid0)
+        self._uop(UOps.STORE, None, vin + ((gate,) if gate is not None else ()), "aligned", False)
+        return True
 
     cdef bint _pads_to_zero(self, int axis):
         """Is every term of the kernel's reduction zero past the end of `axis`, where every leaf (load, constant,
@@ -1565,6 +1603,25 @@ cdef object _lane_base(object idx, object lane):
     if not found:
         return None
     return Node.sum(rest) if rest else NumNode(0)
+
+
+cdef list _terms(object node):
+    return list(node.nodes) if isinstance(node, SumNode) else [node]
+
+
+cdef bint _even(object node, object even_var):
+    """Is every value of `node` even? Where each term is a multiple of 2: an even constant, `even_var` (a
+    Variable known to be even), or a product of either."""
+    for t in _terms(node):
+        if isinstance(t, NumNode):
+            if t.b % 2:
+                return False
+        elif isinstance(t, MulNode):
+            if not ((isinstance(t.b, int) and t.b % 2 == 0) or t.a is even_var):
+                return False
+        elif t is not even_var:
+            return False
+    return True
 
 
 cdef object _sint_prod(list xs):
