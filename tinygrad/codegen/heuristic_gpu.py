@@ -57,8 +57,9 @@ GROUP = 16
 # comes first (PyTorch 706/718 in the same run): 128x256x64 in 4 stages 448/449, in 3 stages 426/426, 128x128x64
 # 414/419, 64x256x64 308/321. With TMA (a thread copying whole slices, mbarriers instead of block barriers) the
 # 128x256x64 tile in 4 stages measured 521/523 on an H200, against 460/469 for cp.async in the same run; clusters of
-# 2 sharing B's slices (multicast) 345-368, 128x128 in 6 stages 210-220.
-TC_PREFERENCE = (26, 23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
+# 2 sharing B's slices (multicast) 345-368, 128x128 in 6 stages 210-220. Once the epilogue stored pairs of halves
+# (H100, PyTorch 728): 128x256x64 with a producer warp 622/621, without 608/601, 256x128 with one 603/603.
+TC_PREFERENCE = (31, 26, 23, 22, 21, 14, 0, 4, 3, 5, 6, 7, 8)
 TC_MIN_BLOCKS = 128
 # matmuls with fewer rows or columns than this stay off tensor cores (their smallest tile is 32 x 32)
 TC_MIN_DIM = 32
