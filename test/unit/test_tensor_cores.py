@@ -243,6 +243,21 @@ def test_tma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
     _check(got_p, af @ b.astype(np.float32))
 
 
+@settings(max_examples=3, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 24), kmajor=st.booleans(), producer=st.booleans(),
+       seed=st.integers(0, 99))
+def test_tma_random_shapes_match_the_plain_kernel(m, n, k, kmajor, producer, seed):
+    # sizes in 16-byte chunks (TMA's strides are multiples of 16 bytes), no tile dividing them; against the same
+    # kernel without tensor cores
+    a, b = _h(8 * m, 8 * k, seed=seed), _h(8 * n, 8 * k, seed=seed + 1)
+    t = _t(a) @ (_t(b).T if kmajor else _t(np.ascontiguousarray(b.T)))
+    tma = Kernel(t, opts=[Opt(OptOps.TC, 0, _tma_config(1, producer=producer))], lopts=TMA)
+    plain = Kernel(t, opts=[], lopts=TMA)
+    assert tma.lin.tc.b_along_k == kmajor and "tg_tma_wait" in tma.src
+    got, want = _run([tma, plain])
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
 def test_tma_clusters_share_b_and_the_plan_rules():
     # two blocks along M a cluster, each copying half of B's slice into both (multicast); rendered for the device
     # only (the host runs one block at a time)
