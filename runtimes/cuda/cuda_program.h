@@ -67,9 +67,10 @@ class CudaProgram final : public Program {
   // Declares the kernel's trailing tensor-map parameters, one spec each, in parameter order (none: clears them).
   // Checks each spec (rank 1..5, box sizes 1..256, element size 1/2/4/8, swizzle 0/32/64/128) and, where the driver
   // reports the layout, that the kernel ends in that many 128-byte parameters after the ordinary ones and that
-  // `arg` is one of those, a pointer; elsewhere the maps follow the ordinary arguments at the next 64-byte
-  // boundary, 128 bytes each. Throws tg::UsageError for a spec that does not fit the kernel and tg::RuntimeError
-  // where the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12.0+).
+  // `arg` is one of those, a pointer. The maps go where that layout says (a 64-byte aligned parameter's offset
+  // depends on where the driver's parameter space starts), so a driver that reports none (before CUDA 12.4) is
+  // refused. Throws tg::UsageError for a spec that does not fit the kernel or a driver without the layout, and
+  // tg::RuntimeError where the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12.0+).
   void set_tensor_maps(std::vector<TensorMapSpec> specs);
   const std::vector<TensorMapSpec>& tensor_maps() const noexcept { return map_specs_; }
   // Makes every later launch give the kernel `bytes` of dynamic shared memory (an `extern __shared__` array), opting
