@@ -1030,7 +1030,8 @@ cdef class Linearizer:
             if cfg.producer:
                 # the last warp copies every step's slices, each once its stage is freed, and leaves
                 self._uop(UOps.TMA, None, (bars, tid, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
-                          ("producer", stages, size_a, size_b, plan.b_along_k, cfg.bn // 64, steps, nthreads), False)
+                          ("producer", stages, size_a, size_b, plan.b_along_k, cfg.bn // 64, steps, nthreads, tma),
+                          False)
             for st_i in range(0 if cfg.producer else min(stages, steps)):
                 self._uop(UOps.TMA, None, (bars, leader, c(st_i), smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
                           produce, False)

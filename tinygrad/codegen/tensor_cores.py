@@ -115,8 +115,8 @@ class TCConfig:
     # stage has landed and when every warp is done with it. `tma` blocks form a cluster along M whose members share
     # B's slice: each copies 1/tma of it into all of them (multicast), so L2 serves B once per cluster
     tma: int = 0
-    # (TMA, no cluster) one more warp, whose first thread only copies slices: the warps that multiply never wait for
-    # a stage to be freed, nor for each other's steps
+    # (TMA) one more warp, whose first thread only copies slices: the warps that multiply never wait for a stage to
+    # be freed, nor for each other's steps
     producer: bool = False
 
     @property
@@ -167,6 +167,7 @@ TC_CONFIGS = (
     TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=1),
     TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=1, producer=True),
     TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=1, producer=True),
+    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=2, producer=True),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -482,8 +483,6 @@ def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full,
         strides = op.arg.st.views[0].strides
         if not isinstance(strides[rows if along else k], int) or strides[rows if along else k] <= 0:
             return "an operand repeats its rows (a zero stride): not a tensor map's box"
-    if cfg.producer and cfg.tma != 1:
-        return "a producer warp copies for its own block only (no clusters)"
     if cfg.tma > 1 and (-(-full[m] // cfg.bm)) % cfg.tma:
         return f"clusters of {cfg.tma} blocks along M need a multiple of {cfg.tma} row tiles"
     return ""

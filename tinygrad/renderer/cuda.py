@@ -184,7 +184,7 @@ __device__ __forceinline__ unsigned tg_cluster_rank() {
   unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
 }
 __device__ __forceinline__ void tg_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;\\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 __device__ __forceinline__ void tg_tma_2d(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
@@ -227,11 +227,11 @@ template <int S, int SA, int SB, bool BK, int NB, int CLUSTER> __device__ __forc
   }
 }
 // the producer warp's loop: every step's slices, in order, by its first thread
-template <int S, int SA, int SB, bool BK, int NB, int STEPS> __device__ __forceinline__ void tg_tma_producer(
-    unsigned long long* bars, bool first, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
+template <int S, int SA, int SB, bool BK, int NB, int STEPS, int CLUSTER> __device__ __forceinline__ void
+tg_tma_producer(unsigned long long* bars, bool first, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
     const tg_tmap& mb, int row, int col) {
-  if (!first) return;
-  for (int j = 0; j < STEPS; j++) tg_tma_produce<S, SA, SB, BK, NB, 1>(bars, true, j, sa, sb, ma, mb, row, col);
+  if (first)
+    for (int j = 0; j < STEPS; j++) tg_tma_produce<S, SA, SB, BK, NB, CLUSTER>(bars, true, j, sa, sb, ma, mb, row, col);
 }
 template <int S> __device__ __forceinline__ void tg_tma_wait(unsigned long long* bars, int k) {
   tg_mbar_wait(bars + k % S, (k / S) & 1);
@@ -427,11 +427,12 @@ class CUDALanguage(GPULanguage):
                 ", ".join(operands) + ")"
         if kind == "producer":
             # the warp after the multiplying ones copies, then leaves (nothing after this waits for all threads)
-            _, stages, sa, sb, b_k, atoms, steps, consumers = arg
+            # (in a cluster it still takes part in the cluster's last barrier)
+            _, stages, sa, sb, b_k, atoms, steps, consumers, cluster = arg
             bars, tid, rest = operands[0], operands[1], operands[2:]
             return f"if ({tid} >= {consumers}) {{ tg_tma_producer<{stages}, {sa}, {sb}, " \
-                f"{'true' if b_k else 'false'}, {atoms}, {steps}>({bars}, {tid} == {consumers}, " + \
-                ", ".join(rest) + "); return; }"
+                f"{'true' if b_k else 'false'}, {atoms}, {steps}, {cluster}>({bars}, {tid} == {consumers}, " + \
+                ", ".join(rest) + f"); tg_tma_exit<{cluster}>(); return; }}"
         if kind == "wait":
             return f"tg_tma_wait<{arg[1]}>({', '.join(operands)})"
         if kind == "release":
