@@ -1007,12 +1007,12 @@ cdef class Linearizer:
             b_n = add(mul(wn_i, c(wtn)), grp)
         # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
         # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
-        lag = (tcm.WGMMA_IN_FLIGHT_TMA if getattr(cfg, "tma", 0) else tcm.WGMMA_IN_FLIGHT) if wg else 0
+        tma = getattr(cfg, "tma", 0)
+        lag = (tcm.WGMMA_IN_FLIGHT_TMA if tma else tcm.WGMMA_IN_FLIGHT) if wg else 0
         # the other reduced dims' steps around K's: each stages K's slices again
         steps = ktiles
         for d in plan.outer:
             steps *= full[d]
-        tma = getattr(cfg, "tma", 0)
         if tma:
             # TMA (see UOps.TMA): thread 0 copies whole slices; every stage is filled before the loop, and at step
             # k the stage of step k-1-lag (whose wgmma every warp has waited for by its step k-1) takes step
@@ -1051,16 +1051,14 @@ cdef class Linearizer:
             self._uop(UOps.BARRIER, None, (), None, False)
         loop = self._uop(UOps.LOOP, i32, (c(0), c(steps)), None, False)
         self._open_scope()
-        if tma and cfg.producer:
-            self._uop(UOps.TMA, None, (bars, loop), ("wait", stages), False)
-            cur = mod(loop, c(stages))
-        elif tma:
-            ahead = add(loop, c(stages - 1 - lag))
-            go = self._alu(BinaryOps.AND, dtypes.bool, (leader, self._alu(BinaryOps.AND, dtypes.bool, (
-                self._alu(BinaryOps.CMPLT, dtypes.bool, (c(lag), loop)),
-                self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(steps)))))))
-            self._uop(UOps.TMA, None, (bars, go, ahead, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b), produce,
-                      False)
+        if tma:
+            if not cfg.producer:
+                ahead = add(loop, c(stages - 1 - lag))
+                go = self._alu(BinaryOps.AND, dtypes.bool, (leader, self._alu(BinaryOps.AND, dtypes.bool, (
+                    self._alu(BinaryOps.CMPLT, dtypes.bool, (c(lag), loop)),
+                    self._alu(BinaryOps.CMPLT, dtypes.bool, (ahead, c(steps)))))))
+                self._uop(UOps.TMA, None, (bars, go, ahead, smem_a, smem_b, maps[0], maps[1], row0_a, row0_b),
+                          produce, False)
             self._uop(UOps.TMA, None, (bars, loop), ("wait", stages), False)
             cur = mod(loop, c(stages))
         elif asy:
@@ -1249,11 +1247,11 @@ cdef class Linearizer:
         if g1[n_ax] >= len(self._tc_offsets[n_ax]) or self._tc_offsets[n_ax][g1[n_ax]] != \
                 self._tc_offsets[n_ax][g[n_ax]] + 1:
             return False
-        idx0, valid0 = mb.st.expr_idxs(self._idx_nodes(g, True))
-        idx1, valid1 = mb.st.expr_idxs(self._idx_nodes(g1, True))
+        nodes0, nodes1 = self._idx_nodes(g, True), self._idx_nodes(g1, True)
+        idx0, valid0 = mb.st.expr_idxs(nodes0)
+        idx1, valid1 = mb.st.expr_idxs(nodes1)
         if self._dim_limits:
-            valid0 = self._limits_valid(valid0, self._idx_nodes(g, True))
-            valid1 = self._limits_valid(valid1, self._idx_nodes(g1, True))
+            valid0, valid1 = self._limits_valid(valid0, nodes0), self._limits_valid(valid1, nodes1)
         # neighbours whatever the thread (the difference folds to 1), under one condition, at an even element (a
         # 4-byte aligned address: the buffer starts aligned, and every term of the index is even)
         diff = idx1 - idx0

@@ -480,8 +480,9 @@ def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full,
     if batch or outer:
         return "TMA copies a plain matmul's operands (no batch dims, no reduced dims besides K)"
     for op, rows, along in ((a, m, True), (b, n, b_k)):
-        strides = op.arg.st.views[0].strides
-        if not isinstance(strides[rows if along else k], int) or strides[rows if along else k] <= 0:
+        # the stride between the box's rows: along M (N) where K is contiguous, else along K
+        row_stride = op.arg.st.views[0].strides[rows if along else k]
+        if not isinstance(row_stride, int) or row_stride <= 0:
             return "an operand repeats its rows (a zero stride): not a tensor map's box"
     if cfg.tma > 1 and (-(-full[m] // cfg.bm)) % cfg.tma:
         return f"clusters of {cfg.tma} blocks along M need a multiple of {cfg.tma} row tiles"
@@ -493,9 +494,9 @@ def tma_box(plan, op_is_a: bool, full) -> tuple[tuple[int, ...], tuple[int, ...]
     innermost first. A: (K, M), a box of BK x BM; B staged K-major: (K, N), BK x BN/cluster (each block of a cluster
     copies its share of the rows); B staged N-major: (N, K), 64-column atoms of BK rows."""
     cfg, op = plan.config, plan.a if op_is_a else plan.b
-    v, item, shape = op.arg.st.views[0], op.arg.dtype.itemsize, full
+    v, item = op.arg.st.views[0], op.arg.dtype.itemsize
     k, rows = plan.k_axis, plan.m_axis if op_is_a else plan.n_axis
     if op_is_a or plan.b_along_k:
         box = (cfg.bk, cfg.bm) if op_is_a else (cfg.bk, cfg.bn // cfg.tma)
-        return (shape[k], shape[rows]), (v.strides[rows] * item,), box, v.offset * item
-    return (shape[rows], shape[k]), (v.strides[k] * item,), (64, cfg.bk), v.offset * item
+        return (full[k], full[rows]), (v.strides[rows] * item,), box, v.offset * item
+    return (full[rows], full[k]), (v.strides[k] * item,), (64, cfg.bk), v.offset * item
