@@ -32,6 +32,7 @@ other kernels (each tiled dim's copies are offsets from the thread's base row or
 """
 from itertools import product
 
+from tinygrad.codegen.accumulate import needs_blocks, plan_blocks
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
@@ -549,6 +550,11 @@ cdef class Linearizer:
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
         self._open_scope()
+        self._bind_loop_var(axis, lp, steps)
+        return lp
+
+    cdef void _bind_loop_var(self, int axis, object lp, object steps):
+        """The index of dim `axis` from its loop's counter `lp`, which runs over `steps` (this thread's steps)."""
         if axis == self.group_axis and self.group_top:
             # GROUPTOP: thread t of the group takes the run of steps t*steps, t*steps+1, ...
             i32 = dtypes.int32
@@ -561,7 +567,57 @@ cdef class Linearizer:
                 BinaryOps.MUL, i32, (lp, self._const(self.group, i32))), self._group_idx))
         else:
             self._var_uops[self._loop_vars[axis]] = lp
-        return lp
+
+    cdef object _reduce_steps(self, int axis):
+        """The steps of reduce dim `axis`'s loop in one thread (an int, or a symbolic Node)."""
+        size = self.full_shape[axis]
+        steps = size // self.upcasts[axis] if isinstance(size, int) else size
+        return steps // self.group if axis == self.group_axis else steps
+
+    cdef list _blocked_loop(self, int axis, tuple sizes, list levels, object dtype, object start):
+        """Dim `axis`'s reduce loop cut into blocks of `sizes` iterations (outermost first, see codegen/accumulate):
+        a loop over the biggest blocks, in each a loop over the blocks (or iterations) inside it, ... A level of
+        accumulators starts in each block's body: `levels` ends with the current level's accumulators, and gets
+        those of each new level. Returns [(loop, the accumulators it folds its level into at its end, or None)],
+        outermost first."""
+        i32 = dtypes.int32
+        steps = self._reduce_steps(axis)
+        units = list(sizes) + ([1] if sizes[len(sizes) - 1] != 1 else [])
+        out, outer = [], None
+        for i, unit in enumerate(units):
+            # this piece counts in units of `unit` iterations: ceil(steps / unit) of them in all
+            count = steps if unit == 1 else (steps + (unit - 1)) // unit
+            if outer is None:
+                lo, hi = self._const(0, i32), self._lower_node(count)
+            else:
+                ratio = units[i - 1] // unit
+                lo = self._alu(BinaryOps.MUL, i32, (outer, self._const(ratio, i32)))
+                hi = self._alu(BinaryOps.ADD, i32, (lo, self._const(ratio, i32)))
+                if not (isinstance(count, int) and count % ratio == 0):
+                    # the last block is short: it ends at the loop's end
+                    n = self._lower_node(count)
+                    hi = self._alu(TernaryOps.WHERE, i32, (self._alu(BinaryOps.CMPLT, dtypes.bool, (hi, n)), hi, n))
+            lp = self._uop(UOps.LOOP, i32, (lo, hi), None, False)
+            self._open_scope()
+            if i < len(sizes):
+                parent = levels[len(levels) - 1]
+                out.append((lp, parent))
+                levels.append(self._new_accs(parent, dtype, start))
+            else:
+                out.append((lp, None))
+            outer = lp
+        self._bind_loop_var(axis, outer, steps)
+        return out
+
+    cdef object _new_accs(self, dict like, object dtype, object start):
+        """Accumulators of the same form as `like`'s (scalar, vector or lanes), each starting at `start`."""
+        out = {}
+        for key, a in like.items():
+            if isinstance(a, tuple):
+                out[key] = tuple([self._uop(UOps.DEFINE_ACC, dtype, (), start, False) for _ in range(len(a))])
+            else:
+                out[key] = self._uop(UOps.DEFINE_ACC, a.dtype, (), start, False)
+        return out
 
     cdef list _combos(self, list axes):
         """Every tile position over `axes`: per dim of the full shape, which copy (0 for dims not in `axes`).
@@ -699,16 +755,39 @@ cdef class Linearizer:
             else:
                 accs[key] = tuple([self._uop(UOps.DEFINE_ACC, dtype, (), start, False)
                                    for _ in range(self.vector_width)])
-        loops = [self._loop(i) for i in self.reduce_axes if self._loop_vars[i] is not None]
-        loop = loops[len(loops) - 1] if loops else None
+        axes = [i for i in self.reduce_axes if self._loop_vars[i] is not None]
+        rcombos = self._combos(list(self.reduce_axes))
         alu_op = _REDUCE_ALU[rop.op]
+        blocks = None
+        if rop.op is ReduceOps.SUM and dtypes.is_float(dtype) and axes and (self.gpu or not self._flat_gpu()):
+            # a long float sum accumulates in levels of blocks (codegen/accumulate.py); a GPU's loop-only kernels
+            # are spread over its threads by the render loop, which blocks each thread's share itself
+            trips = []
+            for i in axes:
+                steps = self._reduce_steps(i)
+                trips.append(steps if isinstance(steps, int) else steps.max)
+            if needs_blocks(trips, len(rcombos)):
+                blocks = plan_blocks(trips, len(rcombos))
+        # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
+        loops = []
+        for j, i in enumerate(axes):
+            if blocks is None or not blocks[j]:
+                loops.append((self._loop(i), None))
+                continue
+            levels = [accs]
+            loops.extend(self._blocked_loop(i, blocks[j], levels, dtype, start))
+            accs = levels[len(levels) - 1]
+        loop = loops[len(loops) - 1][0] if loops else None
         memo = {}
-        for r in self._combos(list(self.reduce_axes)):
+        for r in rcombos:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
                 val = self._lower_ast(src, combo, False, None, memo)
                 accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
-        for lp in reversed(loops):
+        for lp, parent in reversed(loops):
+            if parent is not None:
+                # the block's partial sums are one addition into the level above
+                accs = {key: self._accumulate(parent[key], a, alu_op, dtype, lp) for key, a in accs.items()}
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)
         if vax != -1 and vax in self.reduce_axes:
@@ -717,6 +796,10 @@ cdef class Linearizer:
         if self.group_axis != -1:
             accs = self._group_combine(accs, alu_op, dtype)
         return (acc_axes, accs)
+
+    cdef bint _flat_gpu(self):
+        """A kernel of plain loops for a GPU: the render loop spreads them over the GPU's threads (renderer/gpu.py)."""
+        return not self.gpu and self.opts is not None and self.opts.has_local
 
     cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop):
         """cur <- cur `op` val, as a PHI per accumulator (in place: the renderer assigns the accumulator)."""

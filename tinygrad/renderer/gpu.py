@@ -38,8 +38,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from tinygrad.codegen.accumulate import SUM_BLOCK
 from tinygrad.codegen.uops import UOp, UOps
-from tinygrad.dtype import DType, PtrDType
+from tinygrad.dtype import DType, PtrDType, dtypes
+from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
 from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
 
@@ -314,6 +316,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         extents = [f"({r[id(lp.vin[1])]})" for lp in loops]
         flat = fresh("flat")
         vec: _Vec | None = par.vec.get(id(loops[-1]))
+        if loops is par.reduce_loops and _blocked_sum(par):
+            open_block()
         if vec is None:
             emit(f"for (int {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
         else:
@@ -337,6 +341,39 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             expr = f"({flat}/({inner}))" if inner else flat
             emit(f"int {var} = {expr}%{extents[k]};" if k else f"int {var} = {expr};")
             r[id(lp)] = var
+
+    # a thread's share of a long float sum (codegen/accumulate.py): the body adds into a partial of its own, which is
+    # folded into the accumulator every `steps` steps of the loop and once after it
+    block: dict[str, str] = {}
+
+    def open_block() -> None:
+        dt = par.acc.dtype
+        block.update(acc=r[id(par.acc)], part=fresh("tg_blk"), count=fresh("tg_cnt"))
+        emit(f"{lang.render_dtype(dt)} {block['part']} = {lang.render_const(par.acc.arg, dt)};")
+        emit(f"int {block['count']} = 0;")
+        r[id(par.acc)] = block["part"]
+
+    def fold_block(per_step: int, final: bool = False) -> None:
+        """After a step of `per_step` additions (the loop's end where `final`): the partial into the accumulator."""
+        if not block:
+            return
+        dt = par.acc.dtype
+        acc, part = block["acc"], block["part"]
+        fold = f"{acc} = {lang.render_result(lang.code_for_op[BinaryOps.ADD](part, acc, dt), dt)};"
+        if final:
+            emit(fold)
+            r[id(par.acc)] = acc
+            for u in uops:
+                if u.uop is UOps.PHI and u.vin[0] is par.acc:
+                    r[id(u)] = acc
+            block.clear()
+            return
+        steps = max(1, SUM_BLOCK // per_step)
+        emit(f"if (++{block['count']} == {steps}) {{")
+        emit(f"  {fold}")
+        emit(f"  {part} = {lang.render_const(par.acc.arg, dt)};")
+        emit(f"  {block['count']} = 0;")
+        emit("}")
 
     def close_vec(state: dict) -> None:
         """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
@@ -398,6 +435,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
                     emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{at}) = {names[id(u)]}_{k};")
                 kw.depth -= 1
                 emit("}")
+            fold_block(unroll * w)
             kw.depth -= 1
             emit("}")
         else:
@@ -410,6 +448,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             element(f"{v}*{w}+tg_j", "{}.e[tg_j]")
             for u in vec.stores:
                 emit(f"*({vt[id(u)]}*)({ptr[id(u)]}+{v}*{w}) = {names[id(u)]};")
+            fold_block(w)
             kw.depth -= 1
             emit("}")
         # after the last whole vector, or everything where a pointer is misaligned
@@ -423,6 +462,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(line)
         for u in vec.stores:
             emit(f"{r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}] = {hoisted[id(u)]};")
+        fold_block(1)
         kw.depth -= 1
         emit("}")
         kw.depth -= 1
@@ -495,11 +535,15 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             if nest is par.global_loops and par.mode in ("blocks", "warps"):
                 kw.depth -= 1
                 emit("}")  # the `if (thread 0)` (lane 0) around the stores
-            kw.depth -= 1
             if id(nest[0]) in open_vec:
+                kw.depth -= 1
                 close_vec(open_vec.pop(id(nest[0])))
             else:
+                fold_block(1)
+                kw.depth -= 1
                 emit("}")
+            if nest is par.reduce_loops:
+                fold_block(1, final=True)
             if nest is par.reduce_loops and par.mode == "warps":
                 _emit_warp_tree(lang, par, r[id(par.acc)], emit)
                 emit(f"if (({tx}&{wsz - 1}) == 0) {{")
@@ -637,6 +681,12 @@ def _emit_block_combine(lang: GPULanguage, par: _Parallel, acc: str, emit: Calla
     emit(lang.barrier)
     emit(f"{acc} = tg_red[0];")
     emit(f"{lang.barrier}  // tg_red is reused by the next output")
+
+
+def _blocked_sum(par: _Parallel) -> bool:
+    """Is the plan's reduction a float sum spread so that one thread may take more than SUM_BLOCK additions? (A warp
+    per output takes at most WARP_MAX_STEPS vectors a row over its lanes: a few additions a lane.)"""
+    return par.mode in ("blocks", "grid") and par.reduce_op is BinaryOps.ADD and dtypes.is_float(par.acc.dtype)
 
 
 def _emit_grid_combine(lang: GPULanguage, par: _Parallel, acc: str, emit: Callable[[str], None]) -> None:
