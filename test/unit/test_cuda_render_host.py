@@ -160,6 +160,7 @@ def host():
         "double_max": _render_all(empty(70001, dtype=dtypes.float64).max()),
         "symbolic": _render_all(empty(3000).shrink(((0, v),)) * 2, grid=False),
         "rows_long": _render_all(empty(40, 4001).sum(axis=1)),
+        "sum_long": _render_all(empty(1 << 22).sum()),
         "qmatvec": _render_all(_qmatvec(empty, 300, 640, 20)),
         "qmatvec_many": _render_all(_qmatvec(empty, 20000, 256, 8)),
     }
@@ -243,6 +244,18 @@ def test_host_grid_reduction_any_launch(host, launch):
     out = _placed(np.zeros(1, np.float64))
     host["double_max"](*launch, [out, _placed(d, 1)])
     assert out[0] == 40.0
+
+
+@pytest.mark.parametrize("launch", [(1, 32), (2, 64)])
+def test_host_long_sum_stays_within_a_few_ulp(host, launch):
+    # 2**22 elements on 32 or 128 threads: each thread takes 2**15 or more of them, folded into its accumulator
+    # every SUM_BLOCK additions (codegen/accumulate.py), so the error is a few ulp per level, not per element
+    # values near 0.1: a running sum rounds each one the same way, so an unblocked thread drifts by 1e-4 of the sum
+    a = (np.float32(0.1) + np.random.default_rng(4).random(1 << 22).astype(np.float32) * np.float32(1e-3))
+    out = _placed(np.zeros(1, np.float32))
+    host["sum_long"](*launch, [out, _placed(a)])
+    exact = a.astype(np.float64).sum()
+    assert abs(float(out[0]) - exact) <= 24 * float(np.finfo(np.float32).eps) * exact
 
 
 @pytest.mark.parametrize("launch", _LAUNCHES)
