@@ -567,3 +567,87 @@ def test_vocab_finds_what_a_dict_finds():
     with pytest.raises(KeyError):
         v["zz"]
     assert len(Vocab([])) == 0 and Vocab([]).get("a") is None
+
+
+# ---- the model file changed under a running model ------------------------------------------------------------------
+SERVER_FILE_CHANGED = r"""
+import json, os, sys, threading, urllib.error, urllib.request
+from tinygrad.apps.llm import Tokenizer, Transformer
+from tinygrad.apps.llm.server import LLMServer
+from tinygrad.nn.state_gguf import gguf_tensors
+path = sys.argv[1]
+good = open(path, "rb").read()
+kv, tensors = gguf_tensors(path)
+model = Transformer(kv, tensors, max_context=32)
+srv = LLMServer(("127.0.0.1", 0), model, Tokenizer.from_gguf(kv), "tiny")
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+def ask():
+    body = json.dumps({"prompt": "t5 t6", "max_tokens": 3, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{srv.server_address[1]}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())["choices"][0]["text"]
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())["error"]["message"]
+def rewrite(data):  # in place: the same file (inode) the model mapped
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(data)
+out = {"first": ask()}
+os.truncate(path, 1000)  # the embedding table is at the start of the data, past the header
+out["truncated"] = ask()
+rewrite(good)
+out["restored"] = ask()
+bad = bytearray(good)
+bad[1000:len(good) // 2] = bytes(b ^ 0xFF for b in bad[1000:len(good) // 2])
+rewrite(bytes(bad))  # the same size, other bytes
+out["rewritten"] = ask()
+rewrite(good)
+os.replace(path, path + ".old")  # replaced by a rename: the map keeps the old file, which is whole
+open(path, "wb").write(b"GGUF" + bytes(100))
+out["renamed"] = ask()
+print(json.dumps(out))
+srv.shutdown()
+"""
+
+
+def test_server_survives_its_model_file_truncated_or_rewritten(tmp_path):
+    path, _ = _model(tmp_path)
+    r = subprocess.run([sys.executable, "-c", SERVER_FILE_CHANGED, str(path)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    # a SIGBUS would show as returncode -7
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["first"][0] == 200
+    assert out["truncated"][0] == 500 and "truncated" in out["truncated"][1] and "load it again" in out["truncated"][1]
+    assert out["restored"] == out["first"]
+    assert out["rewritten"][0] == 500 and "rewritten" in out["rewritten"][1]
+    assert out["renamed"] == out["first"]
+
+
+def test_chat_cli_survives_its_model_file_truncated(tmp_path):
+    path, _ = _model(tmp_path)
+    good = path.read_bytes()
+    p = subprocess.Popen([sys.executable, "-m", "tinygrad.apps.llm", "--model", str(path), "--chat", "--context", "32",
+                          "--max-tokens", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+    def turn(line):
+        p.stdin.write(line + "\n")
+        p.stdin.flush()
+        return p.stdout.readline()  # the prompt, the answer (or nothing) and its newline
+    try:
+        first = turn("t5 t6")
+        os.truncate(path, 1000)
+        turn("t7")
+        with open(path, "r+b") as f:
+            f.write(good)
+        again = turn("t5 t6")
+        out, err = p.communicate("", timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, (p.returncode, err[-3000:])
+    assert err.count("error:") == 1 and "truncated" in err
+    assert first.startswith("> ") and again.startswith("> ")

@@ -64,6 +64,17 @@ class _Device:
             raise ValueError(f"bad device {device!r}: expected NAME or NAME:index")
         return name if num in ("", "0") else f"{name}:{num}"
 
+    def storage(self, device: str | None) -> str:
+        """Where a new tensor asked for on `device` is made: that device, except a DISK device (a file the user
+        handed to tinygrad, mapped read-only), whose new tensors go to the default device, so that a constant,
+        a computed tensor or an optimizer's state never takes the file's bytes.
+
+        >>> Device.storage("DISK:/tmp/model.safetensors") == Device.DEFAULT
+        True
+        """
+        dev = self.canonicalize(device)
+        return self.DEFAULT if dev.startswith("DISK") else dev
+
     def __getitem__(self, device: str):
         dev = self.canonicalize(device)
         if dev not in self._opened:

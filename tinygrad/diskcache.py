@@ -6,6 +6,13 @@ safely (sqlite's WAL journal and a busy timeout). Each row stores a checksum of 
 match is dropped and recomputed, and a sqlite file sqlite cannot read is moved aside and rebuilt, never crashed on.
 A path that is not a sqlite file (a directory, a user's document) is never touched: tinygrad warns once and runs
 without the cache.
+
+NOTE: what the cache holds is trusted: compiled binaries from it are run, and a row is data another process wrote.
+So rows are plain bytes or JSON records (tinygrad/engine/records.py), never pickles, whose reading would run code
+(VERSION 2 dropped the pickle rows of version 1: they are never read). And a cache another user could have written
+is refused like a file that is not a cache: one owned by another user (or its folder, its -wal or -shm file), a
+group- or world-writable one, or one in a folder others can write without the sticky bit. New cache files and
+folders are made private to their user.
 """
 from __future__ import annotations
 
@@ -14,13 +21,14 @@ import hashlib
 import os
 import pathlib
 import sqlite3
+import stat
 import threading
 import time
 import warnings
 
 from tinygrad.helpers import CACHELEVEL, cache_dir, getenv
 
-VERSION = 1
+VERSION = 2
 _local = threading.local()
 SQLITE_HEADER = b"SQLite format 3\0"
 # paths found not to be sqlite files: warned about once, then left alone
@@ -46,7 +54,8 @@ def _connect() -> sqlite3.Connection | None:
     if not _may_use(path):
         return None
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        _create_private(path)
         conn = _open(path)
     except sqlite3.OperationalError:
         # busy (another process is creating or checkpointing the file): not damage, so nothing is rebuilt; the
@@ -126,6 +135,10 @@ def _may_use(path: str) -> bool:
     with _verify_lock:
         if path in _verified:
             return True
+        why = _untrusted(path)
+        if why is not None:
+            _refuse(path, why)
+            return False
         ok = _check_header(path)
         if ok:
             _verified.add(path)
@@ -150,10 +163,60 @@ def _check_header(path: str) -> bool:
         time.sleep(0.05)
     if head is not None and (head == SQLITE_HEADER or head == b""):
         return True
+    _refuse(path, why)
+    return False
+
+
+def _refuse(path: str, why: str) -> None:
     _refused.add(path)
     warnings.warn(f"tinygrad's disk cache can't use {path} ({why}): running without it; set CACHEDB to another "
-                  "path, or CACHELEVEL=0", RuntimeWarning, stacklevel=4)
-    return False
+                  "path, or CACHELEVEL=0", RuntimeWarning, stacklevel=5)
+
+
+def _my_uid() -> int | None:
+    """This process's user id, or None where the OS has none (Windows: no ownership check)."""
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def _untrusted(path: str) -> str | None:
+    """Why the cache at `path` may hold rows another user wrote (see the module docstring), or None if it can't."""
+    uid = _my_uid()
+    if uid is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.stat(folder)
+    except OSError:
+        st = None  # made by _connect, private
+    if st is not None:
+        if st.st_uid not in (uid, 0):
+            return f"its folder {folder} belongs to another user (uid {st.st_uid})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return f"its folder {folder} is writable by other users"
+    for f in (path, path + "-wal", path + "-shm"):
+        try:
+            st = os.lstat(f)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{f}: {e.strerror or type(e).__name__}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{f} is a symbolic link"
+        if st.st_uid != uid:
+            return f"{f} belongs to another user (uid {st.st_uid})"
+        if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{f} is writable by other users"
+    return None
+
+
+def _create_private(path: str) -> None:
+    """Create the cache file, readable and writable by its user only, if it doesn't exist (SQLite gives its -wal
+    and -shm files the main file's permissions). Runs before this process's first connection to it (see _may_use
+    on why the file may not be opened and closed beside one)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _rebuild(path: str) -> sqlite3.Connection | None:
@@ -167,10 +230,11 @@ def _rebuild(path: str) -> sqlite3.Connection | None:
         except OSError:
             pass
     try:
+        _create_private(path)
         conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         return conn
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, OSError):
         return None
 
 

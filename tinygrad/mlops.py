@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tinygrad.device import Device
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import argsort
 from tinygrad.lazy import LazyBuffer
@@ -26,6 +27,10 @@ class Function:
     parents: tuple
     metadata: Any
 
+    # False for the movement ops, which view a DISK tensor's bytes where they are; an op that computes moves its
+    # DISK inputs to the default device first (a file is not a device that runs kernels, nor one to store results)
+    computes = True
+
     def forward(self, *args, **kwargs) -> LazyBuffer:
         raise NotImplementedError(f"forward not implemented for {type(self)}")
 
@@ -41,14 +46,26 @@ class Function:
         ctx = cls.__new__(cls)
         needs = [t.requires_grad for t in x]
         rg = True if True in needs else (None if None in needs else False)
-        ctx.device, ctx.needs_input_grad, ctx.requires_grad, ctx.metadata = x[0].lazydata.device, needs, rg, None
+        lbs = [t.lazydata for t in x]
+        if cls.computes and not kwargs.get("bitcast"):
+            for lb in lbs:
+                d = lb.device
+                if d.__class__ is str and d.startswith("DISK"):
+                    lbs = _off_disk(lbs)
+                    break
+        ctx.device, ctx.needs_input_grad, ctx.requires_grad, ctx.metadata = lbs[0].device, needs, rg, None
         if rg:
             ctx.parents = x
         ret = object.__new__(tensor_cls)
-        ret.lazydata = ctx.forward(*[t.lazydata for t in x], **kwargs)
+        ret.lazydata = ctx.forward(*lbs, **kwargs)
         ret.requires_grad, ret.grad = rg, None
         ret._ctx = ctx if rg and not tensor_cls.no_grad else None
         return ret
+
+
+def _off_disk(lbs: list) -> list:
+    return [lb.copy_to_device(Device.DEFAULT) if lb.device.__class__ is str and lb.device.startswith("DISK") else lb
+            for lb in lbs]
 
 
 # ---- unary ----
@@ -329,6 +346,8 @@ class Prod(Function):
 # ---- movement ----
 
 class Expand(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
         self.expanded_axis = tuple(i for i, (si, so) in enumerate(zip(x.shape, shape)) if si != so)
         return x.expand(shape)
@@ -338,6 +357,8 @@ class Expand(Function):
 
 
 class Reshape(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, shape: tuple[sint, ...]) -> LazyBuffer:
         self.input_shape = x.shape
         return x.reshape(shape)
@@ -347,6 +368,8 @@ class Reshape(Function):
 
 
 class Permute(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
         self.input_order = order
         return x.permute(order)
@@ -356,6 +379,8 @@ class Permute(Function):
 
 
 class Pad(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
         self.narg = tuple((p[0], s + p[0]) for s, p in zip(x.shape, arg))
         return x.pad(arg)
@@ -365,6 +390,8 @@ class Pad(Function):
 
 
 class Shrink(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer:
         self.narg = tuple((p[0], s - p[1]) for s, p in zip(x.shape, arg))
         return x.shrink(arg)
@@ -374,6 +401,8 @@ class Shrink(Function):
 
 
 class Flip(Function):
+    computes = False
+
     def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
         self.arg = tuple(-1 if i in axis else 1 for i in range(len(x.shape)))
         return x.stride(self.arg)

@@ -77,7 +77,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         if type(device) is tuple or type(device) is list or type(data) is MultiLazyBuffer:
             self._init_multi(data, device, dtype, requires_grad)
             return
-        device = Device.canonicalize(device)
+        # new data never goes onto a DISK device (a file): see Device.storage
+        device = Device.canonicalize(device) if isinstance(data, LazyBuffer) else Device.storage(device)
         dtype = to_dtype(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
         self.requires_grad: bool | None = requires_grad
@@ -118,6 +119,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             raise TypeError(f"can't create a Tensor from {type(data).__name__}: {data!r}")
         if dtype is not None and lb.dtype != dtype:
             lb = lb.cast(dtype)
+        if lb.device != device and device.startswith("DISK"):
+            _check_writable(device)
         self.lazydata: LazyBuffer | MultiLazyBuffer = lb if lb.device == device else lb.copy_to_device(device)
 
     def _init_multi(self, data: Any, device, dtype, requires_grad) -> None:
@@ -245,7 +248,10 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         if type(self.lazydata) is MultiLazyBuffer:
             # gathered on the first device
             return self.to(self.device[0])._data()
-        if self.device.startswith("DISK") and self.lazydata is not self.lazydata.base:
+        if self.device.startswith("DISK"):
+            lb = self.lazydata
+            if lb is lb.base and lb.realized is not None:
+                return lb.realized.as_buffer()  # the file's bytes, read through the map
             # nothing computes on DISK: a slice of a file is read through a copy
             return self.to(Device.DEFAULT)._data()
         t = self.contiguous().realize()
@@ -356,14 +362,42 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
     def assign(self, x: TensorLike) -> Tensor:
         """Replace this tensor's value with `x` (same shape and dtype), keeping the Tensor object."""
+        disk = type(self.device) is str and self.device.startswith("DISK")
+        if disk:
+            _check_writable(self.device)
         x = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         if x.shape != self.shape:
             raise ArgumentError(f"assign shape mismatch: {x.shape} into {self.shape}")
         if x.dtype != self.dtype:
             raise TypeError(f"assign dtype mismatch: {x.dtype} into {self.dtype}")
+        if disk:
+            return self._assign_disk(x)
         if x.device != self.device:
             raise RuntimeError(f"assign device mismatch: {x.device} into {self.device}")
         self.lazydata = self.lazydata.assign(x.lazydata)
+        return self
+
+    def _assign_disk(self, x: Tensor) -> Tensor:
+        """assign into a DISK tensor of a file opened for writing: x's bytes written over this tensor's range of
+        the file, now (a file is not a device that runs the graph's kernels)."""
+        lb = self.lazydata
+        base = lb.base
+        if base.realized is None:
+            Tensor(base, device=self.device).realize()  # Tensor.empty(n, device="DISK:..."): the file's first bytes
+        views = lb.st.views
+        v = views[0]
+        expected, acc = [], 1
+        for size in reversed(v.shape):
+            expected.append(0 if size == 1 else acc)
+            acc *= size
+        if len(views) != 1 or v.mask is not None or not all_int((*v.shape, *v.strides, v.offset)) or \
+                any(size != 1 and st != e for size, st, e in zip(v.shape, v.strides, reversed(expected))):
+            raise ArgumentError(f"can't assign into this view of {self.device}: only a contiguous range of a file "
+                                "can be written")
+        isz = lb.dtype.itemsize
+        dest = base.realized._buf[v.offset * isz:(v.offset + acc) * isz]
+        data = x.to(Device.DEFAULT)._data() if x.device != Device.DEFAULT else x._data()
+        Device[self.device].allocator.copyin(dest, data.cast("B") if data.format != "B" else data)
         return self
 
     def replace(self, x: Tensor) -> Tensor:
@@ -436,6 +470,14 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             if lb.base.realized is None:
                 _realize_with_next.append(weakref.ref(lb))
         return self
+
+
+def _check_writable(device: str) -> None:
+    """Raise DiskReadOnlyError unless DISK `device` was opened for writing (see tinygrad/runtime/ops_disk.py)."""
+    dev = Device[device]
+    if not dev.writable:
+        from tinygrad.runtime.ops_disk import DiskReadOnlyError, read_only_message
+        raise DiskReadOnlyError(read_only_message(device))
 
 
 def _single_device(lbs: list) -> list[LazyBuffer]:

@@ -92,7 +92,10 @@ class CreationMixin:
             devices = canonical_devices(device)
             mlb = MultiLazyBuffer([LazyBuffer.loadop(op, shape, dtype, d, arg) for d in devices], None)
             return cls(mlb, device=mlb.device, **kwargs)
-        lb = LazyBuffer.loadop(op, shape, dtype, Device.canonicalize(device), arg)
+        # EMPTY on a DISK device maps the file's first bytes (read-only); anything else made for one goes to the
+        # default device (see Device.storage)
+        lb = LazyBuffer.loadop(op, shape, dtype, Device.canonicalize(device) if op is LoadOps.EMPTY else
+                               Device.storage(device), arg)
         return cls(lb, device=lb.device, **kwargs)
 
     @classmethod
@@ -119,7 +122,7 @@ class CreationMixin:
         multi = isinstance(kwargs.get("device"), (tuple, list))
         if isinstance(fill_value, float) and dtypes.is_float(dtype) and not multi:
             # a shared buffer holding the value, so each new value doesn't compile new kernels
-            scalar = LazyBuffer.scalar(fill_value, dtype, Device.canonicalize(kwargs.get("device")))
+            scalar = LazyBuffer.scalar(fill_value, dtype, Device.storage(kwargs.get("device")))
         t = cls(scalar if scalar is not None else fill_value, dtype=dtype, **kwargs)
         t = t.reshape((1,) * len(shape)).expand(shape)
         return cls._leaf(t, requires_grad)
@@ -284,7 +287,7 @@ class CreationMixin:
         dtype = _pop_dtype(kwargs, default_dtype)
         requires_grad = kwargs.pop("requires_grad", None)
         device = kwargs.pop("device", None)
-        device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.canonicalize(device)
+        device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.storage(device)
         if kwargs:
             raise TypeError(f"{name} got unexpected keyword arguments {sorted(kwargs)}")
         return shape, dtype, requires_grad, device

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Union
 import numpy as np
 
 import tinygrad.mlops as F
+from tinygrad.device import Device
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
 from tinygrad.errors import ArgumentError
 from tinygrad.lazy import LazyBuffer
@@ -655,7 +656,11 @@ class ElementwiseMixin:
             y = type(self)(scalar if scalar is not None else dtypes.as_const(y, y_dtype), device=x.device,
                            dtype=y_dtype, requires_grad=False)
         if x.device != y.device:
-            raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
+            # a DISK tensor meets a constant made for it (on the default device, see Device.storage) or a tensor
+            # elsewhere: it is read off its file onto the default device, where the op runs anyway
+            x, y = (t.to(Device.storage(t.device)) if type(t.device) is str else t for t in (x, y))
+            if x.device != y.device:
+                raise RuntimeError(f"tensors are on different devices: {x.device} and {y.device}")
         if match_dtype and x.dtype != y.dtype:
             out = least_upper_dtype(x.dtype, y.dtype)
             x, y = x.cast(out), y.cast(out)
@@ -1123,8 +1128,8 @@ def _fast_binop(x, y, op: BinaryOps, reverse: bool):
     if x.requires_grad or not (dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64):
         return None
     xl = x.lazydata
-    if type(xl) is not LazyBuffer:
-        return None  # several devices: the general path
+    if type(xl) is not LazyBuffer or xl.device.startswith("DISK"):
+        return None  # several devices, or a file's bytes (computed off DISK): the general path
     ty = type(y)
     if ty is float or ty is int:
         yl = LazyBuffer.scalar(y, dt, xl.device) if ty is float else None

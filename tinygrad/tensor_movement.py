@@ -436,8 +436,11 @@ class MovementMixin:
         >>> Tensor.arange(4).reshape(2, 2).T.contiguous().tolist()
         [[0, 2], [1, 3]]
         """
-        if not self.requires_grad:
-            # nothing to record for autograd: straight to the LazyBuffer (eager code calls this per step)
+        lb = self.lazydata
+        if not self.requires_grad and not (type(lb.device) is str and lb.device.startswith("DISK") and
+                                           lb is not lb.base):
+            # nothing to record for autograd: straight to the LazyBuffer (eager code calls this per step); a view of
+            # a file's bytes is laid out on the default device instead (through the Function, see mlops.apply)
             ret = object.__new__(type(self))
             ret.lazydata = self.lazydata.contiguous()
             ret.requires_grad, ret.grad, ret._ctx = self.requires_grad, None, None

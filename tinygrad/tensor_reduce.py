@@ -93,8 +93,9 @@ class ReduceMixin:
         lb = self.lazydata
         if axis is None and acc_dtype is None and not keepdim and not self.requires_grad and \
                 (lb.dtype is dtypes.float32 or lb.dtype is dtypes.float64) and lb.shape and \
-                all(type(s) is int for s in lb.shape):
-            # the whole-tensor sum of eager code, built straight on the LazyBuffer: no gradient to record
+                all(type(s) is int for s in lb.shape) and not str(lb.device).startswith("DISK"):
+            # the whole-tensor sum of eager code, built straight on the LazyBuffer: no gradient to record (a DISK
+            # tensor takes the Function's path, which reads it off its file: see mlops.apply)
             ret = object.__new__(type(self))
             ret.lazydata = lb.r(ReduceOps.SUM, tuple(range(len(lb.shape)))).reshape(())
             ret.requires_grad, ret.grad, ret._ctx = self.requires_grad, None, None

@@ -292,3 +292,159 @@ def test_a_rendered_kernel_is_not_reused_when_the_device_options_change(db, monk
             per_lane = _render("CLANG", ast).src
         assert "tg_exp2_float_v" not in body(per_lane) and "__builtin_exp2f" in body(per_lane)
         assert _render("CLANG", ast).src == vector
+
+
+# ---- what a cache row may hold: data, never code -------------------------------------------------------------------
+EVIL = textwrap.dedent("""
+    import os
+    import pickle
+    import sqlite3
+    import sys
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {sys.argv[2]}",))
+    conn = sqlite3.connect(sys.argv[1])
+    evil = pickle.dumps(Evil())
+    import hashlib
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+              if r[0].startswith(("schedule_", "program_", "beam_"))]
+    for t in tables:
+        conn.execute(f"UPDATE {t} SET val = ?, sum = ?", (evil, hashlib.sha256(evil).hexdigest()))
+    conn.commit()
+    print(len(tables))
+""")
+
+STEP = textwrap.dedent("""
+    import numpy as np
+    from tinygrad import Tensor
+    from tinygrad.engine import plan
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    print(((x * 2 + 1).sum(axis=1)).tolist(), plan.plan_stats()[2])
+""")
+
+
+def test_a_cache_row_holding_a_pickle_runs_no_code(db, tmp_path):
+    env = {**os.environ, "CACHEDB": str(db), "CACHELEVEL": "2"}
+    first = subprocess.run([sys.executable, "-c", STEP], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    # every row of the engine's tables (schedules, rendered kernels) replaced by a pickle that would create a file
+    # when unpickled; the row's checksum made to match (compiled binaries are raw bytes, run as they are: the
+    # ownership checks below are what keeps another user's binaries out)
+    marker = tmp_path / "pwned"
+    evil = subprocess.run([sys.executable, "-c", EVIL, str(db), str(marker)], capture_output=True, text=True,
+                          timeout=60)
+    assert evil.returncode == 0 and int(evil.stdout) >= 2, evil.stderr
+    second = subprocess.run([sys.executable, "-c", STEP], env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert not marker.exists(), "a pickle from the cache was run"
+    assert second.stdout.split("]")[0] == first.stdout.split("]")[0]  # computed again, and right
+
+
+def test_old_pickle_tables_are_never_read(db):
+    # version 1 kept pickles: its tables are left alone, and the reader looks only at this version's
+    assert diskcache.VERSION >= 2
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE program_v1 (key TEXT PRIMARY KEY, val BLOB, sum TEXT)")
+    conn.commit()
+    diskcache.diskcache_put("program", "k", b"new")
+    assert diskcache.diskcache_get("program", "k") == b"new"
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert f"program_v{diskcache.VERSION}" in tables and "program_v1" in tables
+
+
+def test_records_roundtrip_the_engine_values_and_refuse_anything_else():
+    import pickle
+
+    from tinygrad import Tensor
+    from tinygrad.codegen.kernel import Opt, OptOps
+    from tinygrad.engine import records
+    from tinygrad.engine.schedule import create_schedule_with_vars
+    from tinygrad.shape.symbolic import Variable
+    a = Tensor.rand(8, 8, device="CLANG").realize()
+    out = ((a.T @ a).relu().sum(axis=0) + a[0:1].pad(((0, 0), (1, 1)))[:, 1:9].reshape(8)).cast("float16")
+    asts = [si.ast for si in create_schedule_with_vars([out.lazydata])[0]]
+    items = [(ast, (0, -1), 1, (3,)) for ast in asts]
+    assert records.loads(records.dumps(items)) == items
+    v = Variable("n", 1, 64).bind(5)
+    rendered = ["k", "src", [v * 4, 1, 1], None, [v], (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 16))]
+    back = records.loads(records.dumps(rendered))
+    assert back == rendered and back[4][0]._val == 5
+    for val in (float("inf"), float("nan"), -0.0, 2**70, "text", b"\x00\xff", True):
+        got = records.loads(records.dumps([val]))[0]
+        assert got == val or (val != val and got != got)
+        assert type(got) is type(val)
+    with pytest.raises(records.RecordError):
+        records.dumps([object()])
+    for bad in (pickle.dumps([1, 2]), b"{}", b'{"format": 1, "nodes": [], "value": ["e", "os", "system"]}',
+                b'{"format": 1, "nodes": [], "value": ["op", 0]}', b'{"format": 1, "nodes": [[1, [5], null]]}',
+                b'{"format": 1, "nodes": [], "value": ["v", ["t", "x"], ["t", 1], 0, null, true]}',
+                b'{"format": 1, "nodes": [], "value": ["__import__", "os"]}', b"[" * 100000):
+        with pytest.raises(records.RecordError):
+            records.loads(bad)
+
+
+# ---- a cache another user could have written is refused ------------------------------------------------------------
+REFUSED = textwrap.dedent("""
+    import os
+    import warnings
+    from tinygrad import diskcache
+    from tinygrad.diskcache import diskcache_get, diskcache_put
+    if os.environ.get("FAKE_OTHER_UID"):
+        diskcache._my_uid = lambda: os.getuid() + 1  # the file and its folder now belong to "another user"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        diskcache_put("t", "key", b"value")
+        assert diskcache_get("t", "key") is None
+        assert diskcache_get("t", "key") is None
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1 and "running without it" in msgs[0], msgs
+    print(msgs[0])
+""")
+
+
+@pytest.mark.parametrize("case", ["other_owner", "group_writable", "world_writable", "open_folder", "symlink"])
+def test_a_cache_another_user_could_write_is_refused(tmp_path, case):
+    folder = tmp_path / "shared"
+    folder.mkdir(mode=0o700)
+    path = folder / "cache.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t_v2 (key TEXT PRIMARY KEY, val BLOB, sum TEXT)")
+    conn.commit()
+    conn.close()
+    os.chmod(path, 0o600)
+    env = {**os.environ, "CACHEDB": str(path)}
+    if case == "other_owner":
+        env["FAKE_OTHER_UID"] = "1"
+    elif case == "group_writable":
+        os.chmod(path, 0o660)
+    elif case == "world_writable":
+        os.chmod(path, 0o646)
+    elif case == "open_folder":
+        os.chmod(folder, 0o777)
+    else:
+        os.rename(path, folder / "real.db")
+        os.symlink(folder / "real.db", path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    out = subprocess.run([sys.executable, "-c", REFUSED], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert {"other_owner": "another user", "group_writable": "writable by other users",
+            "world_writable": "writable by other users", "open_folder": "writable by other users",
+            "symlink": "symbolic link"}[case] in out.stdout
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before, "the cache was written"
+
+
+def test_a_new_cache_is_private(tmp_path, monkeypatch):
+    path = tmp_path / "new" / "cache.db"
+    monkeypatch.setenv("CACHEDB", str(path))
+    old = os.umask(0o002)
+    try:
+        diskcache.diskcache_put("t", "key", b"value")
+    finally:
+        os.umask(old)
+    assert diskcache.diskcache_get("t", "key") == b"value"
+    assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
+    for f in path.parent.iterdir():
+        assert f.stat().st_mode & 0o022 == 0, f
+    # a sticky shared folder (as /tmp) is fine when the file is the user's own
+    assert diskcache._untrusted(str(path)) is None

@@ -13,14 +13,14 @@ memory; which nodes are outputs. Graphs with bound symbolic variables are not pl
 """
 from libc.math cimport copysign
 
-import pickle
 
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.engine import records
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, raise_pending_interrupt
 from tinygrad.lazy cimport LazyBuffer
-from tinygrad.ops import LoadOps
+from tinygrad.ops import LazyOp, LoadOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
 from tinygrad.shape.view cimport View
 from tinygrad.shape.symbolic import Node
@@ -234,14 +234,16 @@ cdef list _load_items(str skey, int n_nodes, int n_leaves):
     if hit is None:
         return None
     try:
-        items = pickle.loads(hit)
+        items = records.loads(hit)
         # a stored schedule names buffers by position: they must exist in this graph
         for ast, buf_refs, n_outputs, lb_refs in items:
+            if type(ast) is not tuple or not all(type(a) is LazyOp for a in ast) or type(n_outputs) is not int:
+                return None
             for r in buf_refs + lb_refs:
-                if not -n_leaves <= r < n_nodes:
+                if type(r) is not int or not -n_leaves <= r < n_nodes:
                     return None
         return items
-    except Exception:  # a row from an incompatible build: schedule anew (and overwrite it)
+    except (records.RecordError, TypeError, ValueError):  # not a schedule of this build: schedule anew
         return None
 
 
@@ -274,8 +276,8 @@ def realize_lazybuffers(list outs):
                 return
             if skey is not None:
                 try:
-                    diskcache_put("schedule", skey, pickle.dumps(items))
-                except (pickle.PicklingError, RecursionError):  # a very deep AST: just not kept on disk
+                    diskcache_put("schedule", skey, records.dumps(items))
+                except records.RecordError:  # an argument the record format doesn't name: just not kept on disk
                     pass
         else:
             plan_disk_hits += 1

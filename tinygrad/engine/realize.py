@@ -7,7 +7,6 @@ compiled once per process, whichever path (eager or jitted) asks for it. Everyth
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -16,6 +15,7 @@ from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.engine import records
 from tinygrad.engine.search import beam_search
 from tinygrad.helpers import BEAM, CACHELEVEL, DEBUG, NOOPT, Context, GlobalCounters, colored, raise_pending_interrupt
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
@@ -192,8 +192,11 @@ def _render(dname: str, ast: tuple) -> Rendered:
         hit = diskcache_get("program", key)
         if hit is not None:
             try:
-                return Rendered(*pickle.loads(hit))
-            except Exception:  # a row from an incompatible build: render anew (and overwrite it)
+                ret = records.loads(hit)
+                if type(ret) is list and len(ret) == len(Rendered._fields) and type(ret[0]) is str and \
+                        type(ret[1]) is str:
+                    return Rendered(*ret)
+            except records.RecordError:  # not a kernel of this build: render anew (and overwrite it)
                 pass
     from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(ast, dev.linearizer_opts)
@@ -210,7 +213,10 @@ def _render(dname: str, ast: tuple) -> Rendered:
     ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars),
                    tuple(lin.applied_opts))
     if key is not None:
-        diskcache_put("program", key, pickle.dumps(tuple(ret)))
+        try:
+            diskcache_put("program", key, records.dumps(list(ret)))
+        except records.RecordError:  # a launch size the record format doesn't name: just not kept on disk
+            pass
     return ret
 
 

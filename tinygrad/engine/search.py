@@ -16,7 +16,6 @@ each kernel's search once. Kernels with symbolic sizes are not searched (their b
 from __future__ import annotations
 
 import math
-import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.device import Buffer, CompileError, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
+from tinygrad.engine import records
 from tinygrad.helpers import DEBUG, Context, raise_pending_interrupt
 from tinygrad.ops import BufferOps, ast_key
 
@@ -59,8 +59,10 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
     hit = diskcache_get("beam", key)
     if hit is not None:
         try:
-            return tuple(pickle.loads(hit))
-        except Exception:  # a row from an incompatible build: search again (and overwrite it)
+            opts = records.loads(hit)
+            if type(opts) is list and all(type(o) is Opt for o in opts):
+                return tuple(opts)
+        except records.RecordError:  # not a search result of this build: search again (and overwrite it)
             pass
     deadline = time.perf_counter() + SEARCH_SECONDS
     bufs = _buffers(dname, ast)
@@ -125,7 +127,7 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
         if not improved or time.perf_counter() > deadline:
             break
     winner = best[0][1]
-    diskcache_put("beam", key, pickle.dumps(list(winner)))
+    diskcache_put("beam", key, records.dumps(list(winner)))
     return winner
 
 

@@ -7,8 +7,10 @@ device, and otherwise copied to the host once; its tensors then come out on its 
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import zlib
 
 import numpy as np
 
@@ -22,6 +24,10 @@ from tinygrad.tensor import Tensor
 
 class CheckpointError(ValueError):
     """A checkpoint file is malformed, truncated or uses something this loader does not support."""
+
+
+class CheckpointChangedError(OSError):
+    """A mapped checkpoint file was truncated or rewritten after it was loaded (see CheckpointBytes.check_unchanged)."""
 
 
 def _contiguous_range(t: Tensor) -> tuple[int, int] | None:
@@ -48,6 +54,14 @@ def _realized(device: str, shape: tuple[int, ...], dtype: DType, opaque) -> Tens
     return Tensor(lb, device=device)
 
 
+def _stat_key(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class CheckpointBytes:
     """The bytes of one checkpoint (`mv`, read-only) and a factory of tensors over ranges of them (`tensor`)."""
 
@@ -60,8 +74,36 @@ class CheckpointBytes:
                 raise FileNotFoundError(f"checkpoint {path!r} is not a file (or doesn't exist)")
             self.name, self.device, self.disk = path, f"DISK:{path}", True
             self.mv: memoryview = Device[self.device].map()
+            self._stat_key = _stat_key(path)
         else:
             raise TypeError(f"a checkpoint is a file path or a uint8 Tensor of the file, not {type(src).__name__}")
+
+    def digest(self, start: int, length: int) -> int:
+        """A checksum of bytes start..start+length (read through the map: check_unchanged first)."""
+        return zlib.crc32(self.mv[start:start + length])
+
+    def check_unchanged(self, start: int, length: int, digest: int) -> None:
+        """Raise CheckpointChangedError unless bytes start..start+length of the mapped file are still there and, if
+        the file was written since it was loaded, still have checksum `digest` (a file put back as it was passes).
+
+        NOTE: for code that reads the map directly long after loading (a server's embedding rows): a read of a
+        mapped page past the end of a truncated file kills the process with SIGBUS, which Python can't catch, so the
+        size is checked first. A file replaced by a rename leaves the map on the old file, which stays whole."""
+        mm = getattr(self.mv, "obj", None) if self.disk else None
+        if not isinstance(mm, mmap.mmap):
+            return
+        size = mm.size()  # the mapped file's size now (fstat of the map's own descriptor)
+        if size < start + length:
+            raise CheckpointChangedError(errno.EIO, f"{self.name}: the file was truncated to {size} bytes after it "
+                                                    f"was loaded (bytes up to {start + length} are read from it): "
+                                                    "put it back or load it again")
+        key = _stat_key(self.name)
+        if key == self._stat_key or key is None or key[:2] != self._stat_key[:2]:
+            return  # unchanged, or the path now names another file while the map keeps the old one
+        if self.digest(start, length) != digest:
+            raise CheckpointChangedError(errno.EIO, f"{self.name}: the file was rewritten after it was loaded: put "
+                                                    "it back or load it again")
+        self._stat_key = key  # written, but these bytes are as they were
 
     def release_pages(self, start: int = 0, length: int | None = None) -> None:
         """Let the OS drop the mapped file's pages from memory (a read-only map: the next access reads them from the

@@ -2,18 +2,25 @@
 
 `Device["DISK:/path/to/file"]` maps that file read-only. Its buffers are zero-copy memoryview slices of the map, so
 loading a checkpoint costs nothing until a tensor is copied (`.to(device)`, `.numpy()`), and then only that tensor's
-pages are read. DISK is storage, not a compute device: kernels can't run on it, and asking for one raises
-`DiskComputeError` naming the fix.
+pages are read. DISK is storage, not a compute device: ops on DISK tensors run on the default device (see
+`Device.storage`), and a kernel scheduled on DISK raises `DiskComputeError` naming the fix.
 
-Writes (`copyin`, reached by `.to("DISK:...")`) go to the file with `os.pwrite` and are seen through the shared map;
-they only land in bytes the file already has. The map never grows or creates a file: checkpoint writers use plain
-file I/O.
+NOTE: a DISK device never writes the file unless the caller opened it for writing, explicitly, with
+`Device["DISK:/path"].open_for_writing()`. A file the user handed to a loader (`safe_load`, `torch_load`,
+`gguf_load`) is theirs: a copy onto it (`.to("DISK:...")`), an `assign` into one of its tensors or any other write
+raises `DiskReadOnlyError` (a PermissionError) and leaves the file as it was. Checkpoints are written by `safe_save`
+(plain file I/O, a new file renamed over the old one).
+
+Once opened for writing, writes (`copyin`: `.to("DISK:...")` writes the file's first bytes, `t.assign(x)` writes
+x's bytes over DISK tensor t's range of the file) go to the file with `os.pwrite` and are seen through the shared
+map; they only land in bytes the file already has. The map never grows or creates a file.
 """
 from __future__ import annotations
 
 import errno
 import mmap
 import os
+import weakref
 
 import numpy as np
 
@@ -25,6 +32,16 @@ COMPUTE_MESSAGE = "DISK tensors can't be computed on; move them with .to(device)
 
 class DiskComputeError(RuntimeError):
     """A kernel was asked to run on a DISK device (which only stores bytes)."""
+
+
+class DiskReadOnlyError(PermissionError):
+    """A write to a DISK device that was not opened for writing (see the module docstring)."""
+
+
+def read_only_message(dname: str) -> str:
+    return (f"{dname} is read-only: tinygrad doesn't write into a file it was handed (a checkpoint keeps its bytes). "
+            "Move the tensor to a device first (.to(device)) and save with safe_save, or open the file for writing "
+            f"explicitly with Device[{dname!r}].open_for_writing()")
 
 
 def _address(mv: memoryview) -> int:
@@ -70,9 +87,13 @@ class DiskAllocator(Allocator):
         dest[:] = _still_mapped(src, self.device.dname)
 
     def copyin(self, dest: memoryview, src: memoryview) -> None:
+        # NOTE: every write to a DISK buffer passes here: the last guard of a file nobody opened for writing
+        if not self.device.writable:
+            raise DiskReadOnlyError(read_only_message(self.device.dname))
+        if len(src) != len(dest):
+            raise ValueError(f"{self.device.dname}: writing {len(src)} bytes into a buffer of {len(dest)}")
         # the map is read-only; the write goes to the file, and the shared map shows it
-        offset = self.device.offset_of(dest)
-        self.device.pwrite(src, offset)
+        self.device.pwrite(src, self.device.offset_of(dest))
 
 
 class DiskDevice:
@@ -88,6 +109,17 @@ class DiskDevice:
         self._mv: memoryview | None = None
         self._key: tuple | None = None
         self._fd_rw: int | None = None
+        # (st_dev, st_ino) of the file each live map was made from: a write lands only in the file a buffer maps
+        self._idents: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # set only by open_for_writing: see the module docstring
+        self.writable = False
+
+    def open_for_writing(self) -> DiskDevice:
+        """Allow writes into this file (copies onto this device, `assign` into its tensors): the explicit step a
+        caller takes to change a file in place. Raises PermissionError when the file can't be opened for writing."""
+        self._open_rw()
+        self.writable = True
+        return self
 
     def map(self) -> memoryview:
         """A read-only memoryview of the whole file, mapped anew when the file changed since the last map.
@@ -106,29 +138,47 @@ class DiskDevice:
             mv = memoryview(b"")
         else:
             with open(self.path, "rb") as f:
-                mv = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._idents[mm] = key[:2]
+            mv = memoryview(mm)
         self._mv, self._key = mv, key
         self._close_rw()
         return mv
 
     def offset_of(self, mv: memoryview) -> int:
-        """Where buffer `mv` (a slice of this device's current map) starts in the file."""
-        base = self.map()
-        offset = _address(mv) - _address(base) if len(mv) and len(base) else 0
-        if not 0 <= offset <= len(base) - len(mv):
-            raise RuntimeError(f"{self.dname}: this buffer is not part of the file's current map (the file changed "
-                               "since it was loaded)")
+        """Where buffer `mv` (a slice of a map of this device's file) starts in the file, checked to be the file the
+        path names now and to hold all of mv's bytes (a write never extends a file)."""
+        mm = mv.obj
+        ident = self._idents.get(mm) if isinstance(mm, mmap.mmap) else None
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise FileNotFoundError(f"{self.dname}: can't open {self.path!r}: {e.strerror}") from None
+        if ident is None or ident != (st.st_dev, st.st_ino):
+            raise RuntimeError(f"{self.dname}: this buffer is not part of the file's current map (the file was "
+                               "replaced since it was loaded)")
+        with memoryview(mm) as whole:
+            offset = _address(mv) - _address(whole)
+        if not 0 <= offset <= st.st_size - len(mv):
+            raise OSError(errno.EIO, f"{self.dname}: the file has {st.st_size} bytes, a write of {len(mv)} at "
+                                     f"{offset} doesn't fit (truncated since it was loaded?)")
         return offset
 
-    def pwrite(self, data: memoryview, offset: int) -> None:
+    def _open_rw(self) -> int:
         if self._fd_rw is None:
             try:
                 self._fd_rw = os.open(self.path, os.O_WRONLY)
             except OSError as e:
                 raise PermissionError(f"{self.dname}: can't open {self.path!r} for writing: {e.strerror}") from None
+        return self._fd_rw
+
+    def pwrite(self, data: memoryview, offset: int) -> None:
+        if not self.writable:
+            raise DiskReadOnlyError(read_only_message(self.dname))
+        fd = self._open_rw()
         done = 0
         while done < len(data):
-            done += os.pwrite(self._fd_rw, data[done:], offset + done)
+            done += os.pwrite(fd, data[done:], offset + done)
 
     def _close_rw(self) -> None:
         if getattr(self, "_fd_rw", None) is not None:

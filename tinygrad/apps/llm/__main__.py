@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         return _chat(model, tok, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)
     on_text = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    res = generate(model, tok, prompt_ids, args.max_tokens, params, args.stop, on_text)
+    try:
+        res = generate(model, tok, prompt_ids, args.max_tokens, params, args.stop, on_text)
+    except OSError as e:  # the model file changed under us: no traceback for a user's error
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps({"prompt_ids": res.prompt_ids, "ids": res.ids, "text": res.text,
                           "prefill_tok_s": round(res.prefill_tok_s, 3), "decode_tok_s": round(res.decode_tok_s, 3)},
@@ -97,7 +101,15 @@ def _chat(model, tok, params, max_tokens: int) -> int:
             continue
         messages.append({"role": "user", "content": line})
         ids = tok.encode(chat_prompt(messages), special=True)
-        res = generate(model, tok, ids, max_tokens, params, on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        try:
+            res = generate(model, tok, ids, max_tokens, params,
+                           on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        except (OSError, ValueError) as e:
+            # this turn fails (the model file changed under us, ...); the conversation goes on without it
+            sys.stdout.write("\n")
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            messages.pop()
+            continue
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": res.text})
 

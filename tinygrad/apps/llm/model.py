@@ -352,6 +352,9 @@ class Transformer:
         self.max_context = min(max_context, cfg.context)
         fam = cfg.family
         self.embd = tensors["token_embd.weight"]
+        # the embedding rows are read from the mapped file for as long as the model runs: its checksum tells a file
+        # rewritten since (or put back as it was) apart, see embed
+        self._embd_digest = self.embd.src.digest(self.embd.where, self.embd.nbytes)
         self.output = Linear(tensors.get("output.weight", self.embd), self.device)
         load = lambda name: tensors[name].load().to(self.device).cast(dtypes.float32).realize()  # noqa: E731
         self.output_norm = load("output_norm.weight")
@@ -415,6 +418,9 @@ class Transformer:
         cfg, t = self.cfg, self.embd
         if any(not 0 <= i < cfg.vocab for i in ids):
             raise ValueError(f"token ids must be below the vocabulary's {cfg.vocab}, got {ids}")
+        # NOTE: a file truncated under the map would kill the process with SIGBUS on the read below: a clear
+        # CheckpointChangedError for this request instead (and answers again once the file is back)
+        t.src.check_unchanged(t.where, t.nbytes, self._embd_digest)
         if t.ttype in PLANE_TYPES:
             vals, nbytes = t.block
             row_bytes = cfg.dim // vals * nbytes
