@@ -159,7 +159,7 @@ def test_dispatch_of_real_machine_code_is_reported(kfd):
     from tinygrad import Tensor
     from tinygrad.runtime import _amd
     from tinygrad.runtime.compiler_amd import AMDCompiler
-    _clang()
+    _clang("gfx942")
     src = _render_hip(Tensor.empty(64).realize() * 2, wave=64)[-1]
     dev = _amd.Device(2)
     prg = dev.load_program(_SIGNATURE.search(src).group(1), AMDCompiler("gfx942").code_object(src))
