@@ -13,6 +13,7 @@ since the last one, so after the first run it costs a hash of a few files.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import gc
@@ -138,24 +139,63 @@ def fake_kfd():
     return doubles().fake_kfd
 
 
+_kfd_table = 0  # the fake KFD's OS table while it is installed, else 0
+
+
+def forget_amd_devices() -> None:
+    """Drops every AMD device and whatever holds one (compiled kernels, schedule plans), so that none opened on one
+    machine (a fake, or the real KFD) is used on the next: each device keeps the OS table and KFD it was opened
+    with."""
+    from tinygrad.device import Device
+    from tinygrad.engine import realize
+    from tinygrad.engine.plan import clear_plans
+    for name in [d for d in list(Device._opened) if d.split(":")[0] == "AMD"]:
+        Device._opened.pop(name)
+    for key in [k for k in realize.method_cache if str(k[0]).split(":")[0] == "AMD"]:
+        del realize.method_cache[key]
+    clear_plans()  # cached schedule plans hold their kernels too
+    gc.collect()
+
+
 def install_fake_kfd(gpus=("gfx1100",)) -> None:
     """A fresh fake machine with these GPU models, served to the AMD runtime through its OS table, and the host-twin
-    compiler in place of clang (test/amd_twin.py), so AMD devices opened from now on run on the host."""
+    compiler in place of clang (test/amd_twin.py), so AMD devices opened from now on run on the host. Devices opened
+    before (on an earlier fake, or the real KFD) are forgotten first."""
+    global _kfd_table
     from amd_twin import TwinCompiler
 
     from tinygrad.runtime import _amd, ops_amd
-    _amd.set_os(fake_kfd().install(list(gpus)))
+    forget_amd_devices()
+    _kfd_table = fake_kfd().install(list(gpus))
+    _amd.set_os(_kfd_table)
     ops_amd.AMDDevice.compiler_class = TwinCompiler
+    found = [g["gfx"] for g in _amd.discover()]
+    if found != list(gpus):  # the runtime must see the fake, whatever was installed or opened before
+        raise RuntimeError(f"the AMD runtime discovers {found} after installing a fake KFD with {list(gpus)}")
 
 
 def uninstall_fake_kfd() -> None:
-    """Back to the real OS calls and the real compiler. Devices of the fake are collected first."""
+    """Back to the real OS calls and the real compiler. Devices of the fake are forgotten first."""
+    global _kfd_table
     from tinygrad.runtime import _amd, ops_amd
     from tinygrad.runtime.compiler_amd import AMDCompiler
-    gc.collect()
+    forget_amd_devices()
     _amd.set_os(0)
+    _kfd_table = 0
     fake_kfd().uninstall()
     ops_amd.AMDDevice.compiler_class = AMDCompiler
+
+
+@contextlib.contextmanager
+def real_amd_os():
+    """The AMD runtime's real OS calls for the block, then the fake KFD again if it was installed (a test of the
+    runtime without a KFD must not leave the tests after it, in the same process, on the real /dev/kfd)."""
+    from tinygrad.runtime import _amd
+    _amd.set_os(0)
+    try:
+        yield
+    finally:
+        _amd.set_os(_kfd_table)
 
 
 def fake_metal():

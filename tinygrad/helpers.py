@@ -32,8 +32,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "NCCL": (1, "0: collectives between CUDA devices use the ring of copies instead of NCCL"),
     "NCCL_LIBRARY": ("", "NCCL library for CUDA collectives; default: libnccl.so.2, else the nvidia-nccl wheel's"),
     "NVRTC_PATH": ("", "NVRTC library for the CUDA device; default: libnvrtc.so.13, else libnvrtc.so.12"),
-    "AMD_CLANG": ("", "clang with the amdgcn target that compiles the AMD device's kernels; default: the first of "
-                      "clang-19, clang-20, clang-18, clang-17, clang on PATH that has it"),
+    "AMD_CLANG": ("", "clang that compiles the AMD device's kernels; default: the first of clang-19, clang-20, "
+                      "clang-18, clang-17, clang on PATH that builds a test kernel for the GPU's target"),
     "CC": ("", "C compiler for the CLANG/CPU devices; default: the first of clang, cc, gcc that builds half kernels"),
     "COMPILE_TIMEOUT": (300, "seconds a kernel compile may take before it is stopped with an error (0: no limit)"),
     "CACHELEVEL": (2, "0: no on-disk cache; 1: compiled kernels are kept on disk; 2: also schedules and rendered "

@@ -76,6 +76,9 @@ struct State {
   std::uint64_t dispatches = 0, doorbells = 0, sdma_doorbells = 0;
   std::string last_error;
   std::map<std::string, TwinLaunch> twins;
+  // Which install this is, and the table it handed out (whose `self` is this number): see install.
+  std::uint64_t generation = 0;
+  const tg_amd_os* table = nullptr;
 };
 
 State& st() {
@@ -87,6 +90,9 @@ int fail(int err) {
   errno = err;
   return -1;
 }
+
+// A call through the table of an earlier install: from a device of an earlier fake machine that is still alive.
+bool stale(const State& s, void* self) { return reinterpret_cast<std::uint64_t>(self) != s.generation; }
 
 Gpu* gpu_by_id(State& s, std::uint32_t id) {
   for (Gpu& g : s.gpus)
@@ -289,9 +295,10 @@ void process(State& s, Queue& q) {
 }
 
 // ---- the OS table ----
-int f_open(void*, const char* path, int) {
+int f_open(void* self, const char* path, int) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (stale(s, self)) return fail(ENODEV);
   std::string p(path);
   Fd fd{Fd::File, 0, {}, 0};
   if (p == "/dev/kfd") {
@@ -314,18 +321,20 @@ int f_open(void*, const char* path, int) {
   return n;
 }
 
-int f_close(void*, int fd) {
+int f_close(void* self, int fd) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (stale(s, self)) return fail(EBADF);  // install forgot that machine's files
   if (s.fds.erase(fd) == 0) return fail(EBADF);
   for (Gpu& g : s.gpus)
     if (g.vm_fd == fd) g.vm_fd = -1;
   return 0;
 }
 
-long f_read(void*, int fd, void* buf, size_t n) {
+long f_read(void* self, int fd, void* buf, size_t n) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (stale(s, self)) return fail(EBADF);
   auto it = s.fds.find(fd);
   if (it == s.fds.end() || it->second.kind != Fd::File) return fail(EBADF);
   Fd& f = it->second;
@@ -497,9 +506,10 @@ bool known_request(unsigned long request) {
   return false;
 }
 
-int f_ioctl(void*, int fd, unsigned long request, void* arg) {
+int f_ioctl(void* self, int fd, unsigned long request, void* arg) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (stale(s, self)) return fail(EBADF);
   auto it = s.fds.find(fd);
   if (it == s.fds.end()) return fail(EBADF);
   if (it->second.kind != Fd::Kfd) return fail(ENOTTY);
@@ -519,10 +529,14 @@ int f_ioctl(void*, int fd, unsigned long request, void* arg) {
   return do_ioctl(s, request, arg);
 }
 
-void* f_mmap(void*, void* addr, size_t len, int prot, int flags, int fd, std::int64_t offset) {
+void* f_mmap(void* self, void* addr, size_t len, int prot, int flags, int fd, std::int64_t offset) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
   if (fd == -1) return ::mmap(addr, len, prot, flags, -1, static_cast<off_t>(offset));  // address reservations
+  if (stale(s, self)) {
+    errno = EBADF;
+    return MAP_FAILED;
+  }
   auto it = s.fds.find(fd);
   if (it == s.fds.end()) {
     errno = EBADF;
@@ -561,9 +575,10 @@ void* f_mmap(void*, void* addr, size_t len, int prot, int flags, int fd, std::in
   return MAP_FAILED;
 }
 
-int f_munmap(void*, void* addr, size_t len) {
+int f_munmap(void* self, void* addr, size_t len) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
+  if (stale(s, self)) return ::munmap(addr, len);  // its own memory, still to be given back; nothing of this machine
   auto key = reinterpret_cast<std::uint64_t>(addr);
   if (s.cpu_views.erase(key)) {
     for (auto& [h, m] : s.memory)
@@ -573,10 +588,11 @@ int f_munmap(void*, void* addr, size_t len) {
   return ::munmap(addr, len);
 }
 
-void f_ring_doorbell(void*, volatile std::uint64_t* addr, std::uint64_t value) {
+void f_ring_doorbell(void* self, volatile std::uint64_t* addr, std::uint64_t value) {
   State& s = st();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
   *addr = value;
+  if (stale(s, self)) return;  // a queue of an earlier machine: it never runs (its waits time out)
   auto at = reinterpret_cast<std::uint64_t>(addr);
   for (const auto& [base, offset] : s.doorbell_pages) {
     if (at < base || at - base >= kDoorbellPageSize) continue;
@@ -590,7 +606,6 @@ void f_ring_doorbell(void*, volatile std::uint64_t* addr, std::uint64_t value) {
   s.last_error = "a doorbell write to no queue's doorbell";
 }
 
-const tg_amd_os kTable = {nullptr, &f_open, &f_close, &f_read, &f_ioctl, &f_mmap, &f_munmap, &f_ring_doorbell};
 
 }  // namespace
 
@@ -621,11 +636,23 @@ const tg_amd_os* install(const std::vector<GpuModel>& gpus) {
     s.gpus.push_back(Gpu{m, 0x1000 + 0x111 * (i + 1), 128 + i});
     ++i;
   }
+  // NOTE: a fresh table each install. The runtime keys its open GPUs and its KFD by table (amd_os.h), so a device of
+  // an earlier machine that a test kept alive is never handed out for this one, and its own calls, which carry the
+  // old generation, fail (or, for its doorbells and unmaps, touch nothing here) instead of reaching this machine's
+  // files, memory and queues through numbers that happen to match. Tables must outlive every device that holds one
+  // (amd_os.h), so each is kept for the process's life: a few dozen bytes an install.
+  ++s.generation;
+  s.table = new tg_amd_os{reinterpret_cast<void*>(s.generation), &f_open, &f_close, &f_read, &f_ioctl, &f_mmap,
+                          &f_munmap, &f_ring_doorbell};
   s.installed = true;
-  return &kTable;
+  return s.table;
 }
 
-const tg_amd_os* table() { return &kTable; }
+const tg_amd_os* table() {
+  State& s = st();
+  std::lock_guard<std::recursive_mutex> lock(s.mu);
+  return s.table;
+}
 
 void uninstall() {
   State& s = st();

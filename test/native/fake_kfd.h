@@ -28,10 +28,12 @@ struct GpuModel {
 // The GPU models a machine may have, by name ("gfx1100", "gfx90a", "gfx942").
 GpuModel model(const std::string& name);
 
-// A fresh machine with these GPUs (node 0 is the CPU); returns the OS table to install. Forgets everything before.
+// A fresh machine with these GPUs (node 0 is the CPU); returns the OS table to install, a new one each time: calls
+// through an earlier install's table (devices of an earlier machine) fail with EBADF/ENODEV and touch nothing of
+// this one. Forgets everything before.
 const tg_amd_os* install(const std::vector<GpuModel>& gpus);
 void uninstall();
-// The OS table (what install returned), for tests that call it directly.
+// The OS table of the last install (what it returned; null before the first), for tests that call it directly.
 const tg_amd_os* table();
 
 // After `skip` more successful ones, the next `count` ioctls number `nr` (0x16: ALLOC_MEMORY_OF_GPU, 0x02:

@@ -1,6 +1,8 @@
 """The HIP renderer (renderer/hip.py) and the AMD compiler (runtime/compiler_amd.py): the rendered source of the
-standard kernel shapes, and, where a clang with the amdgcn target is installed (Debian 12: clang-19 + lld-19), code
-objects for gfx1100, gfx90a and gfx942 checked as AMDGPU ELF files with a kernel descriptor per kernel."""
+standard kernel shapes, and, for each of gfx1100, gfx90a and gfx942 where a clang that compiles for it is installed
+(Debian 12: clang-19 + lld-19; clang 14 lists amdgcn but knows no gfx1100), code objects checked as AMDGPU ELF files
+with a kernel descriptor per kernel. How that clang is found is tested on fake clangs."""
+import os
 import shutil
 import struct
 import subprocess
@@ -88,28 +90,17 @@ def test_wave_width_is_checked():
         HIPLanguage(16)
 
 
-# ---- code objects (need a clang with the amdgcn target) ----
+# ---- code objects (each needs a clang that compiles for its target; they skip without one) ----
 TARGETS = ("gfx1100", "gfx90a", "gfx942")
 
 
-def _clang():
+def _clang(arch: str = "gfx1100"):
+    """The clang that builds code objects for `arch`, or a skip saying why there is none."""
     from tinygrad.runtime.compiler_amd import find_amd_clang
     try:
-        return find_amd_clang()
+        return find_amd_clang(arch)
     except CompileError as e:
         pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
-def code_objects(kernels):
-    _clang()
-    from tinygrad.runtime.compiler_amd import AMDCompiler
-    out = {}
-    for target in TARGETS:
-        compiler = AMDCompiler(target)
-        for name in ("matmul", "reduce_all", "reduce_rows", "half", "double"):
-            out[target, name] = compiler.code_object(kernels[name])
-    return out
 
 
 def _elf_header(image: bytes) -> dict:
@@ -121,10 +112,14 @@ def _elf_header(image: bytes) -> dict:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_code_objects_are_amdgpu_elf_with_a_descriptor_per_kernel(code_objects, target):
+def test_code_objects_are_amdgpu_elf_with_a_descriptor_per_kernel(kernels, target):
+    _clang(target)
     from tinygrad.runtime import _amd
-    for name in ("matmul", "reduce_all", "reduce_rows", "half", "double"):
-        image = code_objects[target, name]
+    from tinygrad.runtime.compiler_amd import AMDCompiler
+    compiler = AMDCompiler(target)
+    code_objects = {name: compiler.code_object(kernels[name])
+                    for name in ("matmul", "reduce_all", "reduce_rows", "half", "double")}
+    for name, image in code_objects.items():
         h = _elf_header(image)
         assert h["magic"] == b"\x7fELF" and h["class"] == 2
         assert h["machine"] == 224 and h["osabi"] == 64  # EM_AMDGPU, ELFOSABI_AMDGPU_HSA
@@ -140,7 +135,7 @@ def test_code_objects_are_amdgpu_elf_with_a_descriptor_per_kernel(code_objects, 
         if name in ("matmul", "reduce_all"):
             assert k["group_segment_fixed_size"] > 0  # local memory (short rows reduce within a wavefront: none)
     # each kernel's descriptor names its own code: the names are the kernels'
-    assert _amd.parse_code_object(code_objects[target, "matmul"])["kernels"][0]["name"].startswith("r_64_64")
+    assert _amd.parse_code_object(code_objects["matmul"])["kernels"][0]["name"].startswith("r_64_64")
 
 
 def _wmma_source() -> str:
@@ -197,6 +192,83 @@ def test_missing_clang_is_a_clear_error(monkeypatch):
             compiler_amd.find_amd_clang()
     finally:
         compiler_amd.find_amd_clang.cache_clear()
+
+
+# fake clangs, as shell scripts: each answers --version and -print-targets (all list amdgcn, as clang 14 does) and
+# then behaves as one kind of real clang does when asked to build a code object
+_FAKE_CLANG = """#!/bin/sh
+case "$1" in
+  --version) echo "fake clang version {version}"; exit 0;;
+  -print-targets) echo "    amdgcn     - AMD GCN GPUs"; exit 0;;
+esac
+{body}
+"""
+_FAKE_BODIES = {
+    # clang 14 asked for gfx1100
+    "no_arch": 'echo "clang: error: invalid target ID \'gfx1100\'; format is a processor name" >&2; exit 1',
+    # a clang whose lld is not installed
+    "no_lld": 'echo "clang: error: unable to execute command: Executable \\"lld\\" doesn\'t exist!" >&2; exit 1',
+    "hangs": "exec {sleep} 30",
+    # exits 0 but writes an x86-64 ELF
+    "wrong_elf": 'for a; do out=$a; done; printf "\\177ELF\\002\\001\\001\\0\\0\\0\\0\\0\\0\\0\\0\\0'
+                 '\\003\\0\\076\\0" > "$out"',
+    # a working one: an ELF header with e_machine EM_AMDGPU (224) at the -o path (the last argument)
+    "works": 'for a; do out=$a; done; printf "\\177ELF\\002\\001\\001\\100\\0\\0\\0\\0\\0\\0\\0\\0'
+             '\\003\\0\\340\\0" > "$out"',
+}
+
+
+@pytest.fixture
+def fake_clangs(tmp_path, monkeypatch):
+    """A PATH of only fake clangs named after their behaviour; the probe caches are cleared before and after."""
+    from tinygrad.runtime import compiler_amd
+    for i, (name, body) in enumerate(_FAKE_BODIES.items()):
+        path = tmp_path / f"clang-{name}"
+        body = body.replace("{sleep}", shutil.which("sleep") or "/bin/sleep")  # found before PATH is replaced
+        path.write_text(_FAKE_CLANG.format(version=f"{i}.0.0", body=body))
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("AMD_CLANG", raising=False)
+    monkeypatch.setattr(compiler_amd, "PROBE_TIMEOUT", 1)
+    compiler_amd.find_amd_clang.cache_clear()
+    compiler_amd.probe_amd_clang.cache_clear()
+    yield compiler_amd
+    compiler_amd.find_amd_clang.cache_clear()
+    compiler_amd.probe_amd_clang.cache_clear()
+
+
+def test_clang_is_chosen_by_compiling_not_by_its_target_list(fake_clangs, monkeypatch):
+    monkeypatch.setattr(fake_clangs, "CLANG_CANDIDATES", tuple(f"clang-{n}" for n in _FAKE_BODIES))
+    path, version = fake_clangs.find_amd_clang("gfx1100")
+    assert os.path.basename(path) == "clang-works" and version == "fake clang version 4.0.0"
+    # every one that does not work was probed and rejected for its own reason
+    reasons = {os.path.basename(p): fake_clangs.probe_amd_clang(p, "gfx1100")
+               for p in map(shutil.which, fake_clangs.CLANG_CANDIDATES)}
+    assert reasons["clang-no_arch"] == (None, "clang: error: invalid target ID 'gfx1100'; format is a processor name")
+    assert "lld" in reasons["clang-no_lld"][1] and reasons["clang-no_lld"][0] is None
+    assert reasons["clang-hangs"] == (None, "compiling a test kernel took over 1 s")
+    assert reasons["clang-wrong_elf"] == (None, "its output is not an AMDGPU ELF")
+
+
+def test_no_working_clang_names_each_ones_problem(fake_clangs, monkeypatch):
+    monkeypatch.setattr(fake_clangs, "CLANG_CANDIDATES", ("clang-19", "clang-no_arch", "clang-no_lld"))
+    with pytest.raises(CompileError) as e:
+        fake_clangs.find_amd_clang("gfx1100")
+    msg = str(e.value)
+    assert "compiles HIP for gfx1100" in msg and "apt-get install clang-19 lld-19" in msg
+    assert "clang-19: not found" in msg and "invalid target ID 'gfx1100'" in msg and "Executable" in msg
+    # and so does the compiler, at its first kernel
+    with pytest.raises(CompileError, match="invalid target ID"):
+        fake_clangs.AMDCompiler("gfx1100").compile_cached("extern \"C\" __attribute__((global)) void k() {}")
+
+
+def test_amd_clang_is_probed_too(fake_clangs, monkeypatch):
+    monkeypatch.setenv("AMD_CLANG", "clang-no_arch")
+    with pytest.raises(CompileError, match="clang-no_arch .*invalid target ID"):
+        fake_clangs.find_amd_clang("gfx1100")
+    monkeypatch.setenv("AMD_CLANG", "clang-works")
+    fake_clangs.find_amd_clang.cache_clear()
+    assert fake_clangs.find_amd_clang("gfx1100")[0].endswith("clang-works")
 
 
 def test_arch_is_checked():

@@ -25,9 +25,6 @@ def kfd():
         pytest.skip("host twins need g++")
     native_doubles.install_fake_kfd(GPUS)
     yield native_doubles.fake_kfd()
-    from tinygrad.device import Device
-    for name in [d for d in list(Device._opened) if d.startswith("AMD")]:
-        Device._opened.pop(name)
     native_doubles.uninstall_fake_kfd()
 
 
@@ -48,11 +45,11 @@ def test_module_imports_without_kfd_and_opening_names_it():
     from tinygrad.runtime import _amd
     if os.path.exists("/dev/kfd"):
         pytest.skip("this machine has a KFD")
-    _amd.set_os(0)
-    with pytest.raises(RuntimeError, match=r"open\(/dev/kfd\).*KFD.*ENOENT"):
-        _amd.Device(0)
-    with pytest.raises(RuntimeError, match="KFD"):
-        _amd.discover()
+    with native_doubles.real_amd_os():
+        with pytest.raises(RuntimeError, match=r"open\(/dev/kfd\).*KFD.*ENOENT"):
+            _amd.Device(0)
+        with pytest.raises(RuntimeError, match="KFD"):
+            _amd.discover()
 
 
 def test_discovery_reads_every_gpu_model(kfd):
@@ -159,7 +156,7 @@ def test_dispatch_of_real_machine_code_is_reported(kfd):
     from tinygrad import Tensor
     from tinygrad.runtime import _amd
     from tinygrad.runtime.compiler_amd import AMDCompiler
-    _clang()
+    _clang("gfx942")
     src = _render_hip(Tensor.empty(64).realize() * 2, wave=64)[-1]
     dev = _amd.Device(2)
     prg = dev.load_program(_SIGNATURE.search(src).group(1), AMDCompiler("gfx942").code_object(src))
@@ -350,13 +347,13 @@ def _fake_os(kfd):
 def test_fake_checks_arguments_as_the_kernel_does(kfd):
     import ctypes
     t = _fake_os(kfd)
-    fd = t.open(None, b"/dev/kfd", 2)
+    fd = t.open(t.self, b"/dev/kfd", 2)
     assert fd >= 0
     try:
         def ioctl(nr, size, args, direction=3):
             request = (direction << 30) | (size << 16) | (ord("K") << 8) | nr
             ctypes.set_errno(0)
-            return t.ioctl(None, fd, request, ctypes.byref(args)), ctypes.get_errno()
+            return t.ioctl(t.self, fd, request, ctypes.byref(args)), ctypes.get_errno()
 
         class Alloc(ctypes.Structure):
             _fields_ = [("va", ctypes.c_uint64), ("size", ctypes.c_uint64), ("handle", ctypes.c_uint64),
@@ -377,8 +374,35 @@ def test_fake_checks_arguments_as_the_kernel_does(kfd):
         assert ioctl(0x17, 8, ctypes.c_uint64(12345), direction=1) == (-1, errno.EINVAL)  # FREE of no handle
         assert ioctl(0x40, 8, version) == (-1, errno.ENOTTY)  # an ioctl KFD 1.11 does not have
     finally:
-        t.close(None, fd)
-    assert t.open(None, b"/dev/nothing", 0) == -1 and ctypes.get_errno() == errno.ENOENT
+        t.close(t.self, fd)
+    assert t.open(t.self, b"/dev/nothing", 0) == -1 and ctypes.get_errno() == errno.ENOENT
+
+
+def test_a_device_of_an_earlier_fake_machine_cannot_reach_the_next(kfd):
+    """Each install is a new machine with its own OS table: a device some test kept alive across an install is not
+    handed out again, and its calls fail cleanly (naming the ioctl and EBADF) without touching the new machine, even
+    where its file, memory and queue numbers would match the new machine's."""
+    from tinygrad.runtime import _amd
+    old = _amd.Device(0)
+    old_buf = _amd.DeviceBuffer(old, 4096)
+    native_doubles.install_fake_kfd(GPUS)
+    new = _amd.Device(0)
+    buf = _amd.DeviceBuffer(new, 4096)
+    before = kfd.stats()
+    with pytest.raises(RuntimeError, match="AMDKFD_IOC_ALLOC_MEMORY_OF_GPU.*EBADF"):
+        _amd.DeviceBuffer(old, 4096)
+    del old_buf, old
+    gc.collect()  # the old device frees its memory, destroys its queues and closes its files: none of them here
+    after = kfd.stats()
+    assert (after["allocations"], after["queues"], after["open_fds"], after["dispatches"]) == \
+        (before["allocations"], before["queues"], before["open_fds"], before["dispatches"])
+    x = np.arange(1024, dtype=np.float32)
+    _amd.copyin(buf, x)
+    y = np.empty_like(x)
+    _amd.copyout(y, buf)
+    np.testing.assert_array_equal(y, x)
+    del buf, new
+    gc.collect()
 
 
 def native_doubles_gpu_id(kfd):

@@ -2,7 +2,6 @@
 KFD whose host twins execute v_wmma with its lane semantics (test/native/hip_twin.h): tensor-core kernels against
 the same kernel without optimisations and against numpy, over layouts, sizes no tile divides, batches and
 bfloat16; which targets are offered WMMA; and a gfx1100 code object of a TC kernel, disassembled."""
-import gc
 import os
 import shutil
 import subprocess
@@ -25,30 +24,14 @@ TALL = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) =
 MID = TC_CONFIGS.index(next(c for c in TC_CONFIGS if (c.bm, c.bn, c.wm, c.wn) == (64, 64, 2, 2)))
 
 
-def _forget_amd_devices():
-    """Drops every AMD device and the kernels compiled for them, so that none of an earlier fake machine outlives it
-    (its devices share that machine's KFD handles)."""
-    from tinygrad.device import Device
-    from tinygrad.engine import realize
-    from tinygrad.engine.plan import clear_plans
-    for name in [d for d in list(Device._opened) if d.startswith("AMD")]:
-        Device._opened.pop(name)
-    for key in [k for k in realize.method_cache if k[0].startswith("AMD")]:
-        del realize.method_cache[key]
-    clear_plans()  # cached schedule plans hold their kernels too
-    gc.collect()
-
-
 @pytest.fixture(scope="module")
 def kfd():
     if os.environ.get("AMD", "") not in ("", "0"):
         pytest.skip("AMD=1 runs the session on its own fake machine")
     if shutil.which("g++") is None:
         pytest.skip("host twins need g++")
-    _forget_amd_devices()
     native_doubles.install_fake_kfd(GPUS)
     yield native_doubles.fake_kfd()
-    _forget_amd_devices()
     native_doubles.uninstall_fake_kfd()
 
 

@@ -1,5 +1,5 @@
-"""HIP C++ -> AMDGPU code object, with a clang that has the amdgcn target and lld (Debian 12's clang-19/lld-19;
-no ROCm package is needed: the renderer's kernels use only clang builtins, see renderer/hip.py).
+"""HIP C++ -> AMDGPU code object, with a clang that compiles for the GPU's target and lld (Debian 12's
+clang-19/lld-19; no ROCm package is needed: the renderer's kernels use only clang builtins, see renderer/hip.py).
 
 A compiled kernel is kept as a small header (the launch the renderer wrote it for, as for CUDA) and the code object.
 """
@@ -37,24 +37,73 @@ def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...
     return lib[_HEADER.size:], ((tuple(f[:3]), tuple(f[3:6])) if f[0] else None), bool(f[6])
 
 
+def clang_options(arch: str) -> list[str]:
+    """clang's arguments that turn one HIP file into a bare code object for `arch`, linked by lld."""
+    return ["-x", "hip", f"--offload-arch={arch}", "-nogpulib", "-nogpuinc", "--cuda-device-only",
+            "--no-gpu-bundle-output", "-O3", "-std=c++17", "-ffp-contract=off"]
+
+
+# the probe's kernel: the smallest that still needs the whole path a real kernel takes (front end, the arch's code
+# generator, lld), since a clang may list the amdgcn target yet reject the arch (clang 14 and gfx1100) or lack lld
+_PROBE_SRC = 'extern "C" __attribute__((global)) void tg_probe(float* p) { p[0] = 1.0f; }\n'
+_EM_AMDGPU = 224
+PROBE_TIMEOUT = 60  # seconds: a clang that takes longer for the probe's kernel is counted as not working
+
+
 @functools.cache
-def find_amd_clang() -> tuple[str, str]:
-    """(path, version line) of the clang that compiles AMD kernels: AMD_CLANG, else the first of CLANG_CANDIDATES on
-    PATH that lists the amdgcn target. CompileError naming the packages to install when there is none."""
+def probe_amd_clang(path: str, arch: str) -> tuple[str | None, str]:
+    """(version line, "") when the clang at `path` compiles and links a kernel for `arch` into an AMDGPU code object,
+    else (None, why not). Run once per clang and arch in a process."""
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"--version failed: {e}"
+    if version.returncode != 0 or not version.stdout.strip():
+        return None, f"--version exited with {version.returncode}"
+    with tempfile.TemporaryDirectory(prefix="tinygrad-amd-probe-") as tmp:
+        src, out = os.path.join(tmp, "probe.hip"), os.path.join(tmp, "probe.co")
+        with open(src, "w") as f:
+            f.write(_PROBE_SRC)
+        try:
+            proc = subprocess.run([path, *clang_options(arch), src, "-o", out], capture_output=True, text=True,
+                                  timeout=PROBE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return None, f"compiling a test kernel took over {PROBE_TIMEOUT} s"
+        except OSError as e:
+            return None, str(e)
+        if proc.returncode != 0:
+            # the first error line says why (an unknown arch, no lld); the rest is clang's usage advice
+            errors = [ln.strip() for ln in proc.stderr.splitlines() if "error" in ln] or [proc.stderr.strip()]
+            return None, errors[0][:300]
+        try:
+            with open(out, "rb") as f:
+                head = f.read(20)
+        except OSError:
+            return None, "it wrote no code object"
+    if len(head) < 20 or head[:4] != b"\x7fELF" or struct.unpack_from("<H", head, 18)[0] != _EM_AMDGPU:
+        return None, "its output is not an AMDGPU ELF"
+    return version.stdout.splitlines()[0], ""
+
+
+@functools.cache
+def find_amd_clang(arch: str = "gfx1100") -> tuple[str, str]:
+    """(path, version line) of the clang that compiles AMD kernels for `arch`: AMD_CLANG, else the first of
+    CLANG_CANDIDATES on PATH that builds a test kernel for it (probe_amd_clang). CompileError naming what each one
+    lacks and the packages to install when none does."""
     names = [getenv("AMD_CLANG")] if getenv("AMD_CLANG") else list(CLANG_CANDIDATES)
+    tried = []
     for name in names:
         path = shutil.which(name)
         if path is None:
+            tried.append(f"{name}: not found")
             continue
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-            targets = subprocess.run([path, "-print-targets"], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and "amdgcn" in targets.stdout:
-            return path, out.stdout.splitlines()[0]
-    raise CompileError(f"no clang with the amdgcn target among {', '.join(names)}: install clang-19 and lld-19 "
-                       "(Debian 12: apt-get install clang-19 lld-19) or set AMD_CLANG")
+        version, why = probe_amd_clang(path, arch)
+        if version is not None:
+            return path, version
+        tried.append(f"{name} ({path}): {why}")
+    raise CompileError(f"the AMD device needs a clang that compiles HIP for {arch} and lld to link it; none works:\n  "
+                       + "\n  ".join(tried) + "\ninstall clang-19 and lld-19 (Debian 12: apt-get install clang-19 "
+                       "lld-19) or set AMD_CLANG to such a clang")
 
 
 class AMDCompiler(Compiler):
@@ -71,12 +120,11 @@ class AMDCompiler(Compiler):
 
     @property
     def options(self) -> list[str]:
-        return ["-x", "hip", f"--offload-arch={self.arch}", "-nogpulib", "-nogpuinc", "--cuda-device-only",
-                "--no-gpu-bundle-output", "-O3", "-std=c++17", "-ffp-contract=off"]
+        return clang_options(self.arch)
 
     def compile_cached(self, src: str) -> bytes:
         if self.cachekey is None:
-            path, version = find_amd_clang()
+            path, version = find_amd_clang(self.arch)
             self.cachekey = f"compile_amd_{self.arch}_{re.sub(r'[^0-9a-zA-Z.]+', '_', version)}"
         return super().compile_cached(src)
 
@@ -85,7 +133,7 @@ class AMDCompiler(Compiler):
 
     def code_object(self, src: str) -> bytes:
         """The bare code object of `src` (CompileError with clang's log if it does not compile)."""
-        path, _ = find_amd_clang()
+        path, _ = find_amd_clang(self.arch)
         limit = getenv("COMPILE_TIMEOUT")
         with tempfile.TemporaryDirectory(prefix="tinygrad-amd-") as tmp:
             src_path, out = os.path.join(tmp, "kernel.hip"), os.path.join(tmp, "kernel.co")
