@@ -155,6 +155,9 @@ def test_wino_knob_is_accepted_and_conv2d_is_unchanged():
         assert WINO.value == 1
         np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), Tensor.ones(1, 2, 6, 6).conv2d(w, padding=1).numpy())
     assert WINO.value == 0
+    from tinygrad.helpers import RING
+    with Context(RING=0):
+        assert RING.value == 0 and (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
 
 
 def test_lower_schedule_yields_exec_items_off_the_front():

@@ -59,6 +59,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
                     "generator of Tensor.manual_seed"),
     "WINO": (0, "exported as helpers.WINO for tinygrad 0.9 scripts (`Context(WINO=1)` is accepted); convolutions "
                 "are computed directly either way, with the same results"),
+    "RING": (1, "exported as helpers.RING for tinygrad 0.9 scripts (`Context(RING=0)` is accepted, where 0.9 chose its "
+                "all-reduce algorithm by it); collectives pick theirs by device, with the same results"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
                             "default: the CPUs this process may use, at most 8"),
 }
@@ -145,6 +147,7 @@ BEAM = ContextVar("BEAM", 0)
 IMAGE = ContextVar("IMAGE", 0)
 THREEFRY = ContextVar("THREEFRY", 0)
 WINO = ContextVar("WINO", 0)
+RING = ContextVar("RING", 1)
 CI = getenv("CI", "") != ""
 
 
