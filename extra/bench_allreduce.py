@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from tinygrad import Tensor, TinyJit, collectives  # noqa: E402
 from tinygrad.device import Device  # noqa: E402
-from tinygrad.engine.realize import ExecItem, lower_schedule_item, run_schedule  # noqa: E402
+from tinygrad.engine.realize import lower_schedule_item, run_schedule  # noqa: E402
 from tinygrad.engine.schedule import create_schedule  # noqa: E402
 from tinygrad.multi import MultiLazyBuffer  # noqa: E402
 from tinygrad.ops import ReduceOps  # noqa: E402
@@ -89,7 +89,7 @@ def one_size(numel: int, devices: tuple[str, ...], comm, torch, ring: bool,
 
     # the same schedule item again and again (TinyJit's replay does exactly this per step)
     (si,) = sched
-    ei = ExecItem(lower_schedule_item(si), list(si.bufs))
+    ei = lower_schedule_item(si)
     cols["replay"] = busbw(nbytes, timed(ei.run, sync, nbytes), n)
 
     # inside a jitted function: TinyJit replays it as one CUDA graph over the GPUs with the NCCL calls inside; the

@@ -109,3 +109,83 @@ def test_more_0_9_names():
     assert bytes(to_mv(mv_address(mv), 4)) == b"abcd" and from_mv(mv)[1] == b"b"
     assert flat_mv(memoryview(bytearray(8)).cast("I")).nbytes == 8
     assert ctypes.sizeof(from_mv(mv)) == 4
+
+
+def test_data_of_a_0d_tensor_is_a_0d_memoryview():
+    from tinygrad import dtypes
+    dat = Tensor(3, dtype=dtypes.int32).data()
+    assert dat.shape == () and dat.format == "i" and dat.tolist() == 3
+    assert Tensor.zeros(2, 0).data().tolist() == []
+
+
+def test_global_counters_count_ops_and_bytes_on_every_path():
+    from tinygrad import GlobalCounters, TinyJit
+    a = Tensor.ones(64, 64).contiguous().realize()
+    for _ in range(2):  # the first run schedules, the second replays its cached plan
+        GlobalCounters.reset()
+        (a * 2 + 1).realize()
+        # two ALU ops over 4096 elements; one float32 buffer read and one written
+        assert (GlobalCounters.kernel_count, GlobalCounters.global_ops) == (1, 2 * 4096)
+        assert GlobalCounters.global_mem == 2 * 4096 * 4
+    step = TinyJit(lambda x: (x * 2 + 1).realize())
+    for _ in range(3):
+        step(a)
+    GlobalCounters.reset()
+    step(a)
+    assert (GlobalCounters.global_ops, GlobalCounters.global_mem) == (2 * 4096, 2 * 4096 * 4)
+
+
+def test_global_ops_of_a_symbolic_kernel_at_its_launch_values():
+    from tinygrad import GlobalCounters, Variable
+    from tinygrad.engine.realize import op_estimate
+    from tinygrad.engine.schedule import create_schedule_with_vars
+    v = Variable("n", 1, 64).bind(10)
+    x = Tensor.ones(64).contiguous().realize().shrink(((0, v),)) + 1
+    (si,), var_vals = create_schedule_with_vars([x.contiguous().lazydata])
+    assert op_estimate(si.ast) == Variable("n", 1, 64)  # one ADD per element
+    GlobalCounters.reset()
+    x.contiguous().realize()
+    assert GlobalCounters.global_ops == 10
+
+
+def test_wino_knob_is_accepted_and_conv2d_is_unchanged():
+    from tinygrad.helpers import WINO, Context
+    x, w = Tensor.ones(1, 2, 6, 6).contiguous(), Tensor.ones(3, 2, 3, 3).contiguous()
+    with Context(WINO=1):
+        assert WINO.value == 1
+        np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), Tensor.ones(1, 2, 6, 6).conv2d(w, padding=1).numpy())
+    assert WINO.value == 0
+    from tinygrad.helpers import RING
+    with Context(RING=0):
+        assert RING.value == 0 and (Tensor([1.0, 2.0]) * 2).tolist() == [2.0, 4.0]
+
+
+def test_lower_schedule_yields_exec_items_off_the_front():
+    from tinygrad.engine.realize import CompiledRunner, ExecItem, lower_schedule
+    from tinygrad.engine.schedule import create_schedule
+    a = Tensor([1.0, 2.0]).realize()
+    out = (a * 3).sum()
+    sched = create_schedule([out.lazydata])
+    n = len(sched)
+    items = lower_schedule(sched)
+    first = next(items)
+    assert isinstance(first, ExecItem) and len(sched) == n - 1
+    rest = list(items)
+    assert not sched and any(isinstance(ei.prg, CompiledRunner) for ei in [first, *rest])
+    for ei in [first, *rest]:
+        ei.run()
+    assert out.lazydata.base.realized is not None and out.item() == 9.0
+
+
+def test_a_kernel_too_big_for_any_tile_still_runs():
+    # a body past the optimiser's size limit even untiled (a 6x6 matrix applied twice as sums of slices) runs as
+    # plain loops instead of failing to pick optimisations
+    x = np.random.default_rng(0).standard_normal((64, 6, 6)).astype(np.float32)
+    t = Tensor(x)
+    rows = [sum((t[:, j:j + 1, :] * float(r + j + 1) for j in range(6)), t[:, r:r + 1, :]) for r in range(6)]
+    u = rows[0].cat(*rows[1:], dim=1)
+    cols = [sum((u[:, :, j:j + 1] * float(c - j) for j in range(6)), u[:, :, c:c + 1]) for c in range(6)]
+    ref_rows = np.concatenate([x[:, r:r + 1] + sum(x[:, j:j + 1] * (r + j + 1) for j in range(6)) for r in range(6)], 1)
+    ref = np.concatenate([ref_rows[:, :, c:c + 1] + sum(ref_rows[:, :, j:j + 1] * (c - j) for j in range(6))
+                          for c in range(6)], 2)
+    np.testing.assert_allclose(cols[0].cat(*cols[1:], dim=2).numpy(), ref, rtol=1e-5, atol=1e-3)

@@ -113,3 +113,51 @@ def test_masked_softmax_over_a_symbolic_length_matches_numpy():
     mask = (kpos <= qpos) & (kpos > qpos - 512)
     out = mask.reshape(1, 1, end).where((Tensor(q) @ k) * 0.5, float("-inf")).softmax(-1).realize()
     np.testing.assert_allclose(out.numpy()[:, 0], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_bind_binds_an_unbound_variable_in_place_as_0_9_did():
+    # 0.9 code binds a Variable and goes on using the same object: `v.bind(2)` then `Tensor(v)`
+    v = Variable("w", 0, 10)
+    assert v.bind(2) is v and v.val == 2
+    assert (Tensor(v) + 3).item() == 5 and (Tensor(3) * (v * 4)).item() == 24
+    # binding a bound one leaves it as it is and gives a bound copy (a template Variable bound once per step)
+    other = v.bind(7)
+    assert other is not v and other == v and (other.val, v.val) == (7, 2)
+    # with_value never touches the Variable it is called on
+    u = Variable("u", 0, 4)
+    assert u.with_value(3).val == 3 and u._val is None
+    with pytest.raises(ValueError, match="outside"):
+        u.with_value(5)
+
+
+def test_mean_over_dims_bound_in_place():
+    a, b = Variable("a", 1, 10), Variable("b", 1, 10)
+    a.bind(2)
+    b.bind(3)
+    t = Tensor(data(3, 2)).reshape(b, a)
+    np.testing.assert_allclose(t.mean().item(), data(3, 2).mean(), rtol=1e-5)
+    np.testing.assert_allclose(t.mean(axis=1).reshape(3).numpy(), data(3, 2).mean(axis=1), rtol=1e-5)
+
+
+def test_shapetracker_shrink_in_range_at_the_bound_value():
+    from tinygrad.shape.shapetracker import ShapeTracker
+    x = Variable("x", 1, 100).bind(3)
+    # x + 3 can pass 10 for other values of x: allowed, as 0.9 did, because it fits at the value bound now
+    st = ShapeTracker.from_shape((10, 10)).shrink(((x, x + 3), (2, 5)))
+    assert st.shape == (3, 3) and st.var_vals == {Variable("x", 1, 100): 3}
+    with pytest.raises(ValueError, match="out of range"):
+        ShapeTracker.from_shape((10, 10)).shrink(((x, x + 8), (2, 5)))
+    with pytest.raises(ValueError, match="out of range"):
+        ShapeTracker.from_shape((10, 10)).shrink(((Variable("y", 1, 100), 12), (2, 5)))
+
+
+def test_jitted_function_of_a_symbolic_shrink_of_its_input():
+    from tinygrad import TinyJit
+    jf = TinyJit(lambda a: (a + 1).realize())
+    for i in range(1, 5):
+        vi = Variable("i", 1, 10).bind(i)
+        a = Tensor(data(7, 11, seed=i))
+        # vi + 2 reaches past 11 for some i in [1, 10]: each call's value fits
+        np.testing.assert_allclose(jf(a.shrink(((3, 5), (vi, vi + 2)))).numpy(), data(7, 11, seed=i)[3:5, i:i + 2] + 1,
+                                   rtol=1e-6)
+    assert sum(1 for ei in jf.jit_cache if ei.prg.graph_kind == "kernel") == 1

@@ -57,6 +57,10 @@ KNOBS: dict[str, tuple[Any, str]] = {
                  "not supported, and the engine behaves as with 0"),
     "THREEFRY": (0, "exported as helpers.THREEFRY for tinygrad 0.9 scripts; random numbers always come from the one "
                     "generator of Tensor.manual_seed"),
+    "WINO": (0, "exported as helpers.WINO for tinygrad 0.9 scripts (`Context(WINO=1)` is accepted); convolutions "
+                "are computed directly either way, with the same results"),
+    "RING": (1, "exported as helpers.RING for tinygrad 0.9 scripts (`Context(RING=0)` is accepted, where 0.9 chose its "
+                "all-reduce algorithm by it); collectives pick theirs by device, with the same results"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
                             "default: the CPUs this process may use, at most 8"),
 }
@@ -142,6 +146,8 @@ JIT = ContextVar("JIT", 1)
 BEAM = ContextVar("BEAM", 0)
 IMAGE = ContextVar("IMAGE", 0)
 THREEFRY = ContextVar("THREEFRY", 0)
+WINO = ContextVar("WINO", 0)
+RING = ContextVar("RING", 1)
 CI = getenv("CI", "") != ""
 
 

@@ -293,8 +293,14 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
 
         >>> Tensor([[1, 2], [3, 4]]).data().tolist()
         [[1, 2], [3, 4]]
+        >>> Tensor(3).data().tolist()
+        3
         """
-        return self._data().cast(self.dtype.fmt, self.shape) if self.shape else self._data().cast(self.dtype.fmt)
+        # a 0-d tensor gives a 0-d memoryview (tolist() is the scalar itself), as in tinygrad 0.9; memoryview can't
+        # take a shape with a 0 in it, so an empty tensor's view is flat
+        if 0 in self.shape:
+            return self._data().cast(self.dtype.fmt)
+        return self._data().cast(self.dtype.fmt, self.shape)
 
     def to(self, device: str | tuple[str, ...] | None) -> Tensor:
         """This tensor on `device` (a copy; self when it is already there); the gradient moves with it. A tensor on

@@ -24,7 +24,7 @@ def kernel_ast(t: Tensor) -> tuple:
     items = [si for si in create_schedule_with_vars([t.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
     for si in items[:-1]:
         from tinygrad.engine.realize import lower_schedule_item
-        lower_schedule_item(si)(list(si.bufs), {})
+        lower_schedule_item(si).run()
     return items[-1].ast
 
 

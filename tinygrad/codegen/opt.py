@@ -298,6 +298,9 @@ def choose_opts(lin) -> list[Opt]:
             c = model.cost(up, v, w)
             if best is None or c < best[0]:
                 best = (c, v, w, up)
+    if best is None:
+        # not even the plain kernel fits the limits (a body of hundreds of ops, as a Winograd transform's): no copies
+        return []
     cur, v, w, up = best
     unroll = [d for d in int_dims if d in model.reduce and d != v]
     if unroll:

@@ -16,3 +16,6 @@ cdef class PlanItem:
 cdef class Plan:
     cdef readonly tuple items
     cdef readonly int n_kernels
+    # operations and bytes of buffers its kernels run over, added to GlobalCounters at each run
+    cdef readonly object n_ops
+    cdef readonly object n_mem

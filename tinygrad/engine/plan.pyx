@@ -47,9 +47,11 @@ cdef class PlanItem:
 
 
 cdef class Plan:
-    def __init__(self, tuple items, int n_kernels):
+    def __init__(self, tuple items, int n_kernels, object n_ops=0, object n_mem=0):
         self.items = items
         self.n_kernels = n_kernels
+        self.n_ops = n_ops
+        self.n_mem = n_mem
 
 
 # op enums and dtypes hash in Python code; the key uses a small int per object instead. The table keeps each object
@@ -225,7 +227,16 @@ cdef Plan _make_plan(list items, list nodes, list leaves):
     precompile_asts([(dev, it[0]) for dev, it in zip(devices, items)])
     plan_items = tuple(PlanItem(lower_ast(dev, ast), ast, buf_refs, n_outputs, lb_refs)
                        for dev, (ast, buf_refs, n_outputs, lb_refs) in zip(devices, items))
-    return Plan(plan_items, sum(1 for it in plan_items if isinstance(it.runner, CompiledRunner)))
+    # what a run adds to GlobalCounters, counted once here: the same kernels on buffers of the same sizes every time
+    # (a planned graph has no symbolic shapes)
+    n_kernels, n_ops, n_mem = 0, 0, 0
+    for it in plan_items:
+        if isinstance(it.runner, CompiledRunner):
+            n_kernels += 1
+            n_ops += it.runner.op_estimate
+            for r in it.buf_refs:
+                n_mem += (<LazyBuffer>nodes[r]).buffer.nbytes if r >= 0 else (<LazyBuffer>leaves[-1 - r]).buffer.nbytes
+    return Plan(plan_items, n_kernels, n_ops, n_mem)
 
 
 cdef list _load_items(str skey, int n_nodes, int n_leaves):
@@ -317,6 +328,8 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
             lb.srcs = ()
             lb.pending = False
     GlobalCounters.kernel_count += plan.n_kernels
+    GlobalCounters.global_ops += plan.n_ops
+    GlobalCounters.global_mem += plan.n_mem
     raise_pending_interrupt()
 
 

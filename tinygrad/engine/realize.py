@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
@@ -17,8 +17,19 @@ from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
 from tinygrad.engine.search import beam_search
-from tinygrad.helpers import BEAM, CACHELEVEL, DEBUG, NOOPT, Context, GlobalCounters, colored, raise_pending_interrupt
+from tinygrad.helpers import (
+    BEAM,
+    CACHELEVEL,
+    DEBUG,
+    NOOPT,
+    Context,
+    GlobalCounters,
+    colored,
+    prod,
+    raise_pending_interrupt,
+)
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
+from tinygrad.shape.symbolic import sint, sym_infer
 
 
 class Runner:
@@ -145,6 +156,9 @@ class ExecItem:
         if et is not None:
             GlobalCounters.time_sum_s += et
         ops = getattr(self.prg, "op_estimate", 0)
+        if type(ops) is not int:
+            # a symbolic kernel's count, at this launch's variable values
+            ops = sym_infer(ops, var_vals) if var_vals else 0
         mem = sum(b.nbytes for b in self.bufs) if isinstance(self.prg, CompiledRunner) else 0
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
@@ -220,21 +234,25 @@ def _render(dname: str, ast: tuple) -> Rendered:
     return ret
 
 
-def op_estimate(ast: tuple) -> int:
-    """About how many arithmetic operations a kernel does: its ALU and reduce nodes times the size of its index
-    space (the largest tracker it reads or writes through); 0 for symbolic shapes. For DEBUG=2's GFLOPS."""
-    size, n_ops = 0, 0
+def op_estimate(ast: tuple) -> sint:
+    """About how many arithmetic operations a kernel does: its ALU and reduce nodes (and iotas, which compute their
+    values) times the size of its index space (the largest tracker it reads or writes through). Symbolic for a
+    kernel of symbolic shape (ExecItem.run evaluates it at each launch's values). For GlobalCounters.global_ops and
+    DEBUG=2's GFLOPS."""
+    sizes, n_ops = [], 0
     for root in ast:
         for node in root.toposort():
             if node.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE, BufferOps.IOTA):
-                n = 1
-                for d in node.arg.st.shape:
-                    if not isinstance(d, int):
-                        return 0
-                    n *= d
-                size = max(size, n)
+                sizes.append(prod(node.arg.st.shape))
+                n_ops += node.op is BufferOps.IOTA
             elif not isinstance(node.op, (BufferOps, LoadOps)):
                 n_ops += 1
+    if not n_ops or not sizes:
+        return 0
+    concrete = [n for n in sizes if type(n) is int]
+    # the largest of symbolic sizes can't be picked by comparing them: take the first (they are all the kernel's
+    # full index space or a reduce's output in practice)
+    size = max(concrete) if len(concrete) == len(sizes) else next(n for n in sizes if type(n) is not int)
     return n_ops * size
 
 
@@ -279,8 +297,16 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
         method_cache[key] = _runner(key[0], r, key[1], lib)
 
 
-def lower_schedule_item(si) -> Runner:
-    return lower_ast(si.outputs[0].device, si.ast)
+def lower_schedule_item(si) -> ExecItem:
+    """The ScheduleItem `si` as an ExecItem: its runner (compiled now if new) bound to its buffers."""
+    return ExecItem(lower_ast(si.outputs[0].device, si.ast), list(si.bufs))
+
+
+def lower_schedule(schedule: list) -> Iterator[ExecItem]:
+    """ExecItems of `schedule`, lowered one at a time as they are asked for; each is taken off the front of the
+    list (as tinygrad 0.9 did), so what is left of it is what has not been lowered yet."""
+    while schedule:
+        yield lower_schedule_item(schedule.pop(0))
 
 
 def lower_ast(device: str, ast: tuple) -> Runner:
@@ -304,8 +330,7 @@ def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
     for si in schedule:
         for b in si.outputs:
             b.ensure_allocated()
-        runner = lower_schedule_item(si)
-        ei = ExecItem(runner, list(si.bufs))
+        ei = lower_schedule_item(si)
         ei.run(var_vals)
         CacheCollector.add(ei, var_vals)
         # a realized base no longer needs the graph that produced it

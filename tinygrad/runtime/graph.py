@@ -18,7 +18,7 @@ from typing import Any
 from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.device import Device
 from tinygrad.helpers import GlobalCounters
-from tinygrad.shape.symbolic import Variable
+from tinygrad.shape.symbolic import Variable, sym_infer
 
 
 class NativeGraph:
@@ -51,6 +51,10 @@ class NativeGraph:
         # kernels share one or two such sizes, which change every few hundred positions)
         self.dim_groups: dict[Any, list] = {}
         self.kernels = len(jit_cache)
+        # what a replay adds to GlobalCounters: operations (symbolic where a kernel's are, evaluated at each call's
+        # values) and bytes of the buffers the kernels read and write (the same buffer sizes every replay)
+        self.op_estimate: Any = sum(getattr(ei.prg, "op_estimate", 0) for ei in jit_cache)
+        self.mem_estimate = sum(b.nbytes for ei in jit_cache for b in ei.bufs)
         for j, ei in enumerate(jit_cache):
             if not self.graphs or (self.max_nodes is not None and j % self.max_nodes == 0):
                 self.graphs.append(device.create_graph())
@@ -92,3 +96,6 @@ class NativeGraph:
         for graph in self.graphs:
             graph()
         GlobalCounters.kernel_count += self.kernels
+        ops = self.op_estimate
+        GlobalCounters.global_ops += ops if type(ops) is int else sym_infer(ops, var_vals)
+        GlobalCounters.global_mem += self.mem_estimate

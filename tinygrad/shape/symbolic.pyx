@@ -360,7 +360,16 @@ cdef class Variable(Node):
         self._val = None
 
     def bind(self, val):
-        """A copy of this Variable (equal to it) carrying the value ``val``."""
+        """This Variable carrying the value ``val``: bound in place and returned when unbound (as tinygrad 0.9 does,
+        so ``v.bind(2)`` then ``Tensor(v)`` works); a bound Variable gives a bound copy (equal to it) instead."""
+        cdef Variable out = self.with_value(val)
+        if self._val is None:
+            self._val = out._val
+            return self
+        return out
+
+    def with_value(self, val):
+        """A copy of this Variable (equal to it) carrying the value ``val``; this one is left as it is."""
         v = _bound_as_int(val)
         if v is None:
             raise ValueError(f"cannot bind {self.expr} to non-integer {val!r}")
@@ -398,7 +407,7 @@ cdef class Variable(Node):
 
 def _rebuild_variable(expr, nmin, nmax, val):
     v = Variable(expr, nmin, nmax)
-    return v if val is None else v.bind(val)
+    return v if val is None else v.with_value(val)
 
 
 cdef tuple _operands(object a, object b):

@@ -11,7 +11,7 @@ they really depend on a Variable.
 import operator
 
 from tinygrad.errors import ArgumentError
-from tinygrad.shape.symbolic import Node, Variable
+from tinygrad.shape.symbolic import Node, Variable, sym_infer
 
 # Memo caches for the expensive pure functions, keyed by all-int views only: Views holding Variables compare
 # equal regardless of the value a Variable is bound to, so a cached answer could carry the wrong binding.
@@ -105,6 +105,18 @@ cdef object _smin(object a, object b):
     if _lo(d) >= 0:
         return b
     raise ArgumentError(f"cannot decide min({a}, {b}) for symbolic values")
+
+
+cdef bint _fits_when_bound(object b, object e, object s) except -1:
+    """Whether 0 <= b <= e <= s at the values the Variables in them are bound to (False where one is unbound). A
+    span that leaves its dim for other values of its variables is what tinygrad 0.9 allowed (a KV cache's
+    `(start_pos, start_pos + 1)`, whose variable ranges over the whole cache); each value it is bound to is checked
+    where a view is made at it."""
+    try:
+        bv, ev, sv = sym_infer(b, {}), sym_infer(e, {}), sym_infer(s, {})
+    except ValueError:
+        return False
+    return 0 <= bv <= ev <= sv
 
 
 cdef object _prod(object xs):
@@ -758,7 +770,7 @@ cdef class View:
 
     def bind(self, dict var_vals):
         """This view with each Variable in `var_vals` bound to its value there (the inverse of unbind)."""
-        return self.substitute({v: v.bind(val) for v, val in var_vals.items()})
+        return self.substitute({v: v.with_value(val) for v, val in var_vals.items()})
 
     def substitute(self, dict sub):
         """This view with Variables replaced as `sub` says (by bound Variables, other nodes or ints)."""
@@ -837,7 +849,7 @@ cdef class View:
         for d in range(n):
             b, e = pairs[d]
             s = self.shape[d]
-            if _lo(b) < 0 or _lo(_sub(e, b)) < 0 or _lo(_sub(s, e)) < 0:
+            if (_lo(b) < 0 or _lo(_sub(e, b)) < 0 or _lo(_sub(s, e)) < 0) and not _fits_when_bound(b, e, s):
                 raise ArgumentError(f"shrink: {arg!r} is out of range for shape {self.shape}")
         shape = []
         offset = self.offset
