@@ -26,6 +26,10 @@ from __future__ import annotations
 # an error of at most a few times SUM_BLOCK ulp per level in the worst case, about sqrt(SUM_BLOCK) typically, and a
 # loop of SUM_BLOCK / (additions per step) steps between folds (their cost is nothing beside the block's loads)
 SUM_BLOCK = 256
+# the same for a register tile of several accumulators (a matmul's or a convolution's outputs): their sums are dot
+# products, as long as the inner dim, which vendor libraries accumulate in one level; a level of blocks only where
+# they are longer, since a second level of the tile's accumulators costs as many registers again
+TILE_SUM_BLOCK = 4096
 
 
 def plan_blocks(trips: list[int], per_step: int, block: int = SUM_BLOCK) -> list[tuple[int, ...]]:

@@ -43,7 +43,7 @@ from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
-from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _Parallel, _plan_parallel, _Vec
+from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _eval_max, _Parallel, _plan_parallel, _Vec
 
 LAUNCH_MARKER = "// tinygrad launch:"
 SHARED_MARKER = "// tinygrad dynamic shared memory:"
@@ -285,6 +285,8 @@ def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], 
 # The render loop
 # ---------------------------------------------------------------------------------------------------------------
 _AXIS = "xyz"
+# flattened nests of at least this many elements index in 64 bits (see open_flat)
+BIG_NEST = 1 << 30
 
 
 def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
@@ -313,18 +315,24 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     def open_flat(loops: list[UOp], first: str, stride: str) -> None:
         """One loop over the flattened nest `loops`, each loop variable recovered by division and modulo. The body
         of a vectorised nest is rendered once, for one element `flat`, and placed by close_vec."""
-        extents = [f"({r[id(lp.vin[1])]})" for lp in loops]
+        # a nest of 2**30 or more elements counts in 64 bits: its count may not fit an int (2**31 elements), and
+        # a grid-stride step past the last element may overflow one (an endless loop)
+        big = any(_eval_max(lp.vin[1]) is None for lp in loops) or \
+            math.prod(_eval_max(lp.vin[1]) for lp in loops) >= BIG_NEST
+        ity = "long long" if big else "int"
+        extents = [f"(({ity}){r[id(lp.vin[1])]})" if big else f"({r[id(lp.vin[1])]})" for lp in loops]
         flat = fresh("flat")
         vec: _Vec | None = par.vec.get(id(loops[-1]))
         if loops is par.reduce_loops and _blocked_sum(par):
             open_block()
         if vec is None:
-            emit(f"for (int {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
+            emit(f"for ({ity} {flat} = {first}; {flat} < {'*'.join(extents)}; {flat} += {stride}) {{")
         else:
             emit("{")
             kw.depth += 1
-            state = {"vec": vec, "first": first, "stride": f"({stride})", "flat": flat, "n": fresh("tg_n"), "off": {}}
-            emit(f"const int {state['n']} = {'*'.join(extents)};")
+            state = {"vec": vec, "first": first, "stride": f"({stride})", "flat": flat, "n": fresh("tg_n"), "off": {},
+                     "ity": ity}
+            emit(f"const {ity} {state['n']} = {'*'.join(extents)};")
             for u in vec.loads + vec.stores:
                 terms = [f"{r[t]}*{c}" if c != 1 else r[t] for t, c in vec.offsets[id(u)].items() if t and c]
                 const = vec.offsets[id(u)].get(None, 0)
@@ -405,8 +413,9 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         aligned = " && ".join(f"((unsigned long long)({ptr[id(u)]}) & "
                               f"{min(w * u.vin[0].dtype.base.itemsize, VEC_BYTES) - 1}ull) == 0" for u in moved)
         nv, v = fresh("tg_nv"), fresh("tg_v")
-        emit(f"const int {nv} = ({aligned}) ? {n}/{w} : 0;")
-        emit(f"int {v} = {first};")
+        ity = state["ity"]
+        emit(f"const {ity} {nv} = ({aligned}) ? {n}/{w} : 0;")
+        emit(f"{ity} {v} = {first};")
         if unroll > 1:
             # every vector of a step loaded before any is used, each guarded: a thread with fewer vectors left than
             # `unroll` (a short row's last step) still issues all of its loads together, one memory latency a step.
@@ -420,7 +429,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
                 if k:
                     # a step past the thread's last vector loads that one again, unconditionally: a vector declared
                     # and then assigned under a branch was copied through local memory by nvcc
-                    emit(f"const int {v}_{k} = {step[k]} < {nv} ? {step[k]} : {nv}-1;")
+                    emit(f"const {ity} {v}_{k} = {step[k]} < {nv} ? {step[k]} : {nv}-1;")
                 for u in vec.loads:
                     emit(f"const {vt[id(u)]} {names[id(u)]}_{k} = *(const {vt[id(u)]}*)({ptr[id(u)]}+"
                          f"{f'{v}_{k}' if k else v}*{w});")
@@ -452,7 +461,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             kw.depth -= 1
             emit("}")
         # after the last whole vector, or everything where a pointer is misaligned
-        emit(f"for (int {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
+        emit(f"for ({ity} {flat} = {nv}*{w}+{first}; {flat} < {n}; {flat} += {stride}) {{")
         kw.depth += 1
         for u in vec.loads:
             emit(f"const {buf_type(u.vin[0])} {hoisted[id(u)]} = {r[id(u.vin[0])]}[{flat}{state['off'][id(u)]}];")
