@@ -14,6 +14,10 @@ JitError naming the argument; `jit.reset()` forgets the capture.
 
 A capture keeps every buffer its kernels use, the intermediates too; those of the same size whose uses don't overlap
 (a layer's, then the next layer's) share one buffer (see _share_buffers), and the rest go back to the device.
+
+Threads: each thread that calls a TinyJit has a capture of its own (its first call runs, its second captures), since
+a replay overwrites the capture's buffers, the returned tensors' too; replays hold the engine lock, as the devices'
+queues are shared. docs/threads.md says more.
 """
 from __future__ import annotations
 
