@@ -4,8 +4,14 @@ Each test starts 8 threads at a barrier, so they reach the engine together, and 
 interval so the GIL changes hands every few bytecodes: without the engine lock these tests fail within a few
 iterations (a shared graph realized twice into one buffer, "already allocated" errors, a jitted function's
 outputs overwritten by another thread's call, kernels of one thread recorded into another's capture)."""
+import os
+import signal
+import subprocess
 import sys
+import textwrap
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +22,7 @@ from tinygrad.dtype import dtypes
 from tinygrad.locks import ENGINE_LOCK
 
 N_THREADS = 8
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -206,3 +213,33 @@ def test_a_buffer_freed_while_another_thread_holds_the_lock_is_freed_by_the_hold
         release.set()
         t.join(10)
     assert allocator.cached_bytes == before + (1 << 18)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")
+def test_ctrl_c_interrupts_a_main_thread_waiting_for_the_lock():
+    script = textwrap.dedent("""
+        import sys, threading, time
+        from tinygrad import Tensor
+        from tinygrad.locks import ENGINE_LOCK
+        x = Tensor.ones(8).contiguous().realize()
+        held = threading.Event()
+        def hold():
+            with ENGINE_LOCK:
+                held.set()
+                time.sleep(60)
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        print("waiting", flush=True)
+        try:
+            (x + 1).realize()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)  # blocked in the lock's wait by now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, (out, err)

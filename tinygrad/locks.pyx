@@ -136,9 +136,14 @@ cdef class ReentrantLock:
             fn(*args)
             return
         if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
-            # NOTE: the holder checks the list before its last release, both with the GIL held: the work is run by
-            # this holder or, if it released in between, by the next thread to release the lock
+            # NOTE: the holder looks at the list just before its last release, with the GIL held. Appending can run
+            # the garbage collector and let the holder go meanwhile, so the lock is tried once more after it: the
+            # work never waits for a release that already happened
             self._deferred.append((fn, args))
+            if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+                return
+            self._owner, self._depth = me, 1
+            self.leave()
             return
         self._owner, self._depth = me, 1
         try:
