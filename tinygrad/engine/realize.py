@@ -287,8 +287,11 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     if len(todo) < 2:
         return
     rendered = [(key, _render(*key)) for key in todo]
+    # NOTE: the compilers are looked up here, not in the workers: this thread holds ENGINE_LOCK, which opening a
+    # device in a worker would wait for
+    compile_fns = [Device[key[0]].compiler.compile_cached for key, _ in rendered]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        libs = list(pool.map(lambda kr: Device[kr[0][0]].compiler.compile_cached(kr[1].src), rendered))
+        libs = list(pool.map(lambda fr: fr[0](fr[1].src), zip(compile_fns, (r for _, r in rendered))))
     for (key, r), lib in zip(rendered, libs):
         method_cache[key] = _runner(key[0], r, key[1], lib)
 
