@@ -243,3 +243,19 @@ def test_ctrl_c_interrupts_a_main_thread_waiting_for_the_lock():
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 3, (out, err)
+
+
+def test_an_error_in_deferred_work_is_reported_not_raised_in_the_holder(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda args: seen.append(args.exc_value))
+
+    def broken_free() -> None:
+        raise ValueError("a broken free")
+
+    with ENGINE_LOCK:
+        t = threading.Thread(target=ENGINE_LOCK.run_or_defer, args=(broken_free,))
+        t.start()
+        t.join(10)
+        assert seen == []  # queued for this thread, the holder
+    assert [str(e) for e in seen] == ["a broken free"]
+    assert (Tensor([1.0, 2.0]) * 3).tolist() == [3.0, 6.0]

@@ -20,7 +20,8 @@ import os
 
 from tinygrad.helpers import defer_interrupt
 
-from cpython.exc cimport PyErr_CheckSignals
+from cpython.exc cimport PyErr_CheckSignals, PyErr_Restore, PyErr_WriteUnraisable
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.pythread cimport (NOWAIT_LOCK, PY_LOCK_ACQUIRED, PyLockStatus, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock, PyThread_get_thread_ident,
                                PyThread_release_lock, PyThread_type_lock)
@@ -37,12 +38,20 @@ cdef inline unsigned long _me() noexcept:
 
 cdef void _run_finalizer_work(fn, tuple args) noexcept:
     # work deferred by a finalizer runs as the finalizer would have: Ctrl-C landing in it is raised at the engine's
-    # next check (helpers.defer_interrupt), and any other error is printed as "Exception ignored in ...", not raised
-    # in the middle of the holder's own work (noexcept makes Cython report it so)
+    # next check (helpers.defer_interrupt), and any other error goes to sys.unraisablehook ("Exception ignored in
+    # ..."), never raised in the middle of the holder's own work
     try:
         fn(*args)
     except KeyboardInterrupt:
         defer_interrupt()
+    except BaseException as e:
+        t, tb = type(e), e.__traceback__
+        # PyErr_Restore steals the three references
+        Py_INCREF(t)
+        Py_INCREF(e)
+        Py_INCREF(tb)
+        PyErr_Restore(<PyObject*>t, <PyObject*>e, <PyObject*>tb)
+        PyErr_WriteUnraisable(fn)
 
 
 cdef class ReentrantLock:
