@@ -252,8 +252,9 @@ cdef list _load_items(str skey, int n_nodes, int n_leaves):
 def realize_lazybuffers(list outs):
     """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
     scheduling it (and caching the Plan of what was scheduled). Safe from several threads: the whole of it holds
-    ENGINE_LOCK, as another thread realizing a graph that shares nodes would otherwise run their kernels again
-    into the buffers being read, or find their sources dropped halfway through its walk."""
+    ENGINE_LOCK. A node counts as computed once its buffer has memory, which it gets just before its kernel runs, so
+    another thread walking the same graph meanwhile would read that buffer unwritten as a realized input (or
+    allocate it a second time, or run its kernels again into a buffer being read, or find its sources dropped)."""
     _engine_lock.enter()
     try:
         _realize(outs)
