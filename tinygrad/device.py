@@ -16,6 +16,7 @@ from typing import Any, Callable
 from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers, trim_heap
+from tinygrad.locks import ENGINE_LOCK
 
 
 class CompileError(RuntimeError):
@@ -77,9 +78,15 @@ class _Device:
 
     def __getitem__(self, device: str):
         dev = self.canonicalize(device)
-        if dev not in self._opened:
-            self._opened[dev] = self._open(dev)
-        return self._opened[dev]
+        opened = self._opened.get(dev)
+        if opened is None:
+            # NOTE: opened once even when threads ask at once: two device objects would be two allocators (and on a
+            # GPU two contexts) for one device
+            with ENGINE_LOCK:
+                opened = self._opened.get(dev)
+                if opened is None:
+                    opened = self._opened[dev] = self._open(dev)
+        return opened
 
     def _open(self, dev: str):
         base = dev.split(":")[0]
@@ -151,6 +158,11 @@ class Buffer:
         return self._buf is not None
 
     def allocate(self, opaque: Any = None) -> Buffer:
+        # the allocator's cache and the memory counters are shared by every thread
+        return ENGINE_LOCK.run(self._allocate, opaque)
+
+    def _allocate(self, opaque: Any = None) -> Buffer:
+        """`allocate` for a caller that holds ENGINE_LOCK (the engine's eager path, which allocates every op)."""
         if self._buf is not None:
             raise RuntimeError(f"{self} is already allocated")
         # Device's own table first: Device[...] canonicalizes the name, and Buffers are made with canonical names
@@ -168,9 +180,9 @@ class Buffer:
         try:
             # NOTE: __init__ may have raised before _buf was set
             if getattr(self, "_buf", None) is not None:
-                if self.allocator.counts_memory:
-                    GlobalCounters.mem_used -= self._nbytes
-                self.allocator.free(self._buf, self._nbytes, self.options)
+                # a finalizer runs in whichever thread dropped the last reference and must not wait for the lock
+                # (its holder may be waiting for this thread): freed now, or by the holder when it is done
+                ENGINE_LOCK.run_or_defer(_free, self.allocator, self._buf, self._nbytes, self.options)
         except KeyboardInterrupt:
             defer_interrupt()
 
@@ -179,27 +191,30 @@ class Buffer:
 
     def as_buffer(self, allow_zero_copy: bool = False) -> memoryview:
         """The bytes of this buffer on the host; zero-copy where the device's memory is host memory."""
-        self.ensure_allocated()
-        if hasattr(self.allocator, "as_buffer"):
-            return self.allocator.as_buffer(self._buf, self.nbytes)
-        return self.copyout(memoryview(bytearray(self.nbytes)))
+        with ENGINE_LOCK:  # a device's copies go through its queue, shared by every thread
+            self.ensure_allocated()
+            if hasattr(self.allocator, "as_buffer"):
+                return self.allocator.as_buffer(self._buf, self.nbytes)
+            return self.copyout(memoryview(bytearray(self.nbytes)))
 
     def copyin(self, mv: memoryview) -> Buffer:
         mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
         if mv.nbytes != self.nbytes:
             raise ValueError(f"copyin of {mv.nbytes} bytes into {self} of {self.nbytes} bytes")
-        self.ensure_allocated()
-        if self.nbytes:
-            self.allocator.copyin(self._buf, mv)
+        with ENGINE_LOCK:
+            self.ensure_allocated()
+            if self.nbytes:
+                self.allocator.copyin(self._buf, mv)
         return self
 
     def copyout(self, mv: memoryview) -> memoryview:
         mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
         if mv.nbytes != self.nbytes:
             raise ValueError(f"copyout of {self} ({self.nbytes} bytes) into {mv.nbytes} bytes")
-        self.ensure_allocated()
-        if self.nbytes:
-            self.allocator.copyout(mv, self._buf)
+        with ENGINE_LOCK:
+            self.ensure_allocated()
+            if self.nbytes:
+                self.allocator.copyout(mv, self._buf)
         return mv
 
     def numpy(self):
@@ -210,6 +225,13 @@ class Buffer:
 
 
 guard_finalizers(Buffer.__del__)
+
+
+def _free(allocator: Allocator, opaque: Any, nbytes: int, options: BufferOptions | None) -> None:
+    """A dropped Buffer's memory back to its allocator (with ENGINE_LOCK held)."""
+    if allocator.counts_memory:
+        GlobalCounters.mem_used -= nbytes
+    allocator.free(opaque, nbytes, options)
 
 
 class Allocator:
@@ -255,7 +277,10 @@ class LRUAllocator(Allocator):
     Sizes are rounded up to buckets (64-byte steps up to 4 KiB, then 8 steps per power of two, so at most 1/8 is
     wasted) and freed memory waits in per-(bucket, options) lists, the least recently used size class evicted first
     once more than `max_cached` bytes wait. An allocation that fails empties the cache and tries again (memory
-    pressure), so cached memory never causes an out-of-memory error."""
+    pressure), so cached memory never causes an out-of-memory error.
+
+    The cache is shared by every thread: `alloc` and `free` run with ENGINE_LOCK held (Buffer takes it), and
+    `free_cache` takes it itself."""
 
     def __init__(self, max_cached: int = 1 << 30):
         self.max_cached = max_cached
@@ -319,11 +344,12 @@ class LRUAllocator(Allocator):
 
     def free_cache(self) -> None:
         """Give every cached allocation back to the device."""
-        for (_, opts), waiting in self._cache.items():
-            for opaque in waiting:
-                self._free(opaque, opts)
-        self._cache.clear()
-        self.cached_bytes = 0
+        with ENGINE_LOCK:
+            for (_, opts), waiting in self._cache.items():
+                for opaque in waiting:
+                    self._free(opaque, opts)
+            self._cache.clear()
+            self.cached_bytes = 0
 
     def _reusable(self, opaque) -> bool:
         """Whether freed memory may be handed out again (not while something still reads it)."""

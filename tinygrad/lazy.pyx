@@ -181,7 +181,10 @@ cdef class LazyBuffer:
         key = (device, dtype, struct.pack("<d", val))
         cdef LazyBuffer ret = _scalars.get(key)
         if ret is not None:
-            _scalars.move_to_end(key)
+            try:
+                _scalars.move_to_end(key)
+            except KeyError:  # another thread evicted it meanwhile: still a valid buffer of this value
+                pass
             return ret
         if _compiled_in(val) or dtype.np is None or device.startswith("DISK"):
             return None
@@ -191,7 +194,10 @@ cdef class LazyBuffer:
         ret.buffer, ret.shared_const = buf, True
         _scalars[key] = ret
         if len(_scalars) > 256:
-            _scalars.popitem(last=False)
+            try:
+                _scalars.popitem(last=False)
+            except KeyError:  # emptied by other threads meanwhile
+                pass
         return ret
 
     def const(self, val, shape=None):

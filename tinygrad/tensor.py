@@ -19,6 +19,7 @@ from tinygrad.engine.plan import realize_lazybuffers
 from tinygrad.errors import ArgumentError
 from tinygrad.helpers import all_int, prod, toposort
 from tinygrad.lazy import LazyBuffer
+from tinygrad.locks import ENGINE_LOCK
 from tinygrad.multi import MultiLazyBuffer, canonical_devices
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
@@ -227,8 +228,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         """
         outs = [t.lazydata for t in lst]
         if _realize_with_next:
-            outs += [lb for lb in (r() for r in _realize_with_next) if lb is not None]
-            _realize_with_next.clear()
+            # taken with one slice deletion (atomic under the GIL): a backward() in another thread meanwhile keeps
+            # its entry for the next schedule instead of losing it to a clear()
+            waiting = _realize_with_next[:]
+            del _realize_with_next[:len(waiting)]
+            outs += [lb for lb in (r() for r in waiting) if lb is not None]
         realize_lazybuffers(_single_device(outs))
 
     def schedule(self):
@@ -254,8 +258,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
                 return lb.realized.as_buffer()  # the file's bytes, read through the map
             # nothing computes on DISK: a slice of a file is read through a copy
             return self.to(Device.DEFAULT)._data()
-        t = self.contiguous().realize()
-        return t.lazydata.base.realized.as_buffer()
+        with ENGINE_LOCK:  # realized and read in one turn: no other thread runs kernels in between
+            t = self.contiguous().realize()
+            return t.lazydata.base.realized.as_buffer()
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of this tensor's data."""
@@ -439,7 +444,12 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         return toposort(self, lambda t: t._ctx.parents if t._ctx is not None else ())
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate d(self)/d(leaf) into every leaf's `.grad` that requires grad."""
+        """Accumulate d(self)/d(leaf) into every leaf's `.grad` that requires grad. Holds ENGINE_LOCK: threads whose
+        graphs share leaves (one model's weights) accumulate into the same `.grad`s, one backward at a time."""
+        with ENGINE_LOCK:
+            return self._backward(gradient)
+
+    def _backward(self, gradient: Tensor | None) -> Tensor:
         if gradient is None:
             if self.shape not in ((), (1,)) and self.numel() != 1:
                 raise RuntimeError(f"backward() without a gradient needs a scalar, this tensor has shape {self.shape}")

@@ -14,11 +14,16 @@ JitError naming the argument; `jit.reset()` forgets the capture.
 
 A capture keeps every buffer its kernels use, the intermediates too; those of the same size whose uses don't overlap
 (a layer's, then the next layer's) share one buffer (see _share_buffers), and the rest go back to the device.
+
+Threads: each thread that calls a TinyJit has a capture of its own (its first call runs, its second captures), since
+a replay overwrites the capture's buffers, the returned tensors' too; replays hold the engine lock, as the devices'
+queues are shared. docs/threads.md says more.
 """
 from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -26,6 +31,7 @@ from tinygrad.device import Device
 from tinygrad.engine.realize import CacheCollector, CompiledRunner
 from tinygrad.helpers import DEBUG, JIT, raise_pending_interrupt
 from tinygrad.lazy import LazyBuffer
+from tinygrad.locks import ENGINE_LOCK
 from tinygrad.shape.symbolic import Variable
 from tinygrad.tensor import Tensor
 
@@ -60,8 +66,38 @@ def _tensors_in(ret: Any) -> list:
     return [v for _, v in _flatten_args((ret,), {}) if isinstance(v, Tensor)]
 
 
+class _Capture:
+    """One thread's state of a TinyJit: calls so far (0: none, 1: ran once, 2: captured), the captured items, where
+    the inputs go in them, the returned value, the captured call's signature and the device graph replaying it."""
+    __slots__ = ("cnt", "jit_cache", "input_replace", "ret", "expected", "graph")
+
+    def __init__(self) -> None:
+        self.cnt = 0
+        self.jit_cache: list = []
+        self.input_replace: dict[tuple[int, int], int] = {}
+        self.ret: Any = None
+        self.expected: list[tuple[str, Any]] | None = None
+        self.graph: Any = None
+
+
+def _per_thread(name: str) -> property:
+    # the attribute of the calling thread's _Capture (jit.cnt, jit.jit_cache, ... read as before, per thread)
+    return property(lambda self: getattr(self._capture(), name), lambda self, v: setattr(self._capture(), name, v),
+                    doc=f"This thread's `{name}` (see _Capture).")
+
+
 class TinyJit:
-    """`@TinyJit` on a function of Tensors (and bound Variables). See the module docstring."""
+    """`@TinyJit` on a function of Tensors (and bound Variables). See the module docstring.
+
+    Each thread has a capture of its own (threading.local): a replay writes the capture's buffers, the returned
+    tensors' too, so two threads sharing one capture would overwrite each other's results before they read them. A
+    thread's first two calls run the function (the second one captured); the kernels are compiled once for all."""
+    cnt = _per_thread("cnt")
+    jit_cache = _per_thread("jit_cache")
+    input_replace = _per_thread("input_replace")
+    ret = _per_thread("ret")
+    expected = _per_thread("expected")
+    graph = _per_thread("graph")
 
     def __init__(self, fxn: Callable):
         self.fxn = fxn
@@ -69,13 +105,14 @@ class TinyJit:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the capture: the next call runs normally and the one after captures again."""
-        self.cnt = 0
-        self.jit_cache: list = []
-        self.input_replace: dict[tuple[int, int], int] = {}
-        self.ret: Any = None
-        self.expected: list[tuple[str, Any]] | None = None
-        self.graph: Any = None
+        """Forget the capture, every thread's: the next call runs normally and the one after captures again."""
+        self._threads = threading.local()
+
+    def _capture(self) -> _Capture:
+        cap = getattr(self._threads, "capture", None)
+        if cap is None:
+            cap = self._threads.capture = _Capture()
+        return cap
 
     def __get__(self, obj, objtype=None):
         # jitted methods: bind the instance like a plain function would
@@ -122,8 +159,9 @@ class TinyJit:
                 signature.append((where, ("tensor", lb.device, t.dtype, st, alias if alias != k else None)))
         return inputs, var_vals, signature
 
-    def _check(self, signature: list[tuple[str, Any]]) -> None:
-        exp = dict(self.expected or [])
+    @staticmethod
+    def _check(cap: _Capture, signature: list[tuple[str, Any]]) -> None:
+        exp = dict(cap.expected or [])
         got = dict(signature)
         for name in list(exp) + [n for n in got if n not in exp]:
             if exp.get(name) != got.get(name):
@@ -133,55 +171,64 @@ class TinyJit:
     def __call__(self, *args, **kwargs):
         if not JIT:
             return self.fxn(*args, **kwargs)
+        cap = self._capture()
         inputs, var_vals, signature = self._inputs(args, kwargs)
-        if self.cnt == 0:
-            self.cnt = 1
-            self.ret = self.fxn(*args, **kwargs)
-            _realize(self.ret)
-            return self.ret
-        if self.cnt == 1:
-            CacheCollector.start(var_vals)
-            try:
-                self.ret = self.fxn(*args, **kwargs)
-                _realize(self.ret)
-            finally:
-                self.jit_cache = CacheCollector.finish()
-            if not any(_is_kernel(ei) for ei in self.jit_cache):
-                self.reset()
-                raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
-                               "captured: it must compute (and return) Tensors")
-            positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
-            shared, devices = _share_buffers(self.jit_cache, set(positions))
+        if cap.cnt == 0:
+            cap.cnt = 1
+            cap.ret = self.fxn(*args, **kwargs)
+            _realize(cap.ret)
+            return cap.ret
+        if cap.cnt == 1:
+            self._capture_call(cap, inputs, var_vals, signature, args, kwargs)
+            return cap.ret
+        self._check(cap, signature)
+        bufs = [lb.base.realized for lb in inputs]
+        # the capture's buffers are this thread's; the devices' queues and graphs are everyone's
+        with ENGINE_LOCK:
+            if cap.graph is not None:
+                cap.graph(bufs, var_vals)
+            else:
+                for (j, i), k in cap.input_replace.items():
+                    cap.jit_cache[j].bufs[i] = bufs[k]
+                for ei in cap.jit_cache:
+                    ei.run(var_vals)
+        if DEBUG >= 2:
+            print(f"TinyJit replayed {len(cap.jit_cache)} items")
+        if var_vals:
+            _rebind(cap.ret, var_vals)
+        raise_pending_interrupt()
+        return cap.ret
+
+    def _capture_call(self, cap: _Capture, inputs: list, var_vals: dict, signature: list, args: tuple,
+                      kwargs: dict) -> None:
+        """The second call: run the function recording what it launches (in this thread), and make the capture."""
+        CacheCollector.start(var_vals)
+        try:
+            cap.ret = self.fxn(*args, **kwargs)
+            _realize(cap.ret)
+        finally:
+            cap.jit_cache = CacheCollector.finish()
+        if not any(_is_kernel(ei) for ei in cap.jit_cache):
+            self._threads.capture = _Capture()
+            raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
+                           "captured: it must compute (and return) Tensors")
+        positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
+        with ENGINE_LOCK:
+            shared, devices = _share_buffers(cap.jit_cache, set(positions))
             # the buffers that lost their place went to their allocators' caches: given back to the devices
             for d in devices:
                 free_cache = getattr(Device[d].allocator, "free_cache", None)
                 if free_cache is not None:
                     free_cache()
-            self.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(self.jit_cache)
-                                  for i, b in enumerate(ei.bufs) if id(b) in positions}
-            self.expected = signature
-            self.graph = _device_graph(self.jit_cache, self.input_replace)
-            self.cnt = 2
-            if DEBUG >= 1:
-                print(f"TinyJit captured {len(self.jit_cache)} items "
-                      f"({type(self.graph).__name__ if self.graph is not None else 'item by item'}), "
-                      f"{shared / 1e6:.1f} MB of intermediates shared")
-            return self.ret
-        self._check(signature)
-        bufs = [lb.base.realized for lb in inputs]
-        if self.graph is not None:
-            self.graph(bufs, var_vals)
-        else:
-            for (j, i), k in self.input_replace.items():
-                self.jit_cache[j].bufs[i] = bufs[k]
-            for ei in self.jit_cache:
-                ei.run(var_vals)
-        if DEBUG >= 2:
-            print(f"TinyJit replayed {len(self.jit_cache)} items")
-        if var_vals:
-            _rebind(self.ret, var_vals)
-        raise_pending_interrupt()
-        return self.ret
+            cap.input_replace = {(j, i): positions[id(b)] for j, ei in enumerate(cap.jit_cache)
+                                 for i, b in enumerate(ei.bufs) if id(b) in positions}
+            cap.expected = signature
+            cap.graph = _device_graph(cap.jit_cache, cap.input_replace)
+        cap.cnt = 2
+        if DEBUG >= 1:
+            print(f"TinyJit captured {len(cap.jit_cache)} items "
+                  f"({type(cap.graph).__name__ if cap.graph is not None else 'item by item'}), "
+                  f"{shared / 1e6:.1f} MB of intermediates shared")
 
 
 def _share_buffers(jit_cache: list, inputs: set[int]) -> tuple[int, set[str]]:

@@ -15,6 +15,7 @@ from tinygrad.helpers import DEBUG as DEBUG
 from tinygrad.helpers import GlobalCounters as GlobalCounters
 from tinygrad.helpers import raise_pending_interrupt as raise_pending_interrupt
 from tinygrad.lazy import LazyBuffer
+from tinygrad.locks import ENGINE_LOCK as ENGINE_LOCK
 from tinygrad.ops import LazyOp as LazyOp
 from tinygrad.ops import LoadOps as LoadOps
 from tinygrad.shape.symbolic import Node as Node

@@ -20,6 +20,8 @@ from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, p
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, raise_pending_interrupt
 from tinygrad.lazy cimport LazyBuffer
+from tinygrad.locks cimport ReentrantLock
+from tinygrad.locks import ENGINE_LOCK
 from tinygrad.ops import LazyOp, LoadOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
 from tinygrad.shape.view cimport View
@@ -30,6 +32,8 @@ _ASSIGN = LoadOps.ASSIGN
 _IOTA = LoadOps.IOTA
 _CUSTOM = LoadOps.CUSTOM
 
+# every step of realizing holds it (see locks.pyx): taken here in C, as this is the eager path
+cdef ReentrantLock _engine_lock = ENGINE_LOCK
 # structure key -> Plan; bounded, so a program that makes endless distinct graphs does not grow it forever
 cdef dict _plans = {}
 cdef int MAX_PLANS = 2048
@@ -260,11 +264,22 @@ cdef list _load_items(str skey, int n_nodes, int n_leaves):
 
 def realize_lazybuffers(list outs):
     """Compute the LazyBuffers `outs`: through a cached Plan when this graph's structure was seen before, else by
-    scheduling it (and caching the Plan of what was scheduled)."""
+    scheduling it (and caching the Plan of what was scheduled). Safe from several threads: the whole of it holds
+    ENGINE_LOCK. A node counts as computed once its buffer has memory, which it gets just before its kernel runs, so
+    another thread walking the same graph meanwhile would read that buffer unwritten as a realized input (or
+    allocate it a second time, or run its kernels again into a buffer being read, or find its sources dropped)."""
+    _engine_lock.enter()
+    try:
+        _realize(outs)
+    finally:
+        _engine_lock.leave()
+
+
+cdef _realize(list outs):
     global plan_hits, plan_misses, plan_disk_hits
     cdef list nodes = []
     cdef list leaves = []
-    if DEBUG.value >= 1 or CacheCollector.cache is not None:
+    if DEBUG.value >= 1 or CacheCollector.active and CacheCollector.cache is not None:
         # the slow path prints and records what it runs
         run_schedule(*create_schedule_with_vars(outs))
         return
@@ -315,7 +330,7 @@ cdef void _run(Plan plan, list nodes, list leaves) except *:
         for i in range(item.n_outputs):
             buf = bufs[i]
             if buf._buf is None:
-                buf.allocate()
+                buf._allocate()  # ENGINE_LOCK is held (realize_lazybuffers)
         if item.launch is not None:
             item.launch(*[b._buf for b in bufs])
         else:

@@ -7,6 +7,7 @@ compiled once per process, whichever path (eager or jitted) asks for it. Everyth
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, NamedTuple
@@ -28,6 +29,7 @@ from tinygrad.helpers import (
     prod,
     raise_pending_interrupt,
 )
+from tinygrad.locks import ENGINE_LOCK
 from tinygrad.ops import BufferOps, LoadOps, ast_key, print_ast
 from tinygrad.shape.symbolic import sint, sym_infer
 
@@ -116,25 +118,43 @@ class EmptyOp(Runner):
 
 class _CacheCollector:
     """Records every ExecItem run between `start()` and `finish()`: how TinyJit captures a function's kernels (and a
-    way to look at the kernels a piece of code launches)."""
+    way to look at the kernels a piece of code launches).
+
+    Per thread: a capture records what its own thread runs, never the kernels other threads launch meanwhile."""
 
     def __init__(self) -> None:
-        self.cache: list | None = None
-        self.var_vals: dict = {}
+        self._local = threading.local()
+        # how many threads are capturing: while none is, the eager path needn't read the thread-local state
+        self.active = 0
+
+    @property
+    def cache(self) -> list | None:
+        return getattr(self._local, "cache", None)
+
+    @property
+    def var_vals(self) -> dict:
+        return getattr(self._local, "var_vals", {})
 
     def start(self, var_vals: dict | None = None) -> None:
-        self.cache, self.var_vals = [], dict(var_vals or {})
+        with ENGINE_LOCK:
+            if self.cache is None:
+                self.active += 1
+            self._local.cache, self._local.var_vals = [], dict(var_vals or {})
 
     def add(self, ei, var_vals: dict | None = None) -> None:
-        if self.cache is not None:
-            self.cache.append(ei)
+        cache = getattr(self._local, "cache", None) if self.active else None
+        if cache is not None:
+            cache.append(ei)
             if var_vals:
-                self.var_vals.update(var_vals)
+                self._local.var_vals.update(var_vals)
 
     def finish(self) -> list:
-        if self.cache is None:
+        ret = self.cache
+        if ret is None:
             raise RuntimeError("CacheCollector.finish() without start()")
-        ret, self.cache = self.cache, None
+        with ENGINE_LOCK:
+            self._local.cache = None
+            self.active -= 1
         return ret
 
 
@@ -291,8 +311,11 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     if len(todo) < 2:
         return
     rendered = [(key, _render(*key)) for key in todo]
+    # NOTE: the compilers are looked up here, not in the workers: this thread holds ENGINE_LOCK, which opening a
+    # device in a worker would wait for
+    compile_fns = [Device[key[0]].compiler.compile_cached for key, _ in rendered]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        libs = list(pool.map(lambda kr: Device[kr[0][0]].compiler.compile_cached(kr[1].src), rendered))
+        libs = list(pool.map(lambda fr: fr[0](fr[1].src), zip(compile_fns, (r for _, r in rendered))))
     for (key, r), lib in zip(rendered, libs):
         method_cache[key] = _runner(key[0], r, key[1], lib)
 
@@ -325,7 +348,13 @@ def lower_ast(device: str, ast: tuple) -> Runner:
 
 
 def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
-    """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph."""
+    """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph. Holds
+    ENGINE_LOCK throughout (it is public: a caller from several threads gets the same safety as realize)."""
+    with ENGINE_LOCK:
+        _run_schedule(schedule, var_vals)
+
+
+def _run_schedule(schedule: list, var_vals: dict | None) -> None:
     precompile(schedule)
     for si in schedule:
         for b in si.outputs:
