@@ -55,8 +55,11 @@ cdef LazyBuffer _scalar(double val, object dtype, str device):
         return ret
     if dtype.np is None or device.startswith("DISK"):
         return None
+    # a value past the dtype's range becomes inf, as the same constant compiled into a kernel does: no warning
+    with np.errstate(over="ignore"):
+        host = np.array([val], dtype=dtype.np)
     buf = Buffer(device, 1, dtype).allocate()
-    buf.copyin(memoryview(np.array([val], dtype=dtype.np)).cast("B"))
+    buf.copyin(memoryview(host).cast("B"))
     ret = new_base(device, contiguous_st(()), dtype, LoadOps.EMPTY, None, ())
     ret.buffer, ret.shared_const = buf, True
     _scalars[key] = ret
