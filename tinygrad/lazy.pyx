@@ -81,6 +81,18 @@ cdef inline bint _is_float(object dt):
     # identity with the shared singletons: DType hashes and compares in Python code
     return dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64
 
+
+_INTS = (dtypes.int32, dtypes.int64, dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+         dtypes.uint64)
+
+
+cdef inline bint _is_int(object dt):
+    # identity, as _is_float (bool is not an int dtype here: its constants are bools)
+    for d in _INTS:
+        if dt is d:
+            return True
+    return False
+
 # trackers are immutable, so the common ones are shared: the contiguous tracker of a shape, and the tracker that
 # broadcasts a 0-d constant to a shape. Only concrete shapes: a bound Variable compares equal to the same Variable
 # bound to another value, so a symbolic tracker must not be reused.
@@ -233,9 +245,14 @@ cdef class LazyBuffer:
     def const(self, val, shape=None):
         """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
         cdef tuple shp = self.shape if shape is None else tuple(shape)
-        # dtypes.as_const's answer for the common case (a Python number into a float buffer), without the call
-        cval = float(val) if (type(val) is float or type(val) is int) and _is_float(self.dtype) else \
-            dtypes.as_const(val, self.dtype)
+        # dtypes.as_const's answer for the common cases (a Python number into a float buffer, a Python int into an
+        # int one), without the call
+        if (type(val) is float or type(val) is int) and _is_float(self.dtype):
+            cval = float(val)
+        elif type(val) is int and _is_int(self.dtype):
+            cval = val
+        else:
+            cval = dtypes.as_const(val, self.dtype)
         c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, cval, ())
         if not shp:
             return c
