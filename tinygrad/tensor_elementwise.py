@@ -649,6 +649,13 @@ class ElementwiseMixin:
                 y_dtype = x.dtype
             else:
                 y_dtype = dtypes.from_py(y)
+            xl = x.lazydata
+            if y_dtype is xl.dtype and type(xl) is LazyBuffer and _const_fits(y, y_dtype):
+                # the constant built straight at x's shape: the graph Tensor(y).reshape(...).expand(x.shape) builds,
+                # without the Tensor-level movement ops (eager code with gradients pays for every op it builds)
+                yt = object.__new__(type(self))
+                yt.lazydata, yt.requires_grad, yt.grad, yt._ctx = xl.scalar_const(y), False, None, None
+                return (yt, x) if reverse else (x, yt)
             scalar = LazyBuffer.scalar(y, y_dtype, x.device) if isinstance(y, float) and \
                 dtypes.is_float(y_dtype) and type(x.device) is str else None
             # a scalar that code may vary between calls is read from a shared buffer (see LazyBuffer.scalar)
@@ -1115,6 +1122,17 @@ _F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtype
 # for each: a value outside goes the general path, which raises and says why
 _FAST_INTS = {id(dt): (dtypes.min(dt), dtypes.max(dt)) for dt in (
     dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)}
+
+
+def _const_fits(y, dt: DType) -> bool:
+    """Whether Python scalar `y` is a constant of `dt` as it is (a float of a float dtype, an int in an int dtype's
+    range, a bool of bool); Tensor(y, dtype=dt) refuses an int out of range, and says why."""
+    if dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64:
+        return True
+    bounds = _FAST_INTS.get(id(dt))
+    if bounds is not None:
+        return type(y) is int and bounds[0] <= y <= bounds[1]
+    return type(y) is bool and dt is dtypes.bool
 
 
 def _fast_binop(x, y, op: BinaryOps, reverse: bool):
