@@ -156,3 +156,20 @@ def test_int_tensors_with_python_ints(dtype):
     assert (x / 2).dtype == dtypes.float32  # true division still makes floats
     with pytest.raises(OverflowError, match="out of bounds"):
         x * (int(np.iinfo(dtype).max) + 1)
+
+
+def test_general_path_builds_the_same_constants():
+    # the methods (and every op on a tensor with gradients) build a scalar at the tensor's shape directly: same
+    # values, same gradients, the reverse forms and the refusals of the Tensor constructor kept
+    xn = np.array([1.5, -2.0, 0.25], np.float32)
+    x = Tensor(xn).realize()
+    np.testing.assert_array_equal(x.mul(1.0001).add(0.5).numpy(), (x * 1.0001 + 0.5).numpy())
+    np.testing.assert_array_equal(x.sub(3.5, reverse=True).numpy(), np.float32(3.5) - xn)
+    w = Tensor(xn, requires_grad=True)
+    (w * 1.0001 - 2.5 * w + 7).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.full(3, np.float32(1.0001) - np.float32(2.5)))
+    i = Tensor(np.array([1, 2], np.int8))
+    np.testing.assert_array_equal(i.mul(3).sub(100, reverse=True).numpy(), [97, 94])
+    with pytest.raises(OverflowError, match="out of bounds"):
+        i.add(200)
+    np.testing.assert_array_equal(Tensor([True, False]).mul(True).numpy(), [True, False])
