@@ -7,8 +7,9 @@ of a base through a ShapeTracker (`st`), which is how every movement op is expre
 It is a Cython class because every Tensor op makes one or more of them: building `x * 2 + 1` must cost a few
 hundred nanoseconds per node, not microseconds, for eager execution to be fast.
 """
+from libc.string cimport memcpy
+
 import collections
-import struct
 
 import numpy as np
 
@@ -20,7 +21,9 @@ from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
 from tinygrad.shape.symbolic import Node
 
-# LazyBuffer.scalar's buffers, least recently used first
+# LazyBuffer.scalar's buffers by (device, id(dtype), the value's bits), least recently used first. The id is safe
+# as a key: the cached LazyBuffer holds its dtype, so the id is not reused while the entry exists (two equal but
+# distinct dtype objects just get a buffer each). DType hashes in Python code; an int key costs nothing.
 _scalars = collections.OrderedDict()
 
 
@@ -32,6 +35,43 @@ cdef bint _compiled_in(double v):
     if -16 <= v <= 16 and v == <long long>v:
         return True
     return v == 0.5 or v == -0.5
+
+
+cdef inline long long _bits(double v) noexcept:
+    # the value's bit pattern: -0.0 and 0.0, and nans of different payloads, are different keys
+    cdef long long b
+    memcpy(&b, &v, sizeof(b))
+    return b
+
+
+cdef LazyBuffer _scalar(double val, object dtype, str device):
+    """LazyBuffer.scalar (see there): the buffer of `val`, found or made, or None when it is compiled in."""
+    if _compiled_in(val):
+        return None
+    key = (device, <Py_ssize_t><void*>dtype, _bits(val))
+    cdef LazyBuffer ret = _scalars.get(key)
+    if ret is not None:
+        try:
+            _scalars.move_to_end(key)
+        except KeyError:  # another thread evicted it meanwhile: still a valid buffer of this value
+            pass
+        return ret
+    if dtype.np is None or device.startswith("DISK"):
+        return None
+    # a value past the dtype's range becomes inf, as the same constant compiled into a kernel does: no warning
+    with np.errstate(over="ignore"):
+        host = np.array([val], dtype=dtype.np)
+    buf = Buffer(device, 1, dtype).allocate()
+    buf.copyin(memoryview(host).cast("B"))
+    ret = new_base(device, contiguous_st(()), dtype, LoadOps.EMPTY, None, ())
+    ret.buffer, ret.shared_const = buf, True
+    _scalars[key] = ret
+    if len(_scalars) > 256:
+        try:
+            _scalars.popitem(last=False)
+        except KeyError:  # emptied by other threads meanwhile
+            pass
+    return ret
 
 
 _CMP_OPS = frozenset((BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE))
@@ -46,6 +86,18 @@ _F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtype
 cdef inline bint _is_float(object dt):
     # identity with the shared singletons: DType hashes and compares in Python code
     return dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64
+
+
+_INTS = (dtypes.int32, dtypes.int64, dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+         dtypes.uint64)
+
+
+cdef inline bint _is_int(object dt):
+    # identity, as _is_float (bool is not an int dtype here: its constants are bools)
+    for d in _INTS:
+        if dt is d:
+            return True
+    return False
 
 # trackers are immutable, so the common ones are shared: the contiguous tracker of a shape, and the tracker that
 # broadcasts a 0-d constant to a shape. Only concrete shapes: a bound Variable compares equal to the same Variable
@@ -178,34 +230,35 @@ cdef class LazyBuffer:
         where the value is better compiled into the kernel (see _compiled_in). Kernels read it instead of holding
         the value, so a scalar that changes between calls (a learning rate, a `full()` value) reuses one compiled
         kernel. The last few hundred values are kept; each is read-only (`shared_const`)."""
-        key = (device, dtype, struct.pack("<d", val))
-        cdef LazyBuffer ret = _scalars.get(key)
-        if ret is not None:
-            try:
-                _scalars.move_to_end(key)
-            except KeyError:  # another thread evicted it meanwhile: still a valid buffer of this value
-                pass
-            return ret
-        if _compiled_in(val) or dtype.np is None or device.startswith("DISK"):
-            return None
-        buf = Buffer(device, 1, dtype).allocate()
-        buf.copyin(memoryview(np.array([val], dtype=dtype.np)).cast("B"))
-        ret = new_base(device, contiguous_st(()), dtype, LoadOps.EMPTY, None, ())
-        ret.buffer, ret.shared_const = buf, True
-        _scalars[key] = ret
-        if len(_scalars) > 256:
-            try:
-                _scalars.popitem(last=False)
-            except KeyError:  # emptied by other threads meanwhile
-                pass
-        return ret
+        return _scalar(float(val), dtype, device)
+
+    def scalar_const(self, val):
+        """Python number `val` as a constant of this buffer's dtype, device and shape, the way eager arithmetic
+        wants it: a float value that code may vary reads its shared scalar buffer (LazyBuffer.scalar) through a
+        broadcast view, anything else is const(val). One call, so `x * 1.0001` costs what `x * 2` does to build."""
+        cdef LazyBuffer s = None
+        cdef tuple shp = self.shape
+        if type(val) is float and _is_float(self.dtype):
+            s = _scalar(val, self.dtype, self.device)
+        if s is None:
+            return self.const(val)
+        if not shp:
+            return s
+        if _concrete(shp):
+            return new_view(s, broadcast_st(shp))
+        return s.reshape((1,) * len(shp)).expand(shp)
 
     def const(self, val, shape=None):
         """A constant with this buffer's dtype and device, broadcast to `shape` (default: this shape)."""
         cdef tuple shp = self.shape if shape is None else tuple(shape)
-        # dtypes.as_const's answer for the common case (a Python number into a float buffer), without the call
-        cval = float(val) if (type(val) is float or type(val) is int) and _is_float(self.dtype) else \
-            dtypes.as_const(val, self.dtype)
+        # dtypes.as_const's answer for the common cases (a Python number into a float buffer, a Python int into an
+        # int one), without the call
+        if (type(val) is float or type(val) is int) and _is_float(self.dtype):
+            cval = float(val)
+        elif type(val) is int and _is_int(self.dtype):
+            cval = val
+        else:
+            cval = dtypes.as_const(val, self.dtype)
         c = new_base(self.device, contiguous_st(()), self.dtype, _CONST, cval, ())
         if not shp:
             return c

@@ -650,6 +650,13 @@ class ElementwiseMixin:
                 y_dtype = x.dtype
             else:
                 y_dtype = dtypes.from_py(y)
+            xl = x.lazydata
+            if y_dtype is xl.dtype and type(xl) is LazyBuffer and _const_fits(y, y_dtype):
+                # the constant built straight at x's shape: the graph Tensor(y).reshape(...).expand(x.shape) builds,
+                # without the Tensor-level movement ops (eager code with gradients pays for every op it builds)
+                yt = object.__new__(type(self))
+                yt.lazydata, yt.requires_grad, yt.grad, yt._ctx = xl.scalar_const(y), False, None, None
+                return (yt, x) if reverse else (x, yt)
             scalar = LazyBuffer.scalar(y, y_dtype, x.device) if isinstance(y, float) and \
                 dtypes.is_float(y_dtype) and type(x.device) is str else None
             # a scalar that code may vary between calls is read from a shared buffer (see LazyBuffer.scalar)
@@ -1116,24 +1123,44 @@ class ElementwiseMixin:
 
 
 _F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
+# int dtypes that _fast_binop serves, by id (DType hashes in Python code), with the range of Python ints it takes
+# for each: a value outside goes the general path, which raises and says why
+_FAST_INTS = {id(dt): (dtypes.min(dt), dtypes.max(dt)) for dt in (
+    dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)}
+
+
+def _const_fits(y, dt: DType) -> bool:
+    """Whether Python scalar `y` is a constant of `dt` as it is (a float of a float dtype, an int in an int dtype's
+    range, a bool of bool); Tensor(y, dtype=dt) refuses an int out of range, and says why."""
+    if dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64:
+        return True
+    bounds = _FAST_INTS.get(id(dt))
+    if bounds is not None:
+        return type(y) is int and bounds[0] <= y <= bounds[1]
+    return type(y) is bool and dt is dtypes.bool
 
 
 def _fast_binop(x, y, op: BinaryOps, reverse: bool):
     """`x op y` built straight on the LazyBuffers when nothing needs a gradient and no broadcasting or promotion is
-    involved (a float tensor with a Python number, or two float tensors of one shape, dtype and device); None
-    otherwise, and the general path runs. The result is exactly the general path's, made with far less work:
-    eager code pays for every op it builds."""
-    dt = x.lazydata.dtype
-    # identity with the shared singletons: cheaper than hashing the dtype
-    if x.requires_grad or not (dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64):
-        return None
+    involved (a float tensor with a Python number, an int tensor with a Python int, or two float tensors of one
+    shape, dtype and device); None otherwise, and the general path runs. The result is exactly the general path's,
+    made with far less work: eager code pays for every op it builds."""
     xl = x.lazydata
-    if type(xl) is not LazyBuffer or xl.device.startswith("DISK"):
-        return None  # several devices, or a file's bytes (computed off DISK): the general path
+    if type(xl) is not LazyBuffer or x.requires_grad or xl.device.startswith("DISK"):
+        return None  # several devices, a gradient to track, or a file's bytes (computed off DISK): the general path
+    dt = xl.dtype
     ty = type(y)
-    if ty is float or ty is int:
-        yl = LazyBuffer.scalar(y, dt, xl.device) if ty is float else None
-        yl = xl.const(y) if yl is None else yl.reshape((1,) * len(xl.shape)).expand(xl.shape)
+    # identity with the shared singletons: cheaper than hashing the dtype
+    if not (dt is _F32 or dt is _F16 or dt is _BF16 or dt is _F64):
+        # an int tensor with a Python int in its range: +, - and * keep its dtype (/ makes floats: the general path)
+        bounds = _FAST_INTS.get(id(dt))
+        if ty is not int or bounds is None or op is BinaryOps.DIV or not bounds[0] <= y <= bounds[1]:
+            return None
+        yl = xl.const(y)
+        rg = x.requires_grad
+    elif ty is float or ty is int:
+        # a float that code may vary reads a shared scalar buffer: one compiled kernel for every value
+        yl = xl.scalar_const(y)
         rg = x.requires_grad
     elif ty is type(x):
         yl = y.lazydata
