@@ -73,7 +73,8 @@ def test_eager_ops_differing_only_in_their_float_constant():
         hits, made, _ = plan_stats()
         y = (x * c + d).realize()
         assert plan_stats()[:2] == (hits + 1, made)
-        np.testing.assert_array_equal(y.numpy(), x.numpy() * np.float32(c) + np.float32(d))
+        # within an ulp: a GPU compiler contracts x * c + d into one fused multiply-add (one rounding, not two)
+        np.testing.assert_array_max_ulp(y.numpy(), x.numpy() * np.float32(c) + np.float32(d), maxulp=1)
     # a value compiled in (a small integer) is a different kernel, with the right answer too
     np.testing.assert_array_equal((x * 2.0 + 0.75).numpy(), x.numpy() * 2 + 0.75)
 
@@ -84,7 +85,8 @@ def test_a_chain_of_eager_ops_with_float_constants():
     for _ in range(50):
         a = (a * 1.0001 + 0.5).realize()
         ref = ref * np.float32(1.0001) + np.float32(0.5)
-    np.testing.assert_array_equal(a.numpy(), ref)
+    # a fused multiply-add (GPUs) rounds once a step where numpy rounds twice: a few ulp apart after 50 steps
+    np.testing.assert_allclose(a.numpy(), ref, rtol=1e-6)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), -0.0, 0.0])
@@ -95,8 +97,10 @@ def test_special_float_constants(value):
         for got, want in (((x + value).numpy(), xn + np.float32(value)), ((x * value).numpy(), xn * np.float32(value)),
                           ((value - x).numpy(), np.float32(value) - xn)):
             np.testing.assert_array_equal(got, want)
-            # assert_array_equal takes -0.0 for 0.0: the signs must match too
-            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+            # assert_array_equal takes -0.0 for 0.0: the signs must match too (not a NaN's: x86 makes negative NaNs,
+            # GPUs positive ones)
+            real = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[real]), np.signbit(want[real]))
 
 
 def test_signed_zero_constants_are_different_plans():
