@@ -161,3 +161,29 @@ def test_jitted_function_of_a_symbolic_shrink_of_its_input():
         np.testing.assert_allclose(jf(a.shrink(((3, 5), (vi, vi + 2)))).numpy(), data(7, 11, seed=i)[3:5, i:i + 2] + 1,
                                    rtol=1e-6)
     assert sum(1 for ei in jf.jit_cache if ei.prg.graph_kind == "kernel") == 1
+
+
+def test_kv_cache_padded_to_its_length_inside_a_jit():
+    # a decoder's cache: the keys so far plus the new one, padded back to the cache's length. The pad,
+    # cache_len - pos - 1, is negative for the variable's last value but not for the values it is bound to (as
+    # tinygrad 0.9 allowed); every step goes through one jitted function
+    from tinygrad import TinyJit
+
+    cache_len, rows = 8, 2
+    cache = Tensor.zeros(rows, cache_len).contiguous().realize()
+
+    @TinyJit
+    def step(new: Tensor, pos):
+        keys = cache.shrink((None, (0, pos))).cat(new, dim=1)
+        cache.assign(keys.pad((None, (0, cache_len - pos - 1))).contiguous()).realize()
+
+    want = np.zeros((rows, cache_len), np.float32)
+    for i in range(1, 6):
+        pos = Variable("pos", 1, cache_len).bind(i)
+        step(Tensor.full((rows, 1), float(i)).contiguous(), pos)
+        want[:, i] = i
+        np.testing.assert_array_equal(cache.numpy(), want)
+    # a pad that is negative at the value bound is a crop, as for ints
+    t = Tensor.arange(6).reshape(1, 6)
+    p = Variable("p", 0, 6).bind(4)
+    np.testing.assert_array_equal(t.pad((None, (0, 3 - p))).numpy(), np.arange(5).reshape(1, 5))

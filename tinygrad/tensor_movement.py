@@ -41,6 +41,20 @@ def same_size(a: sint, b: sint) -> bool:
     return sym_infer(a, {}) == sym_infer(b, {})
 
 
+def _crops(amount: sint) -> bool:
+    """Is a pad amount negative (a crop)? A symbolic amount that is negative for some values of its variables and not
+    for others is decided at the values they are bound to, as tinygrad 0.9 allowed for a KV cache's padding to its
+    length, `max_context - start_pos - seqlen`; the view made from it checks its range at each bound value."""
+    if not isinstance(amount, Node):
+        return amount < 0
+    if amount.min >= 0 or amount.max < 0:
+        return amount.max < 0
+    try:
+        return sym_infer(amount, {}) < 0
+    except ValueError:
+        raise ArgumentError(f"pad amount {amount.render()} may be negative and its variables are not bound") from None
+
+
 def _is_int(i: Any) -> bool:
     return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
 
@@ -274,9 +288,10 @@ class MovementMixin:
         pairs = self._pad_pairs(arg)
         x: Tensor = self
         # negative amounts crop first
-        if any(lo < 0 or hi < 0 for lo, hi in pairs):
-            x = x.shrink(tuple((max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(pairs, x.shape)))
-            pairs = tuple((max(lo, 0), max(hi, 0)) for lo, hi in pairs)
+        if any(_crops(lo) or _crops(hi) for lo, hi in pairs):
+            x = x.shrink(tuple((-lo if _crops(lo) else 0, s + hi if _crops(hi) else s)
+                               for (lo, hi), s in zip(pairs, x.shape)))
+            pairs = tuple((0 if _crops(lo) else lo, 0 if _crops(hi) else hi) for lo, hi in pairs)
         if all(p == (0, 0) for p in pairs):
             return x
         if mode == "constant":

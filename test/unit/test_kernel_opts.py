@@ -439,7 +439,9 @@ def test_thread_is_an_opt_the_heuristic_shows_and_a_search_can_set():
         assert loops[0].arg == 2
         got, _ = run(si, var_vals, THREADED, [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.THREAD, axis, 2)])
         want, _ = run(si, var_vals, PLAIN)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        # another order of the 784 additions: the plain kernel's one accumulator sums in blocks
+        # (codegen/accumulate.py), the tile's accumulators do not
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-4)
     bad = [Opt(OptOps.THREAD, 2, 2),   # a reduced dim
            Opt(OptOps.THREAD, 0, 4)]   # more threads than the device's 2
     for o in bad:

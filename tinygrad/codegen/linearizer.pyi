@@ -1,6 +1,10 @@
 # Type stub for the compiled module tinygrad/codegen/linearizer.pyx (kernel AST -> a flat list of UOps).
 from typing import Any
 
+from tinygrad.codegen.accumulate import SUM_BLOCK as SUM_BLOCK
+from tinygrad.codegen.accumulate import TILE_SUM_BLOCK as TILE_SUM_BLOCK
+from tinygrad.codegen.accumulate import needs_blocks as needs_blocks
+from tinygrad.codegen.accumulate import plan_blocks as plan_blocks
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.codegen.kernel import Opt as Opt
 from tinygrad.codegen.kernel import OptOps as OptOps

@@ -75,6 +75,10 @@ class CUDAMultiGraph(NativeGraph):
         graph = self.graphs[0]
         self.input_slots, self.var_slots, self.dim_groups = [], {}, {}
         self.kernels = 0
+        # what a replay adds to GlobalCounters, as NativeGraph counts it (kernels' operations, their buffers' bytes)
+        kernels = [ei for ei in jit_cache if ei.prg.graph_kind == "kernel"]
+        self.op_estimate = sum(getattr(ei.prg, "op_estimate", 0) for ei in kernels)
+        self.mem_estimate = sum(b.nbytes for ei in kernels for b in ei.bufs)
         for j, ei in enumerate(jit_cache):
             kind = ei.prg.graph_kind
             if kind == "empty":

@@ -5,6 +5,7 @@ from tinygrad.errors import ArgumentError as ArgumentError
 from tinygrad.shape.symbolic import Node as Node
 from tinygrad.shape.symbolic import Variable as Variable
 from tinygrad.shape.symbolic import sint
+from tinygrad.shape.symbolic import sym_infer as sym_infer
 
 class View:
     def __init__(self, shape: Sequence[sint], strides: Sequence[sint], offset: sint,

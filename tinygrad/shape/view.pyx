@@ -110,8 +110,9 @@ cdef object _smin(object a, object b):
 cdef bint _fits_when_bound(object b, object e, object s) except -1:
     """Whether 0 <= b <= e <= s at the values the Variables in them are bound to (False where one is unbound). A
     span that leaves its dim for other values of its variables is what tinygrad 0.9 allowed (a KV cache's
-    `(start_pos, start_pos + 1)`, whose variable ranges over the whole cache); each value it is bound to is checked
-    where a view is made at it."""
+    `(start_pos, start_pos + 1)`, whose variable ranges over the whole cache, or its padding to the cache's length,
+    `max_context - start_pos - seqlen`); each value it is bound to is checked where a view is made at it. (A pad
+    (b, a) is checked as 0 <= b <= b + a.)"""
     try:
         bv, ev, sv = sym_infer(b, {}), sym_infer(e, {}), sym_infer(s, {})
     except ValueError:
@@ -821,7 +822,7 @@ cdef class View:
         cdef tuple pairs = _as_pairs(arg, n, "pad", self.shape)
         cdef bint any_pad = False
         for b, a in pairs:
-            if _lo(b) < 0 or _lo(a) < 0:
+            if (_lo(b) < 0 or _lo(a) < 0) and not _fits_when_bound(0, b, _add(b, a)):
                 raise ArgumentError(f"pad: {arg!r} for shape {self.shape} has a negative amount")
             if not (b == 0 and a == 0):
                 any_pad = True
