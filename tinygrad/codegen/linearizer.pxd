@@ -65,7 +65,7 @@ cdef class Linearizer:
     cdef object _alu(self, object op, object dtype, tuple vin)
     cdef object _loop(self, int axis, int threads=*)
     cdef void _bind_loop_var(self, int axis, object lp, object steps)
-    cdef object _reduce_steps(self, int axis)
+    cdef object _steps(self, int axis)
     cdef list _blocked_loop(self, int axis, tuple sizes, list levels, object dtype, object start)
     cdef object _new_accs(self, dict like, object dtype, object start)
     cdef bint _flat_gpu(self)

@@ -543,10 +543,7 @@ cdef class Linearizer:
             self._gate = g if self._gate is None else self._alu(BinaryOps.AND, dtypes.bool, (self._gate, g))
 
     cdef object _loop(self, int axis, int threads=1):
-        size = self.full_shape[axis]
-        steps = size // self.upcasts[axis] if isinstance(size, int) else size
-        if axis == self.group_axis:
-            steps = steps // self.group
+        steps = self._steps(axis)
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
         self._open_scope()
@@ -568,8 +565,8 @@ cdef class Linearizer:
         else:
             self._var_uops[self._loop_vars[axis]] = lp
 
-    cdef object _reduce_steps(self, int axis):
-        """The steps of reduce dim `axis`'s loop in one thread (an int, or a symbolic Node)."""
+    cdef object _steps(self, int axis):
+        """The steps of dim `axis`'s loop in one thread (an int, or a symbolic Node)."""
         size = self.full_shape[axis]
         steps = size // self.upcasts[axis] if isinstance(size, int) else size
         return steps // self.group if axis == self.group_axis else steps
@@ -581,7 +578,7 @@ cdef class Linearizer:
         those of each new level. Returns [(loop, the accumulators it folds its level into at its end, or None)],
         outermost first."""
         i32 = dtypes.int32
-        steps = self._reduce_steps(axis)
+        steps = self._steps(axis)
         units = list(sizes) + ([1] if sizes[len(sizes) - 1] != 1 else [])
         out, outer = [], None
         for i, unit in enumerate(units):
@@ -763,12 +760,12 @@ cdef class Linearizer:
         rcombos = self._combos(list(self.reduce_axes))
         alu_op = _REDUCE_ALU[rop.op]
         blocks = None
-        if rop.op is ReduceOps.SUM and dtypes.is_float(dtype) and axes and (self.gpu or not self._flat_gpu()):
+        if rop.op is ReduceOps.SUM and dtypes.is_float(dtype) and axes and not self._flat_gpu():
             # a long float sum accumulates in levels of blocks (codegen/accumulate.py); a GPU's loop-only kernels
             # are spread over its threads by the render loop, which blocks each thread's share itself
             trips = []
             for i in axes:
-                steps = self._reduce_steps(i)
+                steps = self._steps(i)
                 trips.append(steps if isinstance(steps, int) else steps.max)
             # a register tile (several accumulators a thread) takes longer blocks: its dot products are as long as a
             # matmul's inner dim, and a second level of a whole tile's accumulators costs registers (conv2d fp32 on

@@ -361,27 +361,30 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         emit(f"int {block['count']} = 0;")
         r[id(par.acc)] = block["part"]
 
-    def fold_block(per_step: int, final: bool = False) -> None:
-        """After a step of `per_step` additions (the loop's end where `final`): the partial into the accumulator."""
+    def folded() -> str:
+        dt = par.acc.dtype
+        acc = block["acc"]
+        return f"{acc} = {lang.render_result(lang.code_for_op[BinaryOps.ADD](block['part'], acc, dt), dt)};"
+
+    def fold_block(per_step: int) -> None:
+        """After a step of `per_step` additions: the partial into the accumulator once it holds a block."""
         if not block:
             return
-        dt = par.acc.dtype
-        acc, part = block["acc"], block["part"]
-        fold = f"{acc} = {lang.render_result(lang.code_for_op[BinaryOps.ADD](part, acc, dt), dt)};"
-        if final:
-            emit(fold)
-            r[id(par.acc)] = acc
-            for u in uops:
-                if u.uop is UOps.PHI and u.vin[0] is par.acc:
-                    r[id(u)] = acc
-            block.clear()
-            return
-        steps = max(1, SUM_BLOCK // per_step)
-        emit(f"if (++{block['count']} == {steps}) {{")
-        emit(f"  {fold}")
-        emit(f"  {part} = {lang.render_const(par.acc.arg, dt)};")
+        emit(f"if (++{block['count']} == {max(1, SUM_BLOCK // per_step)}) {{")
+        emit(f"  {folded()}")
+        emit(f"  {block['part']} = {lang.render_const(par.acc.arg, par.acc.dtype)};")
         emit(f"  {block['count']} = 0;")
         emit("}")
+
+    def close_block() -> None:
+        """After the loop: the last partial into the accumulator, which the code after the loop reads again."""
+        if not block:
+            return
+        emit(folded())
+        for u in uops:
+            if u is par.acc or (u.uop is UOps.PHI and u.vin[0] is par.acc):
+                r[id(u)] = block["acc"]
+        block.clear()
 
     def close_vec(state: dict) -> None:
         """Places a vectorised nest's body (see _Vec): `unroll` whole vectors a thread per step while every moved
@@ -552,7 +555,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
                 kw.depth -= 1
                 emit("}")
             if nest is par.reduce_loops:
-                fold_block(1, final=True)
+                close_block()
             if nest is par.reduce_loops and par.mode == "warps":
                 _emit_warp_tree(lang, par, r[id(par.acc)], emit)
                 emit(f"if (({tx}&{wsz - 1}) == 0) {{")
