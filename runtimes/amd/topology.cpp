@@ -3,8 +3,8 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "errors.h"
 
@@ -33,6 +33,27 @@ bool read_file(const Os& os, const std::string& path, std::string* out) {
   }
   os.close(fd);
   return true;
+}
+
+// The "name value" lines of a KFD properties file, parsed with strtoull rather than iostreams: no locale facet is
+// involved (an extension built with one toolchain's headers and run against another's libstdc++ parsed every value of
+// the stream as the same garbage on the GPU machine), and a line that is not "name number" is skipped.
+void parse_properties(const std::string& text, std::map<std::string, std::uint64_t>* out) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    size_t sp = line.find(' ');
+    if (sp == 0 || sp == std::string::npos) continue;
+    const char* num = line.c_str() + sp + 1;
+    char* stop = nullptr;
+    errno = 0;
+    std::uint64_t value = std::strtoull(num, &stop, 10);
+    if (stop == num || errno != 0) continue;
+    (*out)[line.substr(0, sp)] = value;
+  }
 }
 
 std::uint64_t prop(const GpuNode& g, const char* key, std::uint64_t dflt) {
@@ -68,10 +89,7 @@ std::vector<GpuNode> discover_gpus(const Os& os, const std::string& root) {
     if (g.gpu_id == 0) continue;  // a CPU node
     if (!read_file(os, dir + "/properties", &text))
       throw RuntimeError("AMD", "open(" + dir + "/properties)", std::strerror(ENOENT), "KFD node has no properties");
-    std::istringstream lines(text);
-    std::string key;
-    std::uint64_t value;
-    while (lines >> key >> value) g.properties[key] = value;
+    parse_properties(text, &g.properties);
     g.gfx_target_version = static_cast<std::uint32_t>(prop(g, "gfx_target_version", 0));
     if (g.gfx_target_version == 0)
       throw RuntimeError("AMD", "read(" + dir + "/properties)", "", "KFD node has no gfx_target_version");
