@@ -66,8 +66,15 @@ class CompiledRunner(Runner):
             print(prg)
         self.lib = lib if lib is not None else dev.compiler.compile_cached(prg)
         self.clprg = dev.runtime(name, self.lib)
-        # `fast_launch(*raw buffers)`: the program's direct call when it needs no sizes or variables (host kernels)
-        self.fast_launch = getattr(self.clprg, "direct", None) if not self.vars and global_size is None else None
+        # `fast_launch(*raw buffers)`: the program's direct call when it needs no variables and its sizes are fixed
+        # (host kernels and kernels that carry their launch: `direct`; grid kernels: `launcher(sizes)` where the
+        # runtime has one)
+        self.fast_launch = None
+        if not self.vars and not self._symbolic_dims:
+            if global_size is None:
+                self.fast_launch = getattr(self.clprg, "direct", None)
+            elif local_size is not None and hasattr(self.clprg, "launcher"):
+                self.fast_launch = self.clprg.launcher(global_size, local_size)
 
     @property
     def src(self) -> str:
