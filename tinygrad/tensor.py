@@ -214,7 +214,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor's data now (scheduling, compiling and running its kernels), and that of the tensors
         in `lst` in the same schedule (tinygrad 0.9's `Tensor.realize(loss, *opt.schedule_step())`)."""
-        Tensor.corealize([self, *lst])
+        lb = self.lazydata
+        if not lst and not _realize_with_next and type(lb) is LazyBuffer:
+            realize_lazybuffers([lb])  # the eager path, every op: what corealize does for one tensor, less its steps
+        else:
+            Tensor.corealize([self, *lst])
         return self
 
     @staticmethod

@@ -1188,3 +1188,21 @@ def test_grid_plan_details():
 
 
 # --- rendered kernels run on the host: a CUDA shim with a std::thread per GPU thread --------------------------------
+
+
+def test_eager_grid_kernels_launch_from_the_plan_at_the_runners_sizes(cuda):
+    # a kernel with fixed sizes and no variables is launched by the plan straight through the native launch bound to
+    # its sizes (CUDAProgram.launcher): same grid, block and arguments as the runner's own call
+    from tinygrad import Tensor
+    from tinygrad.engine.realize import lower_schedule_item
+    from tinygrad.engine.schedule import create_schedule
+    a = Tensor(np.ones(64, np.float32), device="CUDA").realize()
+    ei = lower_schedule_item(create_schedule([(a * 1.0001 + 0.5).lazydata])[-1])
+    assert ei.prg.fast_launch is not None and ei.prg.fast_launch.args[:2] == (tuple(ei.prg.global_size),
+                                                                            tuple(ei.prg.local_size))
+    for _ in range(3):  # the first schedules, the later ones run the cached plan
+        T.clear_records()
+        a = (a * 1.0001 + 0.5).realize()
+        (kernel, grid, block, args, graph), = T.launches()
+        assert grid == tuple(ei.prg.global_size) and block == tuple(ei.prg.local_size) and not graph
+        assert struct.unpack_from("<Q", args, 0)[0] == a.lazydata.base.realized._buf.ptr
