@@ -38,8 +38,7 @@ from tinygrad.renderer.cuda import (
     CUDARenderer,
     wgmma_fn,
 )
-from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes, tensor_maps
-from tinygrad.renderer.gpu_plan import VEC_PRELUDE
+from tinygrad.renderer.gpu import DYNAMIC_SHARED, VEC_PRELUDE, dynamic_shared_bytes, tensor_maps
 from tinygrad.shape.symbolic import sym_infer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
@@ -694,7 +693,7 @@ def test_half_kernels_with_tiles_and_groups():
 
 
 def test_warp_rows_take_the_vector_width_that_fills_their_lanes():
-    from tinygrad.renderer.gpu_plan import _warp_width, vector_width
+    from tinygrad.codegen.gpu_plan import _warp_width, vector_width
     assert vector_width(1) == 16 and vector_width(4) == 4 and vector_width(8) == 2
     # 640 int8: 40 vectors of 16 leave the second round of 32 lanes a quarter full; 160 of 4 fill five rounds
     assert _warp_width(640, 16, 32) == 4

@@ -44,7 +44,7 @@ __device__ __forceinline__ unsigned short tg_f32_to_bf16(float f) {
 __device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
 """
 
-# vector values of the linearizer's kernels: tg_vec (gpu_plan.VEC_PRELUDE) with lane-by-lane arithmetic, and
+# vector values of the linearizer's kernels: tg_vec (gpu.VEC_PRELUDE) with lane-by-lane arithmetic, and
 # loads and stores of `count` consecutive elements at any alignment (one wide access where it is aligned)
 VEC_OPS_PRELUDE = """#define TG_VEC_OP(OP) template <class T, int W> __device__ __forceinline__ tg_vec<T, W> \\
   operator OP(tg_vec<T, W> a, tg_vec<T, W> b) { \\
