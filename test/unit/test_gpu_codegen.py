@@ -314,7 +314,7 @@ def _emulate_mma(src: str) -> str:
         keep = TMA_PRELUDE[TMA_PRELUDE.index("template <int S, int CLUSTER>"):]
         src = src.replace(TMA_PRELUDE, _TMA_EMU + keep)
     for name, (shape, ty) in _MMA_TYPES.items():
-        src = src.replace(MMA_FN.format(name=name, shape=shape, ty=ty), "")
+        src = src.replace(MMA_FN.substitute(name=name, shape=shape, ty=ty), "")
     for name, ty in _WGMMA_TYPES.items():
         for n in WGMMA_SIZES:
             src = src.replace(wgmma_fn(name, ty, n), "")

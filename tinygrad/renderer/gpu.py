@@ -59,7 +59,7 @@ _TENSOR_MAP_RE = re.compile(r"// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+)
 _LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
                         re.M)
 # tg_vec<T, W>: W values of T, aligned as one access up to 16 bytes (CUDA and HIP; Metal declares its own)
-VEC_PRELUDE = read_prelude("tg_vec.cuh")
+VEC_PRELUDE = read_prelude("cuda/vec.cuh")
 
 
 class GPULanguage(CStyleLanguage):
