@@ -154,7 +154,7 @@ def gpu_opts(lin) -> list[Opt]:
     vec = width if width >= 2 and contiguous and full[inner] % width == 0 else 0
     if lin.reduceop is None:
         return [Opt(OptOps.VECTORIZE, inner, vec)] if vec else []
-    if getattr(lin.opts, "tensor_cores", ()):
+    if lin.opts.tensor_cores:
         tc = tensor_core_opt(lin)
         if tc is not None:
             return [tc]
