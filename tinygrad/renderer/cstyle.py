@@ -12,6 +12,7 @@ clang) to convert one lane by lane.
 from __future__ import annotations
 
 import math
+import string
 import struct
 from typing import Callable
 
@@ -74,6 +75,10 @@ SOFT_HALF_PRELUDE = read_prelude("host/soft_half.h")
 
 # 2**f on [-0.5, 0.5]: a degree-6 polynomial fitted (least squares on the relative error at Chebyshev nodes) to
 # within 1.2 ulp in float32 arithmetic, Horner's rule rounding each step (no contraction)
+# host vector helpers, one per vector type: its type name, mask type and constants filled in
+_VEC_REG = string.Template(read_prelude("host/vec_reg.h"))
+_VEC_MAX = string.Template(read_prelude("host/vec_max.h"))
+_VEC_EXP2 = string.Template(read_prelude("host/vec_exp2.h"))
 _EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618519805371761,
               0.0013399859890341759, 0.00015337577497120947)
 
@@ -88,18 +93,7 @@ def _vector_exp2(name: str, mask: str, lanes: int) -> str:
     poly = const(_EXP2_POLY[-1])
     for c in reversed(_EXP2_POLY[:-1]):
         poly = f"({poly}*f+{const(c)})"
-    return (f"static inline {name} tg_sel_{name}({mask} m, {name} a, {name} b) {{\n"
-            f"  return ({name})((({mask})a & m) | (({mask})b & ~m));\n}}\n"
-            f"static inline {name} tg_exp2_{name}({name} x) {{\n"
-            f"  {name} c = tg_sel_{name}(x > {const(129.0)}, {const(129.0)}, x);\n"
-            f"  c = tg_sel_{name}(c < {const(-151.0)}, {const(-151.0)}, c);\n"
-            f"  {name} t = c + {const(0.5)};\n"
-            f"  {mask} i = __builtin_convertvector(t, {mask});\n"
-            f"  i = i + (t < __builtin_convertvector(i, {name}));  /* truncation to floor: true is -1 */\n"
-            f"  {name} f = c - __builtin_convertvector(i, {name});\n"
-            f"  {mask} h = i >> 1, bias = i - i + 127;\n"
-            f"  {name} r = {poly} * ({name})((h + bias) << 23) * ({name})((i - h + bias) << 23);\n"
-            f"  return tg_sel_{name}(x != x, x, r);\n}}\n")
+    return _VEC_EXP2.substitute(name=name, mask=mask, hi=const(129.0), lo=const(-151.0), half=const(0.5), poly=poly)
 
 
 class CStyleLanguage:
@@ -215,23 +209,13 @@ class CStyleLanguage:
         if dtypes.is_int(scalar) and scalar.itemsize < 4:
             # NOTE: gcc 12 widens a narrow int vector it sees read from memory lane by lane (dozens of
             # instructions), but one in a register with a single extension: the empty asm puts it in one
-            return typedef + (f"static inline {name} tg_reg_{name}({name} v) {{\n"
-                              "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)\n"
-                              "  __asm__(\"\" : \"+v\"(v));\n"
-                              "#elif defined(__GNUC__) && !defined(__clang__) && defined(__aarch64__)\n"
-                              "  __asm__(\"\" : \"+w\"(v));\n"
-                              "#endif\n"
-                              "  return v;\n}\n")
+            return typedef + _VEC_REG.substitute(name=name)
         if scalar not in VECTOR_DTYPES:
             return typedef
         mask = f"tg_mask{scalar.itemsize * 8}_v{dt.count}"
         mask_scalar = {4: "int", 8: "long long"}[scalar.itemsize]
         # NOTE: max(a, b) is a where a is NaN or larger, else b: a bit select on the comparison masks
-        return (typedef +
-                f"typedef {mask_scalar} {mask} __attribute__((vector_size({dt.itemsize})));\n"
-                f"static inline {name} tg_max_{name}({name} a, {name} b) {{\n"
-                f"  {mask} m = (a != a) | (a > b);\n"
-                f"  return ({name})((({mask})a & m) | (({mask})b & ~m));\n}}\n" +
+        return (typedef + _VEC_MAX.substitute(name=name, mask=mask, mask_scalar=mask_scalar, bytes=dt.itemsize) +
                 (_vector_exp2(name, mask, dt.count) if scalar == dtypes.float32 else ""))
 
     def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
