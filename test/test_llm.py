@@ -131,7 +131,8 @@ def _model(tmp_path):
 
 
 def _ref_forward(w, ids):
-    """Gemma 3's forward in numpy, float64, from its description (shared/notes/gemma3.md)."""
+    """Gemma 3's forward in numpy, float64, written from the architecture rather than from tinygrad.apps.llm: every
+    sixth layer global and the rest windowed, a RoPE base for each kind, RMSNorm of q and k, norms stored as 1 + w."""
     x = w["token_embd.weight"][ids].astype(np.float64) * math.sqrt(DIM)
     n = len(ids)
     rms = lambda v, g: v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-6) * g  # noqa: E731

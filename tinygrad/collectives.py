@@ -7,11 +7,13 @@ devices; every device ends with bitwise the same result, since each finished pie
 Copies and the adds are ordinary lazy ops: they join the schedule like any other kernel.
 
 A device type with a faster path (NCCL on CUDA GPUs) plugs in as a `CollectiveBackend`: a device object may carry
-one as its `collectives` attribute, and it is used whenever its `supports(devices)` says yes. Nothing here tests a
-device's name.
+one as its `collectives` attribute, or the name of one in NAMED_BACKENDS (a runtime can't import a backend: it
+builds lazy graph nodes, a layer above the runtimes), and it is used whenever its `supports(devices)` says yes.
+Nothing here tests a device's name.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Protocol, Sequence
 
 from tinygrad.device import Device
@@ -20,18 +22,19 @@ from tinygrad.errors import ArgumentError
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import BinaryOps, ReduceOps
 
-__all__ = ["CollectiveBackend", "all_reduce", "all_gather", "reduce_scatter", "ring_all_reduce", "ring_all_gather",
-           "ring_reduce_scatter", "concat", "even_bounds"]
+__all__ = ["CollectiveBackend", "NAMED_BACKENDS", "device_backend", "all_reduce", "all_gather", "reduce_scatter",
+           "ring_all_reduce", "ring_all_gather", "ring_reduce_scatter", "concat", "even_bounds"]
 
 # the elementwise op that combines two partial results of each reduce
 _COMBINE = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}
 
 
 class CollectiveBackend(Protocol):
-    """What a device type implements to run collectives its own way (e.g. NCCL for CUDA). Set an instance as the
-    device object's `collectives` attribute. Every method takes one LazyBuffer per device (in device order, one
-    device each) and returns one LazyBuffer per device, lazily: the backend builds graph nodes (a LoadOps.CUSTOM
-    node the engine knows how to run, for instance) and nothing runs until they are scheduled."""
+    """What a device type implements to run collectives its own way (e.g. NCCL for CUDA). Set an instance (or a
+    name in NAMED_BACKENDS) as the device object's `collectives` attribute. Every method takes one LazyBuffer per
+    device (in device order, one device each) and returns one LazyBuffer per device, lazily: the backend builds
+    graph nodes (a LoadOps.CUSTOM node the engine knows how to run, for instance) and nothing runs until they are
+    scheduled."""
 
     def supports(self, devices: tuple[str, ...]) -> bool:
         """Whether this backend can run a collective over exactly these devices (all of its type, reachable)."""
@@ -51,9 +54,22 @@ class CollectiveBackend(Protocol):
         ...
 
 
+# backends a device object may name in its `collectives` attribute -> the module whose BACKEND it is (imported on
+# first use, so the ring of copies works where the library behind a backend is missing)
+NAMED_BACKENDS = {"nccl": "tinygrad.collectives_nccl"}
+
+
+def device_backend(device: str) -> CollectiveBackend | None:
+    """The CollectiveBackend of device `device`: its `collectives` attribute, or the backend that names; else None."""
+    backend = getattr(Device[device], "collectives", None)
+    if isinstance(backend, str):
+        backend = importlib.import_module(NAMED_BACKENDS[backend]).BACKEND
+    return backend
+
+
 def _backend(lbs: Sequence[LazyBuffer]) -> CollectiveBackend | None:
     devices = tuple(lb.device for lb in lbs)
-    backend = getattr(Device[devices[0]], "collectives", None)
+    backend = device_backend(devices[0])
     return backend if backend is not None and backend.supports(devices) else None
 
 

@@ -23,6 +23,7 @@ from tinygrad.locks import ENGINE_LOCK
 from tinygrad.multi import MultiLazyBuffer, canonical_devices
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
+from tinygrad.tensor_binary import BinaryMixin
 from tinygrad.tensor_creation import CreationMixin
 from tinygrad.tensor_elementwise import ElementwiseMixin
 from tinygrad.tensor_movement import MovementMixin
@@ -38,7 +39,7 @@ _realize_with_next: list[weakref.ref] = []
 Function = F.Function
 
 
-class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, ProcessingMixin):
+class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, BinaryMixin, ProcessingMixin):
     """A lazily evaluated n-dimensional array that can compute gradients. See the module docstring."""
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     training: ClassVar[bool] = False

@@ -140,7 +140,7 @@ def test_code_objects_are_amdgpu_elf_with_a_descriptor_per_kernel(kernels, targe
 
 def _wmma_source() -> str:
     """One wavefront's 16x16x16 half WMMA through the renderer's spelling (prelude and expression)."""
-    from tinygrad.renderer.gpu_plan import VEC_PRELUDE
+    from tinygrad.renderer.gpu import VEC_PRELUDE
     from tinygrad.renderer.hip import HIP_PRELUDE, hip_language
     lang = hip_language(32)
     call = lang.render_wmma("wmma_f16_gfx11", ["a", "b", "c"], None)

@@ -38,8 +38,7 @@ from tinygrad.renderer.cuda import (
     CUDARenderer,
     wgmma_fn,
 )
-from tinygrad.renderer.gpu import DYNAMIC_SHARED, dynamic_shared_bytes, tensor_maps
-from tinygrad.renderer.gpu_plan import VEC_PRELUDE
+from tinygrad.renderer.gpu import DYNAMIC_SHARED, VEC_PRELUDE, dynamic_shared_bytes, tensor_maps
 from tinygrad.shape.symbolic import sym_infer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
@@ -315,7 +314,7 @@ def _emulate_mma(src: str) -> str:
         keep = TMA_PRELUDE[TMA_PRELUDE.index("template <int S, int CLUSTER>"):]
         src = src.replace(TMA_PRELUDE, _TMA_EMU + keep)
     for name, (shape, ty) in _MMA_TYPES.items():
-        src = src.replace(MMA_FN.format(name=name, shape=shape, ty=ty), "")
+        src = src.replace(MMA_FN.substitute(name=name, shape=shape, ty=ty), "")
     for name, ty in _WGMMA_TYPES.items():
         for n in WGMMA_SIZES:
             src = src.replace(wgmma_fn(name, ty, n), "")
@@ -694,7 +693,7 @@ def test_half_kernels_with_tiles_and_groups():
 
 
 def test_warp_rows_take_the_vector_width_that_fills_their_lanes():
-    from tinygrad.renderer.gpu_plan import _warp_width, vector_width
+    from tinygrad.codegen.gpu_plan import _warp_width, vector_width
     assert vector_width(1) == 16 and vector_width(4) == 4 and vector_width(8) == 2
     # 640 int8: 40 vectors of 16 leave the second round of 32 lanes a quarter full; 160 of 4 fill five rounds
     assert _warp_width(640, 16, 32) == 4

@@ -1,6 +1,7 @@
-"""The package's modules import downward only: no cycles, and the layers' rules (runtimes below the engine, the
-engine's runner below the JIT). Imports inside functions count (they are run-time dependencies all the same);
-imports under `if TYPE_CHECKING:` do not. Cython's `cimport`s count too."""
+"""The package's modules import downward only: no cycles, and the layers' rules (code generation below the
+renderers, runtimes below the lazy graph, the collectives and the engine, the engine's runner below the JIT).
+Imports inside functions count (they are run-time dependencies all the same); imports under `if TYPE_CHECKING:`
+do not. Cython's `cimport`s count too."""
 import ast
 import pathlib
 import re
@@ -120,11 +121,40 @@ def test_no_import_cycles_among_tinygrad_modules():
     assert cycles(graph) == []
 
 
+def test_the_checker_sees_imports_inside_functions(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from tinygrad import lazy\n    import tinygrad.engine.realize\n")
+    assert sorted(_py_imports(f)) == [("tinygrad", ["lazy"]), ("tinygrad.engine.realize", [])]
+
+
+# what a layer may not import (module-name prefixes): code generation decides what a kernel does and the renderers
+# only spell it, so codegen never reaches for a renderer; a runtime runs programs and moves bytes, below the lazy
+# graph, the collectives built on it and the engine that schedules it
+_FORBIDDEN = {
+    "tinygrad.codegen.": ("tinygrad.renderer",),
+    "tinygrad.runtime.": ("tinygrad.lazy", "tinygrad.engine", "tinygrad.collectives"),
+}
+
+
+def _breaches(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for mod, deps in sorted(graph.items()):
+        for layer, banned in _FORBIDDEN.items():
+            if mod.startswith(layer):
+                out += [f"{mod} imports {d}" for d in sorted(deps) if d.startswith(banned)]
+    return out
+
+
+def test_the_layer_rules_catch_a_breach():
+    assert _breaches({"tinygrad.codegen.x": {"tinygrad.renderer.cuda"}, "tinygrad.runtime.y": {"tinygrad.lazy"},
+                      "tinygrad.runtime.z": {"tinygrad.collectives_nccl", "tinygrad.device"}}) == [
+        "tinygrad.codegen.x imports tinygrad.renderer.cuda", "tinygrad.runtime.y imports tinygrad.lazy",
+        "tinygrad.runtime.z imports tinygrad.collectives_nccl"]
+
+
 def test_layers_import_downward():
     graph = import_graph()
-    for mod, deps in graph.items():
-        if mod.startswith("tinygrad.runtime."):
-            assert not [d for d in deps if d.startswith("tinygrad.engine.")], f"{mod} imports the engine"
+    assert _breaches(graph) == []
     assert "tinygrad.engine.jit" not in graph["tinygrad.engine.realize"]
     assert "tinygrad.engine.jit" not in graph["tinygrad.engine.plan"]
     # devices plug in; the engine and the JIT never name one

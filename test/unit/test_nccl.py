@@ -278,7 +278,7 @@ def test_unsupported_dtypes_and_uneven_splits_use_the_ring(cuda):
 
 
 def test_nccl_off_uses_the_ring(cuda, monkeypatch):
-    from tinygrad.runtime.nccl import BACKEND
+    from tinygrad.collectives_nccl import BACKEND
     monkeypatch.setenv("NCCL", "0")
     assert not BACKEND.supports(DEVICES)
     monkeypatch.setenv("NCCL", "1")
@@ -288,12 +288,13 @@ def test_nccl_off_uses_the_ring(cuda, monkeypatch):
 
 def test_without_nccl_the_backend_declines_and_the_ring_is_used(cuda, monkeypatch):
     from tinygrad import collectives
+    from tinygrad.collectives_nccl import BACKEND
     from tinygrad.ops import LoadOps, ReduceOps
     from tinygrad.runtime import nccl
     nccl.reset()
     monkeypatch.setenv("NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
     assert nccl.nccl_candidates() == ["/nonexistent/libnccl.so.2"]
-    assert not nccl.BACKEND.supports(DEVICES)
+    assert not BACKEND.supports(DEVICES)
     assert "could not load NCCL" in nccl._load_error
     assert collectives.all_reduce(ReduceOps.SUM, per_device(inputs()))[0].base.op is not LoadOps.CUSTOM
 

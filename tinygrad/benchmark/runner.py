@@ -30,7 +30,7 @@ def run(devices: list[str], with_torch: bool = True, progress: bool = False,
     rows = [r for r in tinygrad_rows.ROWS if only is None or r[0] in only]
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for device in devices:
-        gpu = bool(getattr(Device[device].linearizer_opts, "has_local", False))
+        gpu = Device[device].linearizer_opts.has_local
         sizes = workloads.GPU_SIZES if gpu else workloads.HOST_SIZES
         results[device] = {}
         for i, (name, unit, measure) in enumerate(rows):

@@ -2,7 +2,7 @@
 
 Two paths reach a GPU. The linearizer's own (`Linearizer.gpu`): output dims become the grid, a thread computes one
 output or one register tile of outputs (UPCAST, with VECTORIZE along the innermost dim for 16-byte loads and
-stores), LOCAL shapes the block, and UNROLL deepens the reduce loop. The GPU render loop's plan (`renderer/
+stores), LOCAL shapes the block, and UNROLL deepens the reduce loop. The GPU render loop's plan (`codegen/
 gpu_plan.py`) for kernels left as plain loops: it spreads one reduction over a block (few outputs, each reading
 a long contiguous row) or over the whole grid (one output), combining with warp shuffles.
 
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 
+from tinygrad.codegen.gpu_plan import WARP_MAX_STEPS, vector_width
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BufferOps
-from tinygrad.renderer.gpu_plan import WARP_MAX_STEPS, vector_width
 
 # reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
-# with the renderer's split reductions (the same bounds as renderer/gpu_plan.py's block and grid modes)
+# with the renderer's split reductions (the same bounds as codegen/gpu_plan.py's block and grid modes)
 RENDERER_MAX_OUTPUTS = 16384
 RENDERER_MIN_INPUTS = 256
 # below this many outputs the renderer splits even a strided reduction: too few threads for the grid otherwise
@@ -154,7 +154,7 @@ def gpu_opts(lin) -> list[Opt]:
     vec = width if width >= 2 and contiguous and full[inner] % width == 0 else 0
     if lin.reduceop is None:
         return [Opt(OptOps.VECTORIZE, inner, vec)] if vec else []
-    if getattr(lin.opts, "tensor_cores", ()):
+    if lin.opts.tensor_cores:
         tc = tensor_core_opt(lin)
         if tc is not None:
             return [tc]

@@ -127,7 +127,7 @@ class _Model:
     @staticmethod
     def _nodes(lin, ops) -> list[_Node]:
         seen: set[int] = set()
-        narrow = getattr(lin.opts, "narrow_vectors", False)
+        narrow = lin.opts.narrow_vectors
         out = []
         for op in ops:
             if id(op) in seen:
@@ -146,7 +146,7 @@ class _Model:
                 out.append(_Node(dims, _cast_cost(src), vec, False, frozenset()))
             elif not isinstance(op.op, ReduceOps):
                 vec = (op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES) or \
-                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and getattr(lin.opts, "vector_math", False))
+                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and lin.opts.vector_math)
                 out.append(_Node(dims, _OP_COST.get(op.op, 1), vec, False, frozenset()))
         return out
 
@@ -362,7 +362,7 @@ def global_loop_order(lin) -> list[int]:
 
 def parallel_threads(lin) -> int:
     """How many threads the outermost output loop of an optimised kernel is split across (1: it is not)."""
-    full, threads = lin.full_shape, getattr(lin.opts, "threads", 1)
+    full, threads = lin.full_shape, lin.opts.threads if lin.opts is not None else 1
     if threads < 2:
         return 1
     work = math.prod(s if isinstance(s, int) else s.max for s in full)

@@ -346,7 +346,7 @@ def _operand(op, simt: bool, tf32: bool = False):
 
 def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
-    kinds = getattr(lin.opts, "tensor_cores", ()) if lin.opts is not None else ()
+    kinds = lin.opts.tensor_cores if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
     if not 0 <= amt < len(TC_CONFIGS):
@@ -356,11 +356,11 @@ def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
 
 def simt_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
     """The SMEM plan (a float32 matmul's block tile staged in shared memory) for `lin` with SIMT_CONFIGS[amt]."""
-    if lin.opts is None or not getattr(lin.opts, "has_shared", False):
+    if lin.opts is None or not lin.opts.has_shared:
         return None, "the device has no shared memory"
     if not 0 <= amt < len(SIMT_CONFIGS):
         return None, f"no SMEM config {amt} (0 to {len(SIMT_CONFIGS) - 1})"
-    return _plan(lin, SIMT_CONFIGS[amt], getattr(lin.opts, "tensor_cores", ()), True)
+    return _plan(lin, SIMT_CONFIGS[amt], lin.opts.tensor_cores, True)
 
 
 def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:

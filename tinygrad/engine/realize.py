@@ -349,7 +349,7 @@ def lower_ast(device: str, ast: tuple) -> Runner:
     if op is BufferOps.STORE:
         return get_runner(device, ast)
     if op is LoadOps.CUSTOM:
-        # a node whose arg knows how to run itself (a collective over several devices: runtime/nccl.py)
+        # a node whose arg knows how to run itself (a collective over several devices: collectives_nccl.py)
         return ast[0].arg.runner()
     raise NotImplementedError(f"can't run a schedule item of {op}")
 

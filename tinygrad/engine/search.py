@@ -53,7 +53,7 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
     from tinygrad.codegen.linearizer import Linearizer
     dev = Device[dname]
     lopts = dev.linearizer_opts
-    if not getattr(lopts, "supports_upcast", False) or any(_symbolic(root) for root in ast):
+    if lopts is None or not lopts.supports_upcast or any(_symbolic(root) for root in ast):
         return None
     key = f"{dname}\n{dev.compiler.cachekey}\n{lopts!r}\nBEAM={width}\n{code_version()}\n{ast_key(ast)}"
     hit = diskcache_get("beam", key)
@@ -143,11 +143,11 @@ def _actions(lin) -> list[Opt]:
             for amt in amts]
     # every block tile on tensor cores or staged in shared memory (a kernel's only Opt: on the plain kernel alone)
     from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS
-    if getattr(lin.opts, "tensor_cores", ()):
+    if lin.opts.tensor_cores:
         acts += [Opt(OptOps.TC, 0, i) for i in range(len(TC_CONFIGS))]
-    if getattr(lin.opts, "has_shared", False) and getattr(lin.opts, "has_local", False):
+    if lin.opts.has_shared and lin.opts.has_local:
         acts += [Opt(OptOps.SMEM, 0, i) for i in range(len(SIMT_CONFIGS))]
-    if getattr(lin.opts, "has_local", False):
+    if lin.opts.has_local:
         acts.append(Opt(OptOps.NOLOCALS, 0, 0))
     return acts
 

@@ -12,12 +12,14 @@ clang) to convert one lane by lane.
 from __future__ import annotations
 
 import math
+import string
 import struct
 from typing import Callable
 
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
+from tinygrad.renderer.prelude import read_prelude
 
 # inlined expressions longer than this get a variable of their own, so huge fused kernels stay compilable
 MAX_INLINE = 400
@@ -58,16 +60,7 @@ def round_to_half(val: float) -> float:
 
 # bfloat16 on the host: buffers hold the 16 bits, registers hold the value as a float, and every bfloat16 result is
 # rounded to bfloat16 precision (nearest even), which is what PyTorch does for each bfloat16 op
-BF16_PRELUDE = """static inline float tg_bf16_to_f32(unsigned short b) {
-  union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f;
-}
-static inline unsigned short tg_f32_to_bf16(float f) {
-  union { float f; unsigned int u; } c; c.f = f;
-  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
-  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
-static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
-"""
+BF16_PRELUDE = read_prelude("host/bf16.h")
 
 # half for a compiler without a native half type (clang 14 on x86): buffers hold the 16 bits, registers hold the value
 # as a float, and every half result is rounded to half precision (nearest even), as the native type's casts round.
@@ -77,52 +70,15 @@ static inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf1
 # tg_f16_round, the rounding after every half op, is branch-free (selects): a 512x512 half matmul took 168 ms with a
 # round trip through the 16 bits, 103 ms so (gcc 12; 37 ms with the native type), 326 -> 170 ms on clang 14.
 # NOTE: the text must not name the native type: ops_clang refuses source that does on such a compiler
-SOFT_HALF_PRELUDE = """static inline float tg_f16_to_f32(unsigned short h) {
-  union { unsigned int u; float f; } c;
-  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, exp = ((unsigned int)h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0) {  /* zero or subnormal: man * 2^-24, exact in float */
-    c.f = (float)man * 5.9604644775390625e-8f; c.u |= sign; return c.f;
-  }
-  c.u = sign | (exp == 0x1fu ? 0x7f800000u : (exp + 112u) << 23) | (man << 13);  /* inf/nan keep the payload */
-  return c.f;
-}
-static inline unsigned short tg_f32_to_f16(float f) {
-  union { float f; unsigned int u; } c; c.f = f;
-  unsigned int sign = (c.u >> 16) & 0x8000u, a = c.u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  /* nan stays a quiet nan */
-  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  /* from 65520 (the tie above 65504) on: inf */
-  if (a >= 0x38800000u) {  /* a normal half: rebias the exponent, round the 13 dropped bits to nearest even */
-    unsigned int h = a - 0x38000000u;
-    return (unsigned short)(sign | ((h + 0xfffu + ((h >> 13) & 1u)) >> 13));
-  }
-  unsigned int e = a >> 23;  /* a subnormal half (or zero): round m * 2^(e-126) to an integer, nearest even */
-  if (e < 102u) return (unsigned short)sign;
-  unsigned int m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e, q = m >> shift;
-  unsigned int rem = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
-  if (rem > tie || (rem == tie && (q & 1u))) q++;
-  return (unsigned short)(sign | q);
-}
-static inline float tg_f16_round(float f) {  /* tg_f16_to_f32(tg_f32_to_f16(f)) without branches */
-  union { float f; unsigned int u; } c; c.f = f;
-  c.u = (c.u + 0xfffu + ((c.u >> 13) & 1u)) & ~0x1fffu;  /* normal: 10 mantissa bits, nearest even */
-  float a = __builtin_fabsf(f), sub = __builtin_copysignf((a + 0.5f) - 0.5f, f);  /* subnormal: n * 2^-24 */
-  float r = a < 6.103515625e-05f ? sub : c.f;
-  r = __builtin_fabsf(r) > 65504.0f ? __builtin_copysignf(__builtin_inff(), f) : r;
-  return f != f ? f : r;
-}
-static inline float tg_f16_from_f64(double d) {
-  union { float f; unsigned int u; } c; c.f = (float)d;
-  if ((double)c.f != d && d == d && !(c.u & 1u)) {  /* inexact and even: the neighbour on d's side is odd */
-    if (__builtin_fabs((double)c.f) > __builtin_fabs(d)) c.u--; else c.u++;
-  }
-  return tg_f16_round(c.f);
-}
-#define tg_f16_cast(x) _Generic((x), double: tg_f16_from_f64, default: tg_f16_round)(x)
-"""
+SOFT_HALF_PRELUDE = read_prelude("host/soft_half.h")
 
 
 # 2**f on [-0.5, 0.5]: a degree-6 polynomial fitted (least squares on the relative error at Chebyshev nodes) to
 # within 1.2 ulp in float32 arithmetic, Horner's rule rounding each step (no contraction)
+# host vector helpers, one per vector type: its type name, mask type and constants filled in
+_VEC_REG = string.Template(read_prelude("host/vec_reg.h"))
+_VEC_MAX = string.Template(read_prelude("host/vec_max.h"))
+_VEC_EXP2 = string.Template(read_prelude("host/vec_exp2.h"))
 _EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618519805371761,
               0.0013399859890341759, 0.00015337577497120947)
 
@@ -137,18 +93,7 @@ def _vector_exp2(name: str, mask: str, lanes: int) -> str:
     poly = const(_EXP2_POLY[-1])
     for c in reversed(_EXP2_POLY[:-1]):
         poly = f"({poly}*f+{const(c)})"
-    return (f"static inline {name} tg_sel_{name}({mask} m, {name} a, {name} b) {{\n"
-            f"  return ({name})((({mask})a & m) | (({mask})b & ~m));\n}}\n"
-            f"static inline {name} tg_exp2_{name}({name} x) {{\n"
-            f"  {name} c = tg_sel_{name}(x > {const(129.0)}, {const(129.0)}, x);\n"
-            f"  c = tg_sel_{name}(c < {const(-151.0)}, {const(-151.0)}, c);\n"
-            f"  {name} t = c + {const(0.5)};\n"
-            f"  {mask} i = __builtin_convertvector(t, {mask});\n"
-            f"  i = i + (t < __builtin_convertvector(i, {name}));  /* truncation to floor: true is -1 */\n"
-            f"  {name} f = c - __builtin_convertvector(i, {name});\n"
-            f"  {mask} h = i >> 1, bias = i - i + 127;\n"
-            f"  {name} r = {poly} * ({name})((h + bias) << 23) * ({name})((i - h + bias) << 23);\n"
-            f"  return tg_sel_{name}(x != x, x, r);\n}}\n")
+    return _VEC_EXP2.substitute(name=name, mask=mask, hi=const(129.0), lo=const(-151.0), half=const(0.5), poly=poly)
 
 
 class CStyleLanguage:
@@ -264,23 +209,13 @@ class CStyleLanguage:
         if dtypes.is_int(scalar) and scalar.itemsize < 4:
             # NOTE: gcc 12 widens a narrow int vector it sees read from memory lane by lane (dozens of
             # instructions), but one in a register with a single extension: the empty asm puts it in one
-            return typedef + (f"static inline {name} tg_reg_{name}({name} v) {{\n"
-                              "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)\n"
-                              "  __asm__(\"\" : \"+v\"(v));\n"
-                              "#elif defined(__GNUC__) && !defined(__clang__) && defined(__aarch64__)\n"
-                              "  __asm__(\"\" : \"+w\"(v));\n"
-                              "#endif\n"
-                              "  return v;\n}\n")
+            return typedef + _VEC_REG.substitute(name=name)
         if scalar not in VECTOR_DTYPES:
             return typedef
         mask = f"tg_mask{scalar.itemsize * 8}_v{dt.count}"
         mask_scalar = {4: "int", 8: "long long"}[scalar.itemsize]
         # NOTE: max(a, b) is a where a is NaN or larger, else b: a bit select on the comparison masks
-        return (typedef +
-                f"typedef {mask_scalar} {mask} __attribute__((vector_size({dt.itemsize})));\n"
-                f"static inline {name} tg_max_{name}({name} a, {name} b) {{\n"
-                f"  {mask} m = (a != a) | (a > b);\n"
-                f"  return ({name})((({mask})a & m) | (({mask})b & ~m));\n}}\n" +
+        return (typedef + _VEC_MAX.substitute(name=name, mask=mask, mask_scalar=mask_scalar, bytes=dt.itemsize) +
                 (_vector_exp2(name, mask, dt.count) if scalar == dtypes.float32 else ""))
 
     def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:

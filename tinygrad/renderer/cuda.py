@@ -11,6 +11,7 @@ does for bfloat16.
 from __future__ import annotations
 
 import math
+import string
 import struct
 from typing import Callable
 
@@ -19,60 +20,21 @@ from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage
 from tinygrad.renderer.gpu import GPULanguage, uops_to_gpu
+from tinygrad.renderer.prelude import read_prelude
+from tinygrad.renderer.tg_vec import TgVecSpelling
 
 # float max as PyTorch's maximum: NaN if either operand is NaN
-MAX_PRELUDE = """template <class T> __device__ __forceinline__ T tg_max(T a, T b) { return (a != a || a > b) ? a : b; }
-"""
-HALF_PRELUDE = """__device__ __forceinline__ float tg_f16_to_f32(unsigned short h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
-__device__ __forceinline__ unsigned short tg_f32_to_f16(float f) {
-  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-__device__ __forceinline__ float tg_f16_round(float f) { return tg_f16_to_f32(tg_f32_to_f16(f)); }
-"""
+MAX_PRELUDE = read_prelude("cuda/max.cuh")
+HALF_PRELUDE = read_prelude("cuda/half.cuh")
 
 # round to nearest even; NaN stays a (quiet) NaN
-BF16_PRELUDE = """__device__ __forceinline__ float tg_bf16_to_f32(unsigned short b) {
-  return __uint_as_float(((unsigned int)b) << 16);
-}
-__device__ __forceinline__ unsigned short tg_f32_to_bf16(float f) {
-  unsigned int u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-__device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
-"""
+BF16_PRELUDE = read_prelude("cuda/bf16.cuh")
 
-# vector values of the linearizer's kernels: tg_vec (gpu_plan.VEC_PRELUDE) with lane-by-lane arithmetic, and
+# vector values of the linearizer's kernels: tg_vec (gpu.VEC_PRELUDE) with lane-by-lane arithmetic, and
 # loads and stores of `count` consecutive elements at any alignment (one wide access where it is aligned)
-VEC_OPS_PRELUDE = """#define TG_VEC_OP(OP) template <class T, int W> __device__ __forceinline__ tg_vec<T, W> \\
-  operator OP(tg_vec<T, W> a, tg_vec<T, W> b) { \\
-    tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = a.e[i] OP b.e[i]; return r; \\
-  }
-TG_VEC_OP(+) TG_VEC_OP(-) TG_VEC_OP(*) TG_VEC_OP(/)
-template <class T, int W> __device__ __forceinline__ tg_vec<T, W> operator-(tg_vec<T, W> a) {
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = -a.e[i]; return r;
-}
-template <class T, int W> __device__ __forceinline__ tg_vec<T, W> tg_vmax(tg_vec<T, W> a, tg_vec<T, W> b) {
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = (a.e[i] != a.e[i] || a.e[i] > b.e[i]) ? a.e[i] : b.e[i];
-  return r;
-}
-template <class T, int W> __device__ __forceinline__ tg_vec<T, W> tg_vload(const T* p) {
-  if (((unsigned long long)p & (sizeof(T) * W - 1)) == 0) return *(const tg_vec<T, W>*)p;
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = p[i]; return r;
-}
-template <class T, int W> __device__ __forceinline__ void tg_vstore(T* p, tg_vec<T, W> v) {
-  if (((unsigned long long)p & (sizeof(T) * W - 1)) == 0) *(tg_vec<T, W>*)p = v;
-  else for (int i = 0; i < W; i++) p[i] = v.e[i];
-}
-"""
+VEC_OPS_PRELUDE = read_prelude("cuda/vec_ops.cuh")
 
-BITCAST_PRELUDE = """template <class T, class F> __device__ __forceinline__ T tg_bitcast(F x) {
-  static_assert(sizeof(T) == sizeof(F), "bitcast between types of different sizes");
-  union { F f; T t; } u; u.f = x; return u.t;
-}
-"""
+BITCAST_PRELUDE = read_prelude("cuda/bitcast.cuh")
 
 # programmatic dependent launch (sm_90 and later): a kernel's first statement waits for the grid a graph launched it
 # after (runtime/graph_cuda.py); the CUDA runtime names this cudaGridDependencySynchronize. The architecture test is
@@ -86,40 +48,9 @@ GRID_WAIT_PROLOGUE = f"""#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 # patterns four (A) or two (B) 32-bit registers a thread, as codegen/tensor_cores.TensorCore lays them out.
 # NOTE: ldmatrix is volatile (kept in order with the barriers, cp.async and its waits, all volatile too) but has no
 # memory clobber, so the compiler may load the next step's fragments while the tensor cores work on this one
-MMA_PRELUDE = """__device__ __forceinline__ unsigned int tg_smem_addr(const void* p) {
-  unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a;
-}
-#define TG_LDSM(NAME, N, SUFFIX) __device__ __forceinline__ tg_vec<unsigned short, 2 * N> NAME( \\
-    const void* p) { \\
-  union { tg_vec<unsigned short, 2 * N> v; unsigned int r[4]; } u; \\
-  if (N == 4) asm volatile("ldmatrix.sync.aligned.m8n8.x4" SUFFIX ".shared.b16 {%0,%1,%2,%3}, [%4];" \\
-      : "=r"(u.r[0]), "=r"(u.r[1]), "=r"(u.r[2]), "=r"(u.r[3]) : "r"(tg_smem_addr(p))); \\
-  else asm volatile("ldmatrix.sync.aligned.m8n8.x2" SUFFIX ".shared.b16 {%0,%1}, [%2];" \\
-      : "=r"(u.r[0]), "=r"(u.r[1]) : "r"(tg_smem_addr(p))); \\
-  return u.v; \\
-}
-TG_LDSM(tg_ldsm_x4, 4, "") TG_LDSM(tg_ldsm_x4_t, 4, ".trans")
-TG_LDSM(tg_ldsm_x2, 2, "") TG_LDSM(tg_ldsm_x2_t, 2, ".trans")
-__device__ __forceinline__ void tg_cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-      :: "r"(tg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void tg_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
-"""
-MMA_FN = """template <int P, int W> __device__ __forceinline__ tg_vec<float, 4> tg_mma_{name}(
-    tg_vec<unsigned short, 8> a, tg_vec<unsigned short, W> b, tg_vec<float, 4> c) {{
-  union {{ tg_vec<unsigned short, 8> v; unsigned int r[4]; }} ua; ua.v = a;
-  union {{ tg_vec<unsigned short, W> v; unsigned int r[W / 2]; }} ub; ub.v = b;
-  asm("mma.sync.aligned.{shape}.row.col.f32.{ty}.{ty}.f32 "
-      "{{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};"
-      : "+f"(c.e[0]), "+f"(c.e[1]), "+f"(c.e[2]), "+f"(c.e[3])
-      : "r"(ua.r[0]), "r"(ua.r[1]), "r"(ua.r[2]), "r"(ua.r[3]), "r"(ub.r[2 * P]), "r"(ub.r[2 * P + 1]));
-  return c;
-}}
-"""
+MMA_PRELUDE = read_prelude("cuda/mma.cuh")
+# one mma.sync per (shape, operand type): $name, $shape and $ty filled in for each kind a kernel uses
+MMA_FN = string.Template(read_prelude("cuda/mma_sync.cuh"))
 # name -> (shape, operand type); TF32 takes float32's bits in the registers where m16n8k16 takes two halves
 _MMA_TYPES = {"m16n8k16_f16": ("m16n8k16", "f16"), "m16n8k16_bf16": ("m16n8k16", "bf16"),
               "m16n8k8_tf32": ("m16n8k8", "tf32")}
@@ -131,19 +62,7 @@ _MMA_TYPES = {"m16n8k16_f16": ("m16n8k16", "f16"), "m16n8k16_bf16": ("m16n8k16",
 # slice's four k16 steps advance the descriptors by 32 bytes along a K-major row, or by two 8-row groups of an atom.
 # The accumulators are fenced around the asynchronous instructions; WAIT groups (slices) may still be in flight on
 # return, and tg_wgmma_wait_all waits for the last before the accumulators are read.
-WGMMA_PRELUDE = """__device__ __forceinline__ unsigned long long tg_wgmma_desc(const void* p, unsigned lbo,
-    unsigned sbo) {
-  return (unsigned long long)((tg_smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
-         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-__device__ __forceinline__ void tg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-template <int R> __device__ __forceinline__ tg_vec<float, R> tg_wgmma_wait_all(tg_vec<float, R> c) {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-  for (int i = 0; i < R; i++) asm volatile("" : "+f"(c.e[i]) :: "memory");
-  return c;
-}
-"""
+WGMMA_PRELUDE = read_prelude("cuda/wgmma.cuh")
 WGMMA_SIZES = (64, 128, 256)
 
 # Hopper's TMA (sm_90): a wgmma kernel's slices copied by the TMA unit as whole boxes of A and B, described by tensor
@@ -153,125 +72,21 @@ WGMMA_SIZES = (64, 128, 256)
 # bytes down), and "empty" (bars[S+s]), which completes when every warp, of every block of the cluster, is done with
 # it. Phase parities follow from the step: step j is stage j % S's (j / S)-th use. In a cluster each block copies
 # 1/CLUSTER of B's slice into every block's shared memory (multicast) and every warp frees its stage in all of them.
-TMA_PRELUDE = """struct __align__(64) tg_tmap { unsigned long long v[16]; };
-__device__ __forceinline__ void tg_mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tg_smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void tg_mbar_expect(unsigned long long* bar, unsigned bytes) {
-  asm volatile("{\\n.reg .b64 st;\\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\\n}\\n"
-      :: "r"(tg_smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tg_mbar_wait(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
-        "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(done) : "r"(tg_smem_addr(bar)), "r"(parity) : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void tg_mbar_arrive(unsigned long long* bar) {
-  asm volatile("{\\n.reg .b64 st;\\nmbarrier.arrive.shared::cta.b64 st, [%0];\\n}\\n" :: "r"(tg_smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ void tg_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
-  asm volatile("{\\n.reg .b32 ra;\\nmapa.shared::cluster.u32 ra, %0, %1;\\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\\n}\\n" :: "r"(tg_smem_addr(bar)), "r"(cta)
-      : "memory");
-}
-__device__ __forceinline__ void tg_mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ unsigned tg_cluster_rank() {
-  unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
-}
-__device__ __forceinline__ void tg_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ void tg_tma_2d(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];" :: "r"(tg_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tg_smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void tg_tma_2d_mc(void* dst, const tg_tmap* map, int c0, int c1, unsigned long long* bar,
-    unsigned short mask) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3}], [%4], %5;"
-      :: "r"(tg_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tg_smem_addr(bar)), "h"(mask) : "memory");
-}
-template <int S, int CLUSTER> __device__ __forceinline__ void tg_tma_init(unsigned long long* bars, unsigned arrivals,
-    int tid) {
-  if (tid == 0) {
-    for (int s = 0; s < S; s++) { tg_mbar_init(bars + s, 1); tg_mbar_init(bars + S + s, arrivals); }
-    tg_mbar_init_fence();
-  }
-  if (CLUSTER > 1) tg_cluster_sync(); else __syncthreads();
-}
-// step j's slices into stage j % S: A's box at (K j*64, row), B's at (K, column) staged K-major, else its 64-column
-// atoms at (column + 64 i, K), 4096 elements apart; in a cluster, this block's share of B into every block
-template <int S, int SA, int SB, bool BK, int NB, int CLUSTER> __device__ __forceinline__ void tg_tma_produce(
-    unsigned long long* bars, bool go, int j, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
-    const tg_tmap& mb, int row, int col) {
-  if (!go) return;
-  const int s = j % S, k0 = j * 64;
-  if (j >= S) tg_mbar_wait(bars + S + s, (j / S - 1) & 1);
-  tg_mbar_expect(bars + s, (SA + SB) * 2);
-  tg_tma_2d(sa + s * SA, &ma, k0, row, bars + s);
-  unsigned short* b = sb + s * SB;
-  if (CLUSTER == 1) {
-    if (BK) tg_tma_2d(b, &mb, k0, col, bars + s);
-    else for (int i = 0; i < NB; i++) tg_tma_2d(b + i * 4096, &mb, col + 64 * i, k0, bars + s);
-  } else {
-    const int r = (int)tg_cluster_rank();
-    const unsigned short mask = (unsigned short)((1u << CLUSTER) - 1);
-    if (BK) tg_tma_2d_mc(b + r * (SB / CLUSTER), &mb, k0, col + r * (SB / CLUSTER / 64), bars + s, mask);
-    else for (int i = r * (NB / CLUSTER); i < (r + 1) * (NB / CLUSTER); i++)
-      tg_tma_2d_mc(b + i * 4096, &mb, col + 64 * i, k0, bars + s, mask);
-  }
-}
-// the producer warp's loop: every step's slices, in order, by its first thread
-template <int S, int SA, int SB, bool BK, int NB, int STEPS, int CLUSTER> __device__ __forceinline__ void
-tg_tma_producer(unsigned long long* bars, bool first, unsigned short* sa, unsigned short* sb, const tg_tmap& ma,
-    const tg_tmap& mb, int row, int col) {
-  if (first)
-    for (int j = 0; j < STEPS; j++) tg_tma_produce<S, SA, SB, BK, NB, CLUSTER>(bars, true, j, sa, sb, ma, mb, row, col);
-}
-template <int S> __device__ __forceinline__ void tg_tma_wait(unsigned long long* bars, int k) {
-  tg_mbar_wait(bars + k % S, (k / S) & 1);
-}
-template <int S, int CLUSTER> __device__ __forceinline__ void tg_tma_release(unsigned long long* bars, int k,
-    bool go) {
-  if (!go) return;
-  if (CLUSTER == 1) tg_mbar_arrive(bars + S + k % S);
-  else for (int c = 0; c < CLUSTER; c++) tg_mbar_arrive_cluster(bars + S + k % S, c);
-}
-template <int CLUSTER> __device__ __forceinline__ void tg_tma_exit() { if (CLUSTER > 1) tg_cluster_sync(); }
-"""
+TMA_PRELUDE = read_prelude("cuda/tma.cuh")
+
+
+# one wgmma slice per (operand type, N): wgmma_fn fills in the register counts and PTX operand numbers
+_WGMMA_SLICE = string.Template(read_prelude("cuda/wgmma_slice.cuh"))
 
 
 def wgmma_fn(name: str, ty: str, n: int) -> str:
-    """The CUDA function for one slice of wgmma `name` (operand type `ty`) with N = `n` columns."""
+    """The CUDA function for one slice of wgmma `name` (operand type `ty`) with N = `n` columns: the accumulator's
+    `n / 2` registers are the asm's first operands, then the two descriptors, the scale-D predicate and B's
+    transpose flag."""
     regs = n // 2
-    outs = ",".join(f"%{i}" for i in range(regs))
-    operands = ", ".join(f'"+f"(c.e[{i}])' for i in range(regs))
-    return (f"template <bool BK, int ATOMS, int WAIT> __device__ __forceinline__ tg_vec<float, {regs}> "
-            f"tg_{name}_n{n}(\n"
-            f"    const unsigned short* a, const unsigned short* b, tg_vec<float, {regs}> c) {{\n"
-            f"  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
-            f"#pragma unroll\n"
-            f"  for (int i = 0; i < {regs}; i++) asm volatile(\"\" : \"+f\"(c.e[i]) :: \"memory\");\n"
-            f"  unsigned long long da = tg_wgmma_desc(a, 16, 1024), db = tg_wgmma_desc(b, BK ? 16 : ATOMS, 1024);\n"
-            f"#pragma unroll\n"
-            f"  for (int s = 0; s < 4; s++) {{\n"
-            f"    unsigned long long das = da + 2 * s, dbs = db + (BK ? 2 * s : 128 * s);\n"
-            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n\"\n"
-            f"      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, "
-            f"p, 1, 1, 0, %{regs + 3};\\n}}\\n\"\n"
-            f"      : {operands}\n"
-            f"      : \"l\"(das), \"l\"(dbs), \"r\"(1), \"n\"(BK ? 0 : 1));\n"
-            f"  }}\n"
-            f"  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
-            f"  asm volatile(\"wgmma.wait_group.sync.aligned %0;\" :: \"n\"(WAIT) : \"memory\");\n"
-            f"#pragma unroll\n"
-            f"  for (int i = 0; i < {regs}; i++) asm volatile(\"\" : \"+f\"(c.e[i]) :: \"memory\");\n"
-            f"  return c;\n}}\n")
+    return _WGMMA_SLICE.substitute(name=name, ty=ty, n=n, regs=regs, outs=",".join(f"%{i}" for i in range(regs)),
+                                   operands=", ".join(f'"+f"(c.e[{i}])' for i in range(regs)), desc_a=regs,
+                                   desc_b=regs + 1, pred=regs + 2, trans_b=regs + 3)
 
 
 _WGMMA_TYPES = {"wgmma_f16": "f16", "wgmma_bf16": "bf16"}
@@ -296,7 +111,7 @@ def _round_narrow(val: float, dt: DType) -> float:
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
-class CUDALanguage(GPULanguage):
+class CUDALanguage(TgVecSpelling, GPULanguage):
     """CUDA C, compiled by NVRTC with no headers."""
     name = "CUDA"
     # mma.sync m16n8k16 for half and bfloat16, and cp.async: sm_80 and later (ops_cuda.py checks the GPU)
@@ -369,21 +184,6 @@ class CUDALanguage(GPULanguage):
         out = [MAX_PRELUDE, HALF_PRELUDE if dtypes.float16 in dts else "",
                BF16_PRELUDE if dtypes.bfloat16 in dts else ""]
         return "".join(out)
-
-    # ---- vectors (tg_vec, see VEC_OPS_PRELUDE) ----
-    def vector_type_name(self, dt: DType) -> str:
-        return f"tg_vec<{self.render_dtype(dt.scalar())}, {dt.count}>"
-
-    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
-        return f"{self.render_dtype(dt)}{{{{{', '.join(lanes)}}}}}"
-
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.e[{lane}]" if vec.isidentifier() else f"({vec}).e[{lane}]"
-
-    def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
-        if op is BinaryOps.MAX:
-            return f"tg_vmax({operands[0]}, {operands[1]})"
-        return super().render_vector_alu(op, operands, dt)
 
     def render_kernel(self, name: str, body: list[str], params: list, launch_bounds: int | None = None,
                       cluster: int = 1) -> str:
@@ -469,7 +269,7 @@ class CUDALanguage(GPULanguage):
             return ""
         mma = [n for n in sorted(names) if n in _MMA_TYPES]
         wg = [n for n in sorted(names) if n in _WGMMA_TYPES]
-        mma_fns = "".join(MMA_FN.format(name=n, shape=_MMA_TYPES[n][0], ty=_MMA_TYPES[n][1]) for n in mma)
+        mma_fns = "".join(MMA_FN.substitute(name=n, shape=_MMA_TYPES[n][0], ty=_MMA_TYPES[n][1]) for n in mma)
         return MMA_PRELUDE + mma_fns + \
             (WGMMA_PRELUDE if wg else "") + "".join(wgmma_fn(n, _WGMMA_TYPES[n], s) for n in wg for s in WGMMA_SIZES)
 

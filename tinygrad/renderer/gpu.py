@@ -9,7 +9,7 @@ Kernels with SPECIAL uops are the linearizer's: it mapped their output dims to t
 gives their launch sizes as data (the program record's global_size/local_size); they are rendered as they are,
 vector uops included (16-byte loads and stores where the pointer is aligned at run time, else one element at a time).
 Kernels without them are what the linearizer leaves as loops, today the memory-bound reductions
-(codegen/heuristic_gpu.py says which), and are made parallel here, as `gpu_plan.py` plans: the outer loops over
+(codegen/heuristic_gpu.py says which), and are made parallel here as codegen/gpu_plan.py plans: the outer loops over
 output elements become a grid-stride loop over all threads; for reductions with few outputs, a loop over blocks,
 each block's threads splitting the reduction and combining with warp shuffles; for one large reduction, the whole
 grid splits it and the last block to finish combines the blocks' results. Such a kernel is correct for any grid (and
@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tinygrad.codegen.accumulate import SUM_BLOCK
+from tinygrad.codegen.gpu_plan import VEC_BYTES, _eval_max, _Parallel, _plan_parallel, _Vec
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
-from tinygrad.renderer.gpu_plan import VEC_BYTES, VEC_PRELUDE, _eval_max, _Parallel, _plan_parallel, _Vec
+from tinygrad.renderer.prelude import read_prelude
 
 LAUNCH_MARKER = "// tinygrad launch:"
 SHARED_MARKER = "// tinygrad dynamic shared memory:"
@@ -57,6 +58,8 @@ _TENSOR_MAP_RE = re.compile(r"// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+)
                             r"strides=((?:\d+(?:,\d+)*)?) box=(\d+(?:,\d+)*) swizzle=(\d+)")
 _LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
                         re.M)
+# tg_vec<T, W>: W values of T, aligned as one access up to 16 bytes (CUDA and HIP; Metal declares its own)
+VEC_PRELUDE = read_prelude("cuda/vec.cuh")
 
 
 class GPULanguage(CStyleLanguage):
@@ -169,7 +172,7 @@ class GPULanguage(CStyleLanguage):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Launch sizes written into the kernel source (the parallel plan itself is made in gpu_plan.py)
+# Launch sizes written into the kernel source (the parallel plan itself is made in codegen/gpu_plan.py)
 # ---------------------------------------------------------------------------------------------------------------
 def launch_dims(src: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
     """The (grid, block) a kernel from this renderer was written for, from its first line; None if it has none."""

@@ -27,80 +27,31 @@ from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage
 from tinygrad.renderer.gpu import GPULanguage, uops_to_gpu
+from tinygrad.renderer.prelude import read_prelude
+from tinygrad.renderer.tg_vec import TgVecSpelling
 
-HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
+HEADER = read_prelude("metal/header.metal")
 
 # the grid indices every kernel takes, after its buffers: (name, MSL attribute)
 GRID_PARAMS = (("tg_gid", "threadgroup_position_in_grid"), ("tg_lid", "thread_position_in_threadgroup"),
                ("tg_bdim", "threads_per_threadgroup"), ("tg_gdim", "threadgroups_per_grid"))
 
 # simd_shuffle_down takes 32-bit and narrower values: a 64-bit one is shuffled as two halves
-SHUFFLE_PRELUDE = """template <class T> inline T tg_shfl_down(T v, ushort d) { return simd_shuffle_down(v, d); }
-inline long tg_shfl_down(long v, ushort d) { return as_type<long>(simd_shuffle_down(as_type<uint2>(v), d)); }
-inline ulong tg_shfl_down(ulong v, ushort d) { return as_type<ulong>(simd_shuffle_down(as_type<uint2>(v), d)); }
-inline bool tg_shfl_down(bool v, ushort d) { return simd_shuffle_down((ushort)v, d) != 0; }
-"""
+SHUFFLE_PRELUDE = read_prelude("metal/shuffle.metal")
 
 # bfloat16: stored as its 16 bits, computed in float; round to nearest even, NaN stays a quiet NaN
-BF16_PRELUDE = """inline float tg_bf16_to_f32(ushort b) { return as_type<float>(((uint)b) << 16); }
-inline ushort tg_f32_to_bf16(float f) {
-  uint u = as_type<uint>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
-  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-inline float tg_bf16_round(float f) { return tg_bf16_to_f32(tg_f32_to_bf16(f)); }
-"""
+BF16_PRELUDE = read_prelude("metal/bf16.metal")
 
 # vector values of the linearizer's kernels: W lanes of T with lane-by-lane arithmetic, loaded and stored one element
 # at a time (so at any alignment, from device or threadgroup memory); the compiler merges the accesses it can
-VEC_PRELUDE = """template <class T, int W> struct tg_vec { T e[W]; };
-"""
-VEC_OPS_PRELUDE = """#define TG_VEC_OP(OP) template <class T, int W> inline tg_vec<T, W> operator OP(tg_vec<T, W> a, \\
-    tg_vec<T, W> b) { tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = a.e[i] OP b.e[i]; return r; }
-TG_VEC_OP(+) TG_VEC_OP(-) TG_VEC_OP(*) TG_VEC_OP(/)
-template <class T, int W> inline tg_vec<T, W> operator-(tg_vec<T, W> a) {
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = -a.e[i]; return r;
-}
-template <class T, int W> inline tg_vec<T, W> tg_vmax(tg_vec<T, W> a, tg_vec<T, W> b) {
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = (a.e[i] != a.e[i] || a.e[i] > b.e[i]) ? a.e[i] : b.e[i];
-  return r;
-}
-// P: a pointer into any address space (device or threadgroup), deduced
-template <class T, int W, class P> inline tg_vec<T, W> tg_vload(P p) {
-  tg_vec<T, W> r; for (int i = 0; i < W; i++) r.e[i] = p[i]; return r;
-}
-template <class T, int W, class P> inline void tg_vstore(P p, tg_vec<T, W> v) {
-  for (int i = 0; i < W; i++) p[i] = v.e[i];
-}
-"""
+VEC_PRELUDE = read_prelude("metal/vec.metal")
+VEC_OPS_PRELUDE = read_prelude("metal/vec_ops.metal")
 
 
 # simdgroup_matrix (codegen/tensor_cores.TensorCore's "simdgroup"): between calls a lane carries its thread_elements()
 # of each 8x8 matrix (2 of them), whatever elements the compiler gives it; values enter only by simdgroup_load and
 # leave only by simdgroup_store, so nothing depends on that spread.
-SIMDGROUP_PRELUDE = """template <bool T> inline tg_vec<half, 2> tg_sg_load(const threadgroup half* p, ulong stride) {
-  simdgroup_half8x8 m;
-  simdgroup_load(m, p, stride, ulong2(0, 0), T);
-  return tg_vec<half, 2>{{m.thread_elements()[0], m.thread_elements()[1]}};
-}
-inline tg_vec<float, 2> tg_sg_mma_f16(tg_vec<half, 2> a, tg_vec<half, 2> b, tg_vec<float, 2> c) {
-  simdgroup_half8x8 ma, mb;
-  simdgroup_float8x8 mc;
-  for (int i = 0; i < 2; i++) {
-    ma.thread_elements()[i] = a.e[i];
-    mb.thread_elements()[i] = b.e[i];
-    mc.thread_elements()[i] = c.e[i];
-  }
-  simdgroup_multiply_accumulate(mc, ma, mb, mc);
-  return tg_vec<float, 2>{{mc.thread_elements()[0], mc.thread_elements()[1]}};
-}
-inline void tg_sg_store(threadgroup float* p, ulong stride, tg_vec<float, 2> c) {
-  simdgroup_float8x8 m;
-  m.thread_elements()[0] = c.e[0];
-  m.thread_elements()[1] = c.e[1];
-  simdgroup_store(m, p, stride, ulong2(0, 0), false);
-}
-"""
+SIMDGROUP_PRELUDE = read_prelude("metal/simdgroup.metal")
 _SIMDGROUP = {"simdgroup_f16": "tg_sg_mma_f16"}
 
 
@@ -115,7 +66,7 @@ def _bf16_round(val: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
-class MetalLanguage(GPULanguage):
+class MetalLanguage(TgVecSpelling, GPULanguage):
     """Metal Shading Language, compiled by the Metal framework (newLibraryWithSource) or offline into a metallib."""
     name = "METAL"
     kernel_prefix = "kernel void "
@@ -196,21 +147,6 @@ class MetalLanguage(GPULanguage):
 
     def prelude(self, dts: set[DType]) -> str:
         return HEADER + SHUFFLE_PRELUDE + (BF16_PRELUDE if dtypes.bfloat16 in dts else "")
-
-    # ---- vectors (tg_vec, see VEC_PRELUDE) ----
-    def vector_type_name(self, dt: DType) -> str:
-        return f"tg_vec<{self.render_dtype(dt.scalar())}, {dt.count}>"
-
-    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
-        return f"{self.render_dtype(dt)}{{{{{', '.join(lanes)}}}}}"
-
-    def render_gep(self, vec: str, lane: int) -> str:
-        return f"{vec}.e[{lane}]" if vec.isidentifier() else f"({vec}).e[{lane}]"
-
-    def render_vector_alu(self, op, operands: list[str], dt: DType) -> str:
-        if op is BinaryOps.MAX:
-            return f"tg_vmax({operands[0]}, {operands[1]})"
-        return super().render_vector_alu(op, operands, dt)
 
     def address_space(self, buf: UOp) -> str:
         return "threadgroup " if buf.uop is UOps.DEFINE_LOCAL else "device "

@@ -1,13 +1,8 @@
-"""Collectives between CUDA GPUs of this process through NCCL: the `CollectiveBackend` of the CUDA device.
+"""NCCL for the CUDA runtime: loading the library, one communicator per tuple of GPUs, and the runner that queues a
+collective on the devices' streams.
 
-`tinygrad.collectives` asks a device object for its `collectives` attribute; every CUDADevice carries `BACKEND`,
-one NCCLCollectives shared by all of them. Its methods build, for a collective over n devices, n LazyBuffers with
-op LoadOps.CUSTOM (one per device) sharing one `NCCLCollective` as their arg. The scheduler lowers them together
-into one ScheduleItem over all the devices' output and input buffers, and the engine runs it with the runner the arg
-makes (NCCLRunner), which calls the C++ Communicator (runtimes/cuda/nccl.h): each device's NCCL call is queued on
-that device's stream, in one NCCL group, so it is ordered with the kernels and copies around it without any host
-synchronisation. So eager code, TinyJit capture and JIT replay all run the collective as one step of the schedule.
-
+NCCLRunner calls the C++ Communicator (runtimes/cuda/nccl.h): each device's NCCL call is queued on that device's
+stream, in one NCCL group, so it is ordered with the kernels and copies around it without any host synchronisation.
 Under TinyJit a capture spanning several CUDA GPUs is replayed as one CUDA graph (graph_cuda.CUDAMultiGraph): the
 kernels are kernel nodes, and the NCCL group is captured from the devices' streams into a child graph of it, so a
 data-parallel step is one cuGraphLaunch with the collectives inside.
@@ -19,19 +14,15 @@ Captures the graph can't hold (copies from the host, other devices) and CUDA_MUL
 issuing each collective again on the devices' streams in order with the captured kernels.
 
 NCCL is loaded on first use: NCCL_LIBRARY if set, else libnccl.so.2 from the loader's search path, else the one in
-the nvidia-nccl wheel (site-packages/nvidia/nccl/lib, as PyTorch installs it). Where it can't be loaded, or for a
-dtype NCCL has no type for, or an uneven split NCCL can't express, the collectives fall back to the ring of copies
-(tinygrad.collectives), which gives the same results. NCCL=0 turns the NCCL path off.
+the nvidia-nccl wheel (site-packages/nvidia/nccl/lib, as PyTorch installs it).
 
-    >>> from tinygrad import Tensor                                                   # doctest: +SKIP
-    >>> x = Tensor.ones(4, 8).shard(("CUDA:0", "CUDA:1"), axis=0)                     # doctest: +SKIP
-    >>> x.sum(0).numpy()   # the per-device partial sums are all-reduced by ncclAllReduce  # doctest: +SKIP
+The collectives themselves (lazy graph nodes the scheduler turns into NCCLRunners) are built above the runtimes, in
+tinygrad/collectives_nccl.py: a runtime never imports the lazy graph.
 """
 from __future__ import annotations
 
 import atexit
 import glob
-import math
 import os
 import sys
 import time
@@ -39,19 +30,14 @@ import time
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import DEBUG, getenv
-from tinygrad.lazy import LazyBuffer
-from tinygrad.ops import LoadOps, ReduceOps
 from tinygrad.runtime import _cuda
-from tinygrad.shape.shapetracker import ShapeTracker
 
-__all__ = ["NCCLCollectives", "NCCLCollective", "NCCLRunner", "BACKEND", "communicator", "load", "nccl_candidates",
-           "nccl_dtype", "reset"]
+__all__ = ["NCCLRunner", "available", "communicator", "load", "nccl_candidates", "nccl_dtype", "reset"]
 
 # tinygrad's dtypes that NCCL has a type for (its ncclDataType_t names, as the C++ side takes them)
 _DTYPES = {dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int32: "int32", dtypes.uint32: "uint32",
            dtypes.int64: "int64", dtypes.uint64: "uint64", dtypes.float16: "float16", dtypes.bfloat16: "bfloat16",
            dtypes.float32: "float32", dtypes.float64: "float64"}
-_OPS = {ReduceOps.SUM: "sum", ReduceOps.MAX: "max", ReduceOps.PROD: "prod"}
 
 
 def nccl_dtype(dtype) -> str | None:
@@ -149,94 +135,3 @@ class NCCLRunner:
             for d in self.devices:
                 Device[d].synchronize()
         return time.perf_counter() - st
-
-
-class NCCLCollective:
-    """The arg of the LoadOps.CUSTOM nodes of one collective: what to run, and `outs`, the node of every device
-    (the scheduler computes them in one item). `count` is what NCCL calls it: the elements of each device's output
-    (all-reduce, reduce-scatter) or input (all-gather)."""
-
-    def __init__(self, kind: str, op: ReduceOps | None, devices: tuple[str, ...], count: int, dtype):
-        self.kind, self.op, self.devices, self.count, self.dtype = kind, op, devices, count, dtype
-        self.outs: list[LazyBuffer] = []
-
-    def runner(self) -> NCCLRunner:
-        return NCCLRunner(self.kind, _OPS.get(self.op), self.devices, self.count, self.dtype)
-
-    def __repr__(self) -> str:
-        return f"NCCLCollective({self.kind}, {self.op}, {self.devices}, count={self.count}, {self.dtype})"
-
-
-def _whole(lb: LazyBuffer) -> LazyBuffer:
-    """`lb` as a whole contiguous buffer (a base): what NCCL reads."""
-    c = lb.contiguous()
-    return c.base
-
-
-def _collective(kind: str, op: ReduceOps | None, ins: list[LazyBuffer], count: int, out_numel: int) -> list[LazyBuffer]:
-    devices = tuple(lb.device for lb in ins)
-    spec = NCCLCollective(kind, op, devices, count, ins[0].dtype)
-    srcs = tuple(_whole(lb) for lb in ins)
-    spec.outs = [LazyBuffer(d, ShapeTracker.from_shape((out_numel,)), ins[0].dtype, LoadOps.CUSTOM, spec, srcs)
-                 for d in devices]
-    return spec.outs
-
-
-def _axis_first(lb: LazyBuffer, axis: int) -> LazyBuffer:
-    order = (axis,) + tuple(d for d in range(len(lb.shape)) if d != axis)
-    return lb.permute(order) if axis != 0 else lb
-
-
-def _axis_back(lb: LazyBuffer, axis: int) -> LazyBuffer:
-    if axis == 0:
-        return lb
-    order = list(range(1, len(lb.shape)))
-    order.insert(axis, 0)
-    return lb.permute(tuple(order))
-
-
-class NCCLCollectives:
-    """The CollectiveBackend of CUDA devices (see tinygrad.collectives.CollectiveBackend)."""
-
-    def supports(self, devices: tuple[str, ...]) -> bool:
-        if not getenv("NCCL", 1) or len(set(devices)) != len(devices):
-            return False
-        return all(getattr(Device[d], "collectives", None) is self for d in devices) and available()
-
-    def _ring(self):
-        from tinygrad import collectives
-        return collectives
-
-    def all_reduce(self, op: ReduceOps, lbs: list[LazyBuffer]) -> list[LazyBuffer]:
-        shape, numel = lbs[0].shape, lbs[0].size
-        if nccl_dtype(lbs[0].dtype) is None or op not in _OPS or not isinstance(numel, int) or numel == 0:
-            return self._ring().ring_all_reduce(op, lbs)
-        return [o.reshape(shape) for o in _collective("all_reduce", op, lbs, numel, numel)]
-
-    def all_gather(self, lbs: list[LazyBuffer], axis: int) -> list[LazyBuffer]:
-        sizes = {lb.shape[axis] for lb in lbs}
-        numel = lbs[0].size
-        if nccl_dtype(lbs[0].dtype) is None or len(sizes) != 1 or not isinstance(numel, int) or numel == 0:
-            return self._ring().ring_all_gather(lbs, axis)
-        n = len(lbs)
-        front = [_axis_first(lb, axis) for lb in lbs]
-        shape = (n * front[0].shape[0],) + front[0].shape[1:]
-        outs = _collective("all_gather", None, front, numel, n * numel)
-        return [_axis_back(o.reshape(shape), axis) for o in outs]
-
-    def reduce_scatter(self, op: ReduceOps, lbs: list[LazyBuffer], axis: int,
-                       bounds: tuple[tuple[int, int], ...]) -> list[LazyBuffer]:
-        sizes = {hi - lo for lo, hi in bounds}
-        numel = lbs[0].size
-        if nccl_dtype(lbs[0].dtype) is None or op not in _OPS or len(sizes) != 1 or not isinstance(numel, int) or \
-                numel == 0:
-            return self._ring().ring_reduce_scatter(op, lbs, axis, bounds)
-        front = [_axis_first(lb, axis) for lb in lbs]
-        part = sizes.pop()
-        shape = (part,) + front[0].shape[1:]
-        count = math.prod(shape)
-        outs = _collective("reduce_scatter", op, front, count, count)
-        return [_axis_back(o.reshape(shape), axis) for o in outs]
-
-
-BACKEND = NCCLCollectives()

@@ -260,9 +260,9 @@ class CUDADevice(Compiled):
                                  shared_max=a(97))  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
                          functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)
-        # all-reduce, all-gather and reduce-scatter between CUDA devices through NCCL (runtime/nccl.py)
-        from tinygrad.runtime.nccl import BACKEND
-        self.collectives = BACKEND
+        # all-reduce, all-gather and reduce-scatter between CUDA devices through NCCL: tinygrad.collectives finds the
+        # backend by this name (tinygrad/collectives_nccl.py, which builds lazy graph nodes above the runtimes)
+        self.collectives = "nccl"
         if DEBUG >= 1:
             print(f"{device}: {self._dev.product_name} ({self.arch}), driver {self._dev.driver_version}")
 

@@ -42,10 +42,6 @@ WARP_MAX_STEPS = 256
 # a warp lane's elements in flight per step of a row (its unrolled vectors): all of a row's vectors where they fit
 WARP_ELEMS = 64
 
-VEC_PRELUDE = """template <class T, int W> struct alignas(sizeof(T) * W > 16 ? 16 : sizeof(T) * W) tg_vec { T e[W]; };
-"""
-
-
 @dataclass
 class _Vec:
     """A flat nest whose body is rendered for one element and run `width` elements at a time: `loads` and `stores`

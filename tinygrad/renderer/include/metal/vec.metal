@@ -1,0 +1,1 @@
+template <class T, int W> struct tg_vec { T e[W]; };
