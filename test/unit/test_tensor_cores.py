@@ -267,7 +267,7 @@ def test_tma_clusters_share_b_and_the_plan_rules():
     assert "tg_tma_init<4, 2>(tc_bar, 16, lidx0)" in k.src and "tg_tma_exit<2>()" in k.src
     # K-major B: each block's box is half of B's rows
     kk = Kernel(_t(a) @ _t(_h(256, 128, seed=2)).T, opts=[Opt(OptOps.TC, 0, _tma_config(2))], lopts=TMA)
-    assert "box=64,128 swizzle=128" in kk.src.split("tmap_b")[0].splitlines()[2]
+    assert (kk.spec.tensor_maps[1].box, kk.spec.tensor_maps[1].swizzle) == ((64, 128), 128)
     # refused: an odd number of row tiles for a cluster of 2, a batch, a device without TMA, a view with an offset
     # TMA can take (and one it can't: not 16-byte aligned, which cp.async refuses too)
     with pytest.raises(ValueError, match="multiple of 2 row tiles"):
