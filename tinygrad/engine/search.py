@@ -104,19 +104,18 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
                 lin = make(new)
                 if lin is not None:
                     cands.append((new, lin))
-        # equal sources are one candidate (different Opt orders often make the same kernel)
-        by_src: dict[str, tuple] = {}
+        # equal kernels (source and launch facts) are one candidate (different Opt orders often make the same one)
+        by_spec: dict[ProgramSpec, tuple] = {}
         for opts, lin in cands:
-            spec = dev.renderer(lin.name, lin.uops)
-            by_src.setdefault(spec.src, (opts, lin, spec))
-        srcs = list(by_src)
+            by_spec.setdefault(dev.renderer(lin.name, lin.uops), (opts, lin))
+        specs = list(by_spec)
         with ThreadPoolExecutor(max_workers=4) as pool:
-            libs = list(pool.map(lambda s: _try_compile(dev, s), srcs))
+            libs = list(pool.map(lambda spec: _try_compile(dev, spec.src), specs))
         timed = []
-        for src, lib in zip(srcs, libs):
+        for spec, lib in zip(specs, libs):
             if lib is None or time.perf_counter() > deadline:
                 continue
-            opts, lin, spec = by_src[src]
+            opts, lin = by_spec[spec]
             t = _timed(dev, lin, bufs, outs, ref, best[0][0] * SLOW_FACTOR, (spec, lib))
             if t is not None:
                 timed.append((t, opts))
@@ -124,7 +123,7 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
         improved = bool(timed) and min(timed, key=lambda x: x[0])[0] < best[0][0]
         best = sorted(best + timed, key=lambda x: x[0])[:max(width, 2)]
         if DEBUG >= 2:
-            print(f"BEAM {dname} step {step}: {len(srcs)} candidates, best {best[0][0] * 1e6:9.2f} us "
+            print(f"BEAM {dname} step {step}: {len(specs)} candidates, best {best[0][0] * 1e6:9.2f} us "
                   f"with {list(best[0][1])}")
         if not improved or time.perf_counter() > deadline:
             break
