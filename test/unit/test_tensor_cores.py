@@ -278,7 +278,8 @@ def test_tma_clusters_share_b_and_the_plan_rules():
         Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=HOPPER)
     big = _h(264, 128)
     sub = Kernel(_t(big)[8:] @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
-    assert f"offset={8 * 128 * 2} elem=2 dims=128,256" in sub.src
+    assert (sub.spec.tensor_maps[0].offset, sub.spec.tensor_maps[0].elem, sub.spec.tensor_maps[0].dims) == \
+        (8 * 128 * 2, 2, (128, 256))
     got, = _run([sub])
     _check(got, big[8:].astype(np.float32) @ b.astype(np.float32))
 
