@@ -123,8 +123,8 @@ def torch_rows() -> dict[str, float]:
     return rows
 
 
-def rendered(renderer, out: Tensor) -> tuple[str, str]:
-    """(name, CUDA source) of the one kernel that computes `out` from realized inputs, by `renderer`."""
+def rendered(renderer, out: Tensor):
+    """(name, ProgramSpec) of the one kernel that computes `out` from realized inputs, by `renderer`."""
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
@@ -139,7 +139,6 @@ def rendered(renderer, out: Tensor) -> tuple[str, str]:
 
 def sweep(dev, old: str | None) -> None:
     import tinygrad.renderer.cuda as cuda_renderer
-    from tinygrad.renderer.gpu import launch_dims
     rng = np.random.default_rng(1)
     a_np, b_np = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
     a, b = Tensor(a_np, device="CUDA").realize(), Tensor(b_np, device="CUDA").realize()
@@ -166,9 +165,9 @@ def sweep(dev, old: str | None) -> None:
             for kind, (tensor, bufs, nbytes) in cases.items():
                 if kind == "add" and unroll not in (None, saved[1]):
                     continue  # elementwise kernels take a vector a thread: the unroll is the reductions'
-                name, src = rendered(renderer, tensor)
-                prg = CUDAProgram(dev, name, dev.compiler.compile(src))
-                written, block = launch_dims(src)
+                name, spec = rendered(renderer, tensor)
+                prg = CUDAProgram(dev, name, dev.compiler.compile(spec.src), spec)
+                written, block = spec.launch
                 prg(*bufs, wait=True)
                 got = np.empty(N if kind == "add" else 1, dtype=np.float32)
                 _cuda.copyout(got, out_buf)

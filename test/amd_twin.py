@@ -16,8 +16,6 @@ import tempfile
 from pathlib import Path
 
 from tinygrad.device import CompileError, Compiler
-from tinygrad.renderer.gpu import launch_dims, launch_persistent
-from tinygrad.runtime.compiler_amd import pack_lib
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "test" / "native" / "hip_twin.h"
@@ -131,5 +129,4 @@ class TwinCompiler(Compiler):
         path = str(build_twin(src, self.wave)).encode()
         token = TWIN_MAGIC + struct.pack("<I", len(path)) + path + b"\0"
         _, size = kernarg_layout([p for p in m.group(2).split(", ") if p.strip()])
-        image = code_object(m.group(1), size, self.arch, token, self.wave == 32)
-        return pack_lib(image, launch_dims(src), launch_persistent(src))
+        return code_object(m.group(1), size, self.arch, token, self.wave == 32)

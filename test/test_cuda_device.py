@@ -28,7 +28,7 @@ if _why is None:
     from tinygrad.device import CompileError
     from tinygrad.runtime import _cuda
     from tinygrad.runtime.graph_cuda import MAX_NODES, CUDAGraph
-    from tinygrad.runtime.ops_cuda import CUDACompiler, nvrtc_candidates, unpack_lib
+    from tinygrad.runtime.ops_cuda import CUDACompiler, nvrtc_candidates
 
 
 def _nvrtc() -> bool:
@@ -351,7 +351,7 @@ def test_program_layout_and_launch_errors(dev):
     with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_IMAGE"):
         _cuda.Program(dev._dev, "k", b"not a cubin")
     with pytest.raises(RuntimeError, match="CUDA_ERROR_NOT_FOUND"):
-        _cuda.Program(dev._dev, "nope", unpack_lib(lib)[0])
+        _cuda.Program(dev._dev, "nope", lib)
 
 
 def test_compiler_cachekey_names_arch_and_nvrtc(dev):

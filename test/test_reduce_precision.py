@@ -151,5 +151,5 @@ def test_gpu_render_loop_blocks_each_threads_share():
                          (Tensor.empty(64, 1 << 18, device="CLANG").sum(1), True),
                          (Tensor.empty(1 << 24, device="CLANG").max(), False)]:
         lin = _kernel(out, opts)
-        src = CUDARenderer(lin.name, lin.uops)
+        src = CUDARenderer(lin.name, lin.uops).src
         assert ("tg_blk" in src) == blocked, src

@@ -1,22 +1,26 @@
 """Devices, the memory they hold, and the contract a compiled device fulfils.
 
 A compiled device is four parts: an Allocator (device memory), a Compiler (source -> binary), a renderer
-(uops -> source, chosen by `LinearizerOptions`) and a program class (binary -> something you can call with buffers),
-plus an optional graph class that replays a TinyJit capture in one call. Devices are found by name: `Device["CLANG"]`
-imports `tinygrad.runtime.ops_clang` and builds its `ClangDevice`. Every `ops_<name>.py` on `tinygrad.runtime`'s
-search path is a device; docs/adding_a_device.md says how to add one.
+(uops -> a ProgramSpec: the source and its launch facts, see codegen/program.py) and a program class (binary and
+ProgramSpec -> something you can call with buffers), plus an optional graph class that replays a TinyJit capture in
+one call. Devices are found by name: `Device["CLANG"]` imports `tinygrad.runtime.ops_clang` and builds its
+`ClangDevice`. Every `ops_<name>.py` on `tinygrad.runtime`'s search path is a device; docs/adding_a_device.md says
+how to add one.
 """
 from __future__ import annotations
 
 import importlib
 import os
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers, trim_heap
 from tinygrad.locks import ENGINE_LOCK
+
+if TYPE_CHECKING:
+    from tinygrad.codegen.program import ProgramSpec
 
 
 class CompileError(RuntimeError):
@@ -435,7 +439,7 @@ class Compiled:
     multi_graph: Any = None
 
     def __init__(self, device: str, allocator: Allocator, compiler: Compiler, runtime: Callable,
-                 renderer: Callable[[str, list], str], graph: Any = None):
+                 renderer: Callable[[str, list], ProgramSpec], graph: Any = None):
         self.dname, self.allocator, self.compiler, self.runtime = device, allocator, compiler, runtime
         self.renderer, self.graph = renderer, graph
         self.linearizer_opts = compiler.linearizer_opts

@@ -9,7 +9,8 @@ without the cache.
 
 NOTE: what the cache holds is trusted: compiled binaries from it are run, and a row is data another process wrote.
 So rows are plain bytes or JSON records (tinygrad/engine/records.py), never pickles, whose reading would run code
-(VERSION 2 dropped the pickle rows of version 1: they are never read). And a cache another user could have written
+(VERSION 2 dropped the pickle rows of version 1: they are never read; VERSION 3 dropped the compiled kernels
+that carried launch facts in a header, now the rendered ProgramSpec's). And a cache another user could have written
 is refused like a file that is not a cache: one owned by another user (or its folder, its -wal or -shm file), a
 group- or world-writable one, or one in a folder others can write without the sticky bit. New cache files and
 folders are made private to their user.
@@ -28,7 +29,7 @@ import warnings
 
 from tinygrad.helpers import CACHELEVEL, cache_dir, getenv
 
-VERSION = 2
+VERSION = 3
 _local = threading.local()
 SQLITE_HEADER = b"SQLite format 3\0"
 # paths found not to be sqlite files: warned about once, then left alone

@@ -122,7 +122,7 @@ PYBIND11_MODULE(_cuda, m) {
           },
           py::arg("specs"),
           "Declare the kernel's trailing TMA tensor-map parameters: (arg, offset, elem, dims, strides, box, swizzle)"
-          " each, as the renderer's `// tg_tensor_map` lines give them. Launches then take the ordinary arguments "
+          " each, as the kernel's ProgramSpec.tensor_maps gives them. Launches then take the ordinary arguments "
           "only; each map is encoded from buffer argument `arg`'s address + offset (ValueError for a spec that does "
           "not fit the kernel; RuntimeError where the driver has no cuTensorMapEncodeTiled).")
       .def_property_readonly(

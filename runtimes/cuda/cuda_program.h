@@ -22,7 +22,7 @@ struct ParamSlot {
 };
 
 // One TMA tensor map a kernel takes as a trailing `const __grid_constant__` 128-byte parameter: the global tensor it
-// describes, as the renderer's `// tg_tensor_map` line gives it (tinygrad/renderer/gpu.py, TensorMapSpec). The
+// describes, as the kernel's ProgramSpec gives it (tinygrad/codegen/program.py, TensorMapSpec). The
 // runtime encodes it at pack time from the address of the launch's pointer argument `arg`.
 struct TensorMapSpec {
   size_t arg = 0;                      // the ordinary argument (a buffer) whose address the map describes

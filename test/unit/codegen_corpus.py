@@ -145,7 +145,6 @@ def render_case(expr: str, renderer: str, opts: list[Opt] | None) -> dict:
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
     from tinygrad.ops import BufferOps
-    from tinygrad.renderer.gpu import dynamic_shared_bytes, launch_dims, launch_persistent, tensor_maps
     lopts, render = _renderers()[renderer]
     out = _expressions()[expr]()
     items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
@@ -159,17 +158,14 @@ def render_case(expr: str, renderer: str, opts: list[Opt] | None) -> dict:
         with Context(NOOPT=1):
             lin.linearize()
     lin.linearize()
-    src = render(lin.name, lin.uops)
-    # the launch facts the renderer writes into the source as marker comments (today): source without them, and
-    # the facts as data
-    lines = src.split("\n")
-    body = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("// tinygrad launch:", "// tg_tensor_map",
-                                                                       "// tinygrad dynamic shared memory:")))
-    dims = launch_dims(src) if renderer.startswith(("cuda", "hip", "metal")) else None
-    maps = [dataclasses.asdict(m) for m in tensor_maps(src)] if renderer.startswith("cuda") else []
-    return {"name": lin.name, "src": body, "launch": [list(d) for d in dims] if dims else None,
-            "persistent": launch_persistent(src) if dims else False,
-            "shared": dynamic_shared_bytes(src) if dims else 0, "tensor_maps": json.loads(json.dumps(maps)),
+    spec = render(lin.name, lin.uops)
+    dims = spec.launch
+    maps = [dataclasses.asdict(m) for m in spec.tensor_maps]
+    # NOTE: the fixture was written when these facts were read from marker comments, with the persistent flag and
+    # the shared bytes kept only for kernels with a renderer's launch: it still records them so
+    return {"name": lin.name, "src": spec.src, "launch": [list(d) for d in dims] if dims else None,
+            "persistent": spec.persistent if dims else False, "shared": spec.dynamic_shared if dims else 0,
+            "tensor_maps": json.loads(json.dumps(maps)),
             "global_size": [str(g) for g in lin.global_size] if lin.global_size else None,
             "local_size": [str(s) for s in lin.local_size] if lin.local_size else None,
             "opts": [str(o) for o in lin.applied_opts]}

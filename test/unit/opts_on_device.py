@@ -1,5 +1,7 @@
 """Runs a tensor's last kernel on its own device linearized with exactly the Opts a test names (none: the plain
 kernel), so that a device's optimised kernels can be checked against its unoptimised ones and against numpy."""
+import dataclasses
+
 import numpy as np
 
 from tinygrad import Device, Tensor, dtypes
@@ -25,8 +27,9 @@ def run_with_opts(t: Tensor, *variants: list) -> list[tuple[np.ndarray, Lineariz
             lin.apply_opt(o)
         with Context(NOOPT=1):
             lin.linearize()
-        runner = CompiledRunner(lin.name, dev.renderer(lin.name, lin.uops), dname, lin.global_size, lin.local_size,
-                                lin.vars)
+        spec = dataclasses.replace(dev.renderer(lin.name, lin.uops), global_size=lin.global_size,
+                                   local_size=lin.local_size, vars=lin.vars)
+        runner = CompiledRunner(spec, dname)
         ExecItem(runner, list(si.bufs)).run(var_vals)
         out = si.outputs[0]
         if out.dtype == dtypes.bfloat16:  # numpy has no bfloat16: its bits are a float32's upper half

@@ -14,6 +14,11 @@ from tinygrad.device import CompileError
 
 def _render_hip(*tensors, grid: bool = True, wave: int = 32) -> list[str]:
     """The HIP source of every kernel computing `tensors` (`grid=False`: loops the renderer spreads over the GPU)."""
+    return [spec.src for spec in _render_hip_specs(*tensors, grid=grid, wave=wave)]
+
+
+def _render_hip_specs(*tensors, grid: bool = True, wave: int = 32) -> list:
+    """The ProgramSpec of every kernel computing `tensors`, rendered as HIP (see _render_hip)."""
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
@@ -277,8 +282,8 @@ def test_arch_is_checked():
         AMDCompiler("sm_90")
 
 
-def test_lib_header_round_trips():
-    from tinygrad.runtime.compiler_amd import pack_lib, unpack_lib
-    lib = pack_lib(b"\x7fELF...", ((4, 1, 1), (256, 1, 1)), True)
-    assert unpack_lib(lib) == (b"\x7fELF...", ((4, 1, 1), (256, 1, 1)), True)
-    assert unpack_lib(b"\x7fELF") == (b"\x7fELF", None, False)
+def test_loop_kernels_carry_their_launch_in_the_spec():
+    from tinygrad import Tensor
+    spec = _render_hip_specs(Tensor.empty(1 << 17).realize().sum() / 2)[-1]
+    assert spec.launch is not None and spec.persistent and not spec.waits_for_grid  # AMD has no programmatic launch
+    assert _render_hip_specs(Tensor.empty(64).realize() * 2)[-1].launch is None  # the linearizer's grid

@@ -32,13 +32,10 @@ def _program(dev, src_fn, arch, grid=True):
     """(program, default dims) of the last kernel rendered for `src_fn()`, compiled as a host twin for `arch`
     (`grid=False`: the renderer's loop form, with the launch it was written for)."""
     from amd_twin import TwinCompiler
-    from test_amd_render import _render_hip
-
-    from tinygrad.runtime.compiler_amd import unpack_lib
-    src = _render_hip(src_fn(), grid=grid, wave=64 if arch.startswith("gfx9") else 32)[-1]
-    lib = TwinCompiler(arch).compile(src)
-    image, dims, _ = unpack_lib(lib)
-    return dev.load_program(_SIGNATURE.search(src).group(1), image), dims
+    from test_amd_render import _render_hip_specs
+    spec = _render_hip_specs(src_fn(), grid=grid, wave=64 if arch.startswith("gfx9") else 32)[-1]
+    image = TwinCompiler(arch).compile(spec.src)
+    return dev.load_program(_SIGNATURE.search(spec.src).group(1), image), spec.launch
 
 
 def test_module_imports_without_kfd_and_opening_names_it():
@@ -182,9 +179,7 @@ def test_code_object_errors(kfd):
     with pytest.raises(RuntimeError, match="no kernel 'nope'.*E_"):
         from amd_twin import TwinCompiler
         from test_amd_render import _render_hip
-
-        from tinygrad.runtime.compiler_amd import unpack_lib
-        dev.load_program("nope", unpack_lib(TwinCompiler("gfx1100").compile(_render_hip(prg_src())[-1]))[0])
+        dev.load_program("nope", TwinCompiler("gfx1100").compile(_render_hip(prg_src())[-1]))
     other = _render_hip_lib("gfx90a", prg_src)
     with pytest.raises(RuntimeError, match="code object is for gfx90a, the GPU is gfx1100"):
         dev.load_program(other[1], other[0])
@@ -193,11 +188,9 @@ def test_code_object_errors(kfd):
 def _render_hip_lib(arch, fn):
     from amd_twin import TwinCompiler
     from test_amd_render import _render_hip
-
-    from tinygrad.runtime.compiler_amd import unpack_lib
     src = _render_hip(fn())[-1]
     name = _SIGNATURE.search(src).group(1)
-    return unpack_lib(TwinCompiler(arch).compile(src))[0], name
+    return TwinCompiler(arch).compile(src), name
 
 
 def test_launch_errors(kfd):

@@ -139,7 +139,7 @@ def test_gfx1100_code_object_of_a_tc_kernel_has_v_wmma():
             continue
         lin.apply_opt(Opt(OptOps.TC, 0, MID))
         lin.linearize()
-        image = AMDCompiler(arch).code_object(hip_renderer(32)(lin.name, lin.uops))
+        image = AMDCompiler(arch).code_object(hip_renderer(32)(lin.name, lin.uops).src)
         co = _amd.parse_code_object(image)
         assert co["gfx"] == "gfx1100" and len(co["kernels"]) == 1
         kern = co["kernels"][0]

@@ -440,15 +440,16 @@ def test_graph_chains_kernels_that_wait_for_the_grid_programmatically(dev):
     assert names("cuGraph") == ["cuGraphLaunch"]
 
 
-def test_cuda_kernels_wait_for_the_grid_first_and_the_lib_says_so(cuda):
+def test_cuda_kernels_wait_for_the_grid_first_and_the_spec_says_so(cuda):
     from tinygrad import Tensor
     from tinygrad.renderer.cuda import GRID_WAIT
-    from tinygrad.runtime.ops_cuda import CUDAProgram, unpack_lib
-    src = _render_all(Tensor.empty(4, 4).realize().exp2())[0]
-    body = src[src.index("{", src.index("__global__")) + 1:].lstrip()
+    from tinygrad.runtime.ops_cuda import CUDAProgram
+    spec = _render_specs(Tensor.empty(4, 4).realize().exp2())[0]
+    body = spec.src[spec.src.index("{", spec.src.index("__global__")) + 1:].lstrip()
     assert body.startswith("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900") and GRID_WAIT in body.split("\n")[1]
-    lib = cuda.compiler.compile(src)
-    assert unpack_lib(lib)[4] and CUDAProgram(cuda, "E_4_4", lib).native.waits_for_grid
+    lib = cuda.compiler.compile(spec.src)
+    assert spec.waits_for_grid and CUDAProgram(cuda, "E_4_4", lib, spec).native.waits_for_grid
+    assert not CUDAProgram(cuda, "E_4_4", lib).native.waits_for_grid  # no spec: nothing is assumed of the kernel
 
 
 def test_graph_replay_launches_what_eager_launches(dev):
@@ -781,74 +782,61 @@ def test_compile_errors_carry_nvrtcs_log_and_the_source(fake):
     assert "k.cu(2): error: something is off" in str(e.value) and "--- source ---" in str(e.value)
 
 
-def test_compiled_lib_carries_the_launch_and_bare_images_pass(fake):
-    from tinygrad.renderer.gpu import TensorMapSpec
-    from tinygrad.runtime.ops_cuda import pack_lib, unpack_lib
-    dims = ((5, 1, 1), (256, 1, 1))
-    assert unpack_lib(pack_lib(b"CUBIN", dims)) == (b"CUBIN", dims, False, 0, False, ())
-    assert unpack_lib(pack_lib(b"CUBIN", dims, persistent=True)) == (b"CUBIN", dims, True, 0, False, ())
-    assert unpack_lib(pack_lib(b"CUBIN", None, shared=73728)) == (b"CUBIN", None, False, 73728, False, ())
-    assert unpack_lib(pack_lib(b"CUBIN", dims, waits=True)) == (b"CUBIN", dims, False, 0, True, ())
-    maps = (TensorMapSpec(1, 16, 2, (64, 32), (256,), (64, 16), 128), TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0))
-    assert unpack_lib(pack_lib(b"CUBIN", dims, True, 64, True, maps)) == (b"CUBIN", dims, True, 64, True, maps)
-    assert unpack_lib(b"\x7fELF...") == (b"\x7fELF...", None, False, 0, False, ())
-    old = b"TGCUDA1\0" + struct.pack("<6I", 5, 1, 1, 256, 1, 1) + b"CUBIN"  # the layout before the flag
-    assert unpack_lib(old) == (b"CUBIN", dims, False, 0, False, ())
-    old = b"TGCUDA2\0" + struct.pack("<7I", 5, 1, 1, 256, 1, 1, 1) + b"CUBIN"  # before dynamic shared memory
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 0, False, ())
-    old = b"TGCUDA3\0" + struct.pack("<8I", 5, 1, 1, 256, 1, 1, 1, 64) + b"CUBIN"  # before the grid wait
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, False, ())
-    old = b"TGCUDA4\0" + struct.pack("<9I", 5, 1, 1, 256, 1, 1, 1, 64, 1) + b"CUBIN"  # before tensor maps
-    assert unpack_lib(old) == (b"CUBIN", dims, True, 64, True, ())
+def test_compiled_lib_is_nvrtcs_image_and_the_launch_is_the_specs(cuda):
+    from tinygrad.codegen.program import ProgramSpec
+    lib = cuda.compiler.compile(KERNEL)
+    assert lib == _cuda.nvrtc_compile(KERNEL, "k", cuda.compiler.options)[0]  # no header of tinygrad's
+    spec = ProgramSpec("k", KERNEL, launch=[[5, 1, 1], (256, 1, 1)])  # any int sequences, kept as tuples
+    assert spec.launch == ((5, 1, 1), (256, 1, 1)) and not spec.persistent and spec.dynamic_shared == 0
+    assert str(spec) == KERNEL and hash(spec) == hash(ProgramSpec("k", KERNEL, launch=spec.launch))
+    for bad in [((5, 1), (256, 1, 1)), ((0, 1, 1), (256, 1, 1))]:
+        with pytest.raises(ValueError, match="a launch is a grid and a block of 3 sizes"):
+            ProgramSpec("k", KERNEL, launch=bad)
+    with pytest.raises(ValueError, match="at least 0 bytes"):
+        ProgramSpec("k", KERNEL, dynamic_shared=-1)
 
 
-def test_tensor_map_lines_parse_and_round_trip():
-    from tinygrad.renderer.gpu import TensorMapSpec, tensor_maps
+def test_tensor_map_specs_validate_and_round_trip_through_the_cache_records():
+    from tinygrad.codegen.program import ProgramSpec, TensorMapSpec
+    from tinygrad.engine import records
     a = TensorMapSpec(1, 16, 2, [64, 32], [256], (64, 16), 128)  # any int sequences, kept as tuples
     b = TensorMapSpec(0, 0, 4, (1024,), (), (32,), 0)
     assert a.dims == (64, 32) and a.strides == (256,) and hash(a) == hash(TensorMapSpec(*dataclasses.astuple(a)))
-    assert a.comment() == "// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16 swizzle=128"
-    assert b.comment() == "// tg_tensor_map arg=0 offset=0 elem=4 dims=1024 strides= box=32 swizzle=0"
-    src = f"{a.comment()}\n  {b.comment()}\n" + TMAP_KERNEL  # in parameter order; indentation allowed
-    assert tensor_maps(src) == (a, b) and tensor_maps(TMAP_KERNEL) == ()
-    for line in ["// tg_tensor_map arg=1 offset=16 elem=2 dims=64,32 strides=256 box=64,16",  # no swizzle
-                 "// tg_tensor_map arg=x offset=0 elem=4 dims=8 strides= box=8 swizzle=0",
-                 "// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=0 extra"]:
-        with pytest.raises(ValueError, match="malformed tensor-map line: '" + line):
-            tensor_maps(KERNEL + line + "\n")
-    for line, why in [("// tg_tensor_map arg=0 offset=0 elem=3 dims=8 strides= box=8 swizzle=0", "element size"),
-                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8,8 strides= box=8,8 swizzle=0", "needs 1 stride"),
-                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=512 swizzle=0", "1 to 256"),
-                      ("// tg_tensor_map arg=0 offset=0 elem=4 dims=8 strides= box=8 swizzle=16", "swizzle must")]:
-        with pytest.raises(ValueError, match=f"invalid tensor-map line '{line}'.*{why}"):
-            tensor_maps(line)
-    with pytest.raises(ValueError, match="rank must be 1 to 5"):
-        TensorMapSpec(0, 0, 4, (), (), (), 0)
+    spec = ProgramSpec("t", TMAP_KERNEL, launch=((4, 1, 1), (128, 1, 1)), persistent=True, dynamic_shared=73728,
+                       tensor_maps=(a, b), waits_for_grid=True)
+    assert records.loads(records.dumps(spec)) == spec
+    for args, why in [((0, 0, 3, (8,), (), (8,), 0), "element size"), ((0, 0, 4, (8, 8), (), (8, 8), 0), "1 stride"),
+                      ((0, 0, 4, (8,), (), (512,), 0), "1 to 256"), ((0, 0, 4, (8,), (), (8,), 16), "swizzle must"),
+                      ((0, 0, 4, (), (), (), 0), "rank must be 1 to 5")]:
+        with pytest.raises(ValueError, match=why):
+            TensorMapSpec(*args)
+    # a record whose tensor map is malformed is not a kernel: the cache treats it as missing
+    bad = records.dumps(spec).replace(b'"tmap",1,16,2', b'"tmap",1,16,3')
+    with pytest.raises(records.RecordError):
+        records.loads(bad)
 
 
 def test_tma_kernels_compile_with_their_maps_and_launch_with_ordinary_arguments(cuda, fake):
-    from tinygrad.renderer.gpu import TensorMapSpec
-    from tinygrad.runtime.ops_cuda import CUDAProgram, unpack_lib
+    from tinygrad.codegen.program import ProgramSpec, TensorMapSpec
+    from tinygrad.runtime.ops_cuda import CUDAProgram
     maps = tuple(TensorMapSpec(*m) for m in TMAPS)
-    src = "".join(m.comment() + "\n" for m in maps) + TMAP_KERNEL
-    lib = cuda.compiler.compile(src)
-    assert unpack_lib(lib)[5] == maps
-    prg = CUDAProgram(cuda, "t", lib)
+    spec = ProgramSpec("t", TMAP_KERNEL, tensor_maps=maps)
+    lib = cuda.compiler.compile(spec.src)
+    prg = CUDAProgram(cuda, "t", lib, spec)
     assert prg.native.tensor_maps == [dataclasses.astuple(m) for m in maps] == TMAPS
     out, a = _cuda.DeviceBuffer(cuda._dev, 4096), _cuda.DeviceBuffer(cuda._dev, 16384)
     prg(out, a, global_size=(1, 1, 1), local_size=(128, 1, 1), vals=(7,))
     packed = fake.launches()[-1][3]
     assert packed[:20] == struct.pack("<QQi", out.ptr, a.ptr, 7)
     assert decoded_map(packed[64:192])["address"] == a.ptr + 16
-    with pytest.raises(ValueError, match="malformed tensor-map line"):
-        cuda.compiler.compile("// tg_tensor_map arg=0\n" + TMAP_KERNEL)
 
 
 def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake):
-    from tinygrad.runtime.ops_cuda import CUDAProgram, pack_lib
+    from tinygrad.codegen.program import ProgramSpec
+    from tinygrad.runtime.ops_cuda import CUDAProgram
     image, _ = _cuda.nvrtc_compile(KERNEL, "k", ["--gpu-architecture=sm_90"])
     dims = ((4, 1, 1), (64, 1, 1))
-    prg = CUDAProgram(cuda, "k", pack_lib(image, dims, shared=96 * 1024))
+    prg = CUDAProgram(cuda, "k", image, ProgramSpec("k", KERNEL, launch=dims, dynamic_shared=96 * 1024))
     assert prg.native.dynamic_shared == 96 * 1024
     buf = _cuda.DeviceBuffer(cuda._dev, 64)
     prg(buf, buf, 3, 4)
@@ -857,21 +845,24 @@ def test_kernels_past_48kb_of_shared_memory_opt_in_and_launch_with_it(cuda, fake
     assert calls("cuLaunchKernel")[-1][1][7] == 96 * 1024  # sharedMemBytes
     # more than the device gives a block: the driver's own error, named
     with pytest.raises(RuntimeError, match="CUDA_ERROR_INVALID_VALUE"):
-        CUDAProgram(cuda, "k", pack_lib(image, dims, shared=300 * 1024))
+        CUDAProgram(cuda, "k", image, ProgramSpec("k", KERNEL, launch=dims, dynamic_shared=300 * 1024))
 
 
 def test_reductions_launch_what_the_gpu_holds_and_elementwise_kernels_their_whole_grid(cuda):
-    from tinygrad.runtime.ops_cuda import CUDAProgram, pack_lib, resident_blocks
+    from tinygrad.codegen.program import ProgramSpec
+    from tinygrad.runtime.ops_cuda import CUDAProgram, resident_blocks
     # the fake GPU: sm_90, 132 multiprocessors, 16 registers a thread
     assert resident_blocks("sm_90", 132, 256, 16) == 132 * 8 and resident_blocks("sm_90", 132, 256, 40) == 132 * 6
     assert resident_blocks("sm_86", 84, 512, 64) == 84 * 2 and resident_blocks("sm_86", 84, 512, 32) == 84 * 3
     assert resident_blocks("sm_90", 132, 1024, 255) == 132  # at least one a multiprocessor
     image, _ = _cuda.nvrtc_compile(KERNEL, "k", ["--gpu-architecture=sm_90"])
+    def spec(dims, persistent=False):
+        return ProgramSpec("k", KERNEL, launch=dims, persistent=persistent)
     dims = ((2048, 1, 1), (256, 1, 1))
-    assert CUDAProgram(cuda, "k", pack_lib(image, dims, persistent=True)).default_dims == ((1056, 1, 1), (256, 1, 1))
-    assert CUDAProgram(cuda, "k", pack_lib(image, dims)).default_dims == dims
+    assert CUDAProgram(cuda, "k", image, spec(dims, True)).default_dims == ((1056, 1, 1), (256, 1, 1))
+    assert CUDAProgram(cuda, "k", image, spec(dims)).default_dims == dims
     small = ((40, 1, 1), (1024, 1, 1))
-    assert CUDAProgram(cuda, "k", pack_lib(image, small, persistent=True)).default_dims == small
+    assert CUDAProgram(cuda, "k", image, spec(small, True)).default_dims == small
 
 
 def test_nvrtc_is_looked_for_by_soname_then_env(monkeypatch):
@@ -948,8 +939,14 @@ def test_cuda_graph_patches_symbolic_launch_sizes_only_when_they_change(cuda):
 
 
 def _render_all(*tensors, grid: bool = True) -> list[str]:
-    """The CUDA source of every kernel computing `tensors`; `grid=False` leaves every kernel as loops for the
-    renderer to spread over the GPU (its path for memory-bound reductions), so that path is tested on any kernel."""
+    """The CUDA source of every kernel computing `tensors` (see _render_specs)."""
+    return [spec.src for spec in _render_specs(*tensors, grid=grid)]
+
+
+def _render_specs(*tensors, grid: bool = True) -> list:
+    """The ProgramSpec of every kernel computing `tensors`, rendered for CUDA; `grid=False` leaves every kernel as
+    loops for the renderer to spread over the GPU (its path for memory-bound reductions), so that path is tested on
+    any kernel."""
     from tinygrad.codegen.kernel import LinearizerOptions
     from tinygrad.codegen.linearizer import Linearizer
     from tinygrad.engine.schedule import create_schedule_with_vars
@@ -966,42 +963,45 @@ def _render_all(*tensors, grid: bool = True) -> list[str]:
     return out
 
 
-def _kernels() -> dict[str, str]:
+def _kernels() -> dict:
     from tinygrad import Tensor, Variable, dtypes
     a = Tensor.empty(40, 300).realize()
     v = Variable("width", 1, 300).bind(100)
-    srcs = {
-        "elementwise": _render_all(a * 2 + a.exp2()),
-        "elementwise_loops": _render_all(a * 2 + a.exp2(), grid=False),
-        "reduce_rows": _render_all(a.max(axis=1)),
-        "reduce_all_big": _render_all(Tensor.empty(1 << 17).realize().sum() / 2),
-        "reduce_all_small": _render_all(Tensor.empty(10).realize().sum()),
-        "half": _render_all((a.cast(dtypes.float16) * 3).sqrt(), grid=False),
-        "bfloat16": _render_all((a.cast(dtypes.bfloat16) + 1).cast(dtypes.float32)),
-        "int_where": _render_all(((a * 10).cast(dtypes.int32) % 7 < 3).where(a, -a)),
-        "symbolic": _render_all((Tensor.empty(40, 300).realize().shrink(((0, 40), (0, v))) * 2).sum(axis=1)),
-        "bitcast": _render_all(a.bitcast(dtypes.int32) + 1),
+    specs = {
+        "elementwise": _render_specs(a * 2 + a.exp2()),
+        "elementwise_loops": _render_specs(a * 2 + a.exp2(), grid=False),
+        "reduce_rows": _render_specs(a.max(axis=1)),
+        "reduce_all_big": _render_specs(Tensor.empty(1 << 17).realize().sum() / 2),
+        "reduce_all_small": _render_specs(Tensor.empty(10).realize().sum()),
+        "half": _render_specs((a.cast(dtypes.float16) * 3).sqrt(), grid=False),
+        "bfloat16": _render_specs((a.cast(dtypes.bfloat16) + 1).cast(dtypes.float32)),
+        "int_where": _render_specs(((a * 10).cast(dtypes.int32) % 7 < 3).where(a, -a)),
+        "symbolic": _render_specs((Tensor.empty(40, 300).realize().shrink(((0, 40), (0, v))) * 2).sum(axis=1)),
+        "bitcast": _render_specs(a.bitcast(dtypes.int32) + 1),
     }
-    return {k: v[-1] for k, v in srcs.items()}
+    return {k: v[-1] for k, v in specs.items()}
 
 
 @pytest.fixture(scope="module")
-def kernels():
+def kernel_specs():
     return _kernels()
 
 
-def test_rendered_kernels_look_like_cuda(kernels):
-    from tinygrad.renderer.gpu import launch_dims, launch_persistent
+@pytest.fixture(scope="module")
+def kernels(kernel_specs):
+    return {k: v.src for k, v in kernel_specs.items()}
+
+
+def test_rendered_kernels_look_like_cuda(kernels, kernel_specs):
     g = kernels["elementwise"]  # the linearizer's grid: a thread per output, its launch given as data
-    assert "tinygrad launch" not in g and launch_dims(g) is None
+    assert kernel_specs["elementwise"].launch is None
     assert 'extern "C" __global__ void __launch_bounds__(' in g and "exp2f(" in g
     # 4 floats a thread, moved 16 bytes at a time: 75 threads along a row of 300, 40 rows
     assert "if (idx0 >= 75) return;" in g and "int idx1 = blockIdx.y*blockDim.y+threadIdx.y;" in g
     assert "tg_vload<float, 4>(data1+" in g and "tg_vstore<float, 4>(data0+" in g
     e = kernels["elementwise_loops"]
     # the renderer's own plan for a loop-only kernel: 12000 outputs, 4 a vector: 12 blocks of 256 threads
-    assert e.startswith("// tinygrad launch: grid=(12,1,1) block=(256,1,1)")
-    assert launch_dims(e) == ((12, 1, 1), (256, 1, 1))
+    assert kernel_specs["elementwise_loops"].launch == ((12, 1, 1), (256, 1, 1))
     assert 'extern "C" __global__ void __launch_bounds__(256) E_40_300(float* __restrict__ data0, ' \
            'const float* __restrict__ data1)' in e
     assert "blockIdx.x*blockDim.x+threadIdx.x" in e and "gridDim.x*blockDim.x" in e and "exp2f(" in e
@@ -1021,10 +1021,10 @@ def test_rendered_kernels_look_like_cuda(kernels):
     # thread's last vector, not branched around)
     assert all(f"const tg_vec<float, 4> tg_vl0_{k} = *(const tg_vec<float, 4>*)" in g for k in range(4))
     assert "const int tg_v0_3 = tg_v0+3*(" in g
-    assert launch_dims(kernels["reduce_all_small"]) == ((1, 1, 1), (1, 1, 1))
+    assert kernel_specs["reduce_all_small"].launch == ((1, 1, 1), (1, 1, 1))
     # reductions loop over their work in as many blocks as the GPU holds; elementwise kernels take their whole grid
-    assert g.splitlines()[0].endswith(" persistent") and launch_persistent(g) and launch_persistent(r)
-    assert not launch_persistent(e) and not launch_persistent(kernels["reduce_all_small"])
+    assert kernel_specs["reduce_all_big"].persistent and kernel_specs["reduce_rows"].persistent
+    assert not kernel_specs["elementwise_loops"].persistent and not kernel_specs["reduce_all_small"].persistent
     h = kernels["half"]
     assert "unsigned short* __restrict__ data0" in h and "tg_f16_to_f32(" in h and "cvt.rn.f16.f32" in h
     assert "sqrtf(" in h and "tg_f16_round(" in h
@@ -1038,7 +1038,6 @@ def test_vectorising_needs_contiguous_ungated_access():
     from functools import partial
 
     from tinygrad import Tensor, dtypes
-    from tinygrad.renderer.gpu import launch_dims
     _render_all = partial(globals()["_render_all"], grid=False)  # the renderer's plan, for every kernel here
     a = Tensor.empty(1000).realize()
     # a strided read, a transpose or an inner loop: a thread per element keeps neighbouring threads' reads together
@@ -1052,8 +1051,8 @@ def test_vectorising_needs_contiguous_ungated_access():
     offset = _render_all(a[3:].sum())[-1]
     assert "((unsigned long long)(data1+3) & 15ull) == 0" in offset and "data1[flat0+3]" in offset
     # a buffer of 8-byte elements: 2 a vector, and the grid written for it
-    wide = _render_all(Tensor.empty(5000, dtype=dtypes.float64).realize() * 2)[-1]
-    assert "tg_vec<double, 2>" in wide and launch_dims(wide)[0] == (10, 1, 1)
+    wide = _render_specs(Tensor.empty(5000, dtype=dtypes.float64).realize() * 2, grid=False)[-1]
+    assert "tg_vec<double, 2>" in wide.src and wide.launch[0] == (10, 1, 1)
 
 
 def _compile_with():
@@ -1100,18 +1099,20 @@ def test_specials_shared_memory_and_barriers_render():
     load = UOp(UOps.LOAD, f32, (tmp, lidx))
     uops = [out, n, gidx, lidx, tmp, alu, val, UOp(UOps.STORE, None, (tmp, lidx, val)), UOp(UOps.BARRIER), load,
             UOp(UOps.STORE, None, (out, gidx, load))]
-    src = CUDARenderer("k", uops)
-    assert "tinygrad launch" not in src  # the linearizer gives the launch sizes of SPECIAL kernels
+    spec = CUDARenderer("k", uops)
+    src = spec.src
+    assert spec.launch is None  # the linearizer gives the launch sizes of SPECIAL kernels
     assert "__launch_bounds__(16)" in src and "int gidx0 = blockIdx.x;" in src and "int lidx1 = threadIdx.y;" in src
     assert "__shared__ __align__(16) float temp[16];" in src and "__syncthreads();" in src and "const int n" in src
     idx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "idx0", 1000, 256))
     one = UOp(UOps.CONST, f32, (), 1.0)
-    guarded = CUDARenderer("g", [out, idx, one, UOp(UOps.STORE, None, (out, idx, one))])
+    guarded = CUDARenderer("g", [out, idx, one, UOp(UOps.STORE, None, (out, idx, one))]).src
     assert "int idx0 = blockIdx.x*blockDim.x+threadIdx.x;" in guarded and "if (idx0 >= 1000) return;" in guarded
     assert "__launch_bounds__(256)" in guarded
     extent = UOp(UOps.ALU, dtypes.int32, (n, UOp(UOps.CONST, dtypes.int32, (), 4)), BinaryOps.MUL)
     sym_idx = UOp(UOps.SPECIAL, dtypes.int32, (), (0, "idx0", extent, 128))
-    sym = CUDARenderer("s", [out, n, extent.vin[1], extent, sym_idx, one, UOp(UOps.STORE, None, (out, sym_idx, one))])
+    sym = CUDARenderer("s", [out, n, extent.vin[1], extent, sym_idx, one,
+                             UOp(UOps.STORE, None, (out, sym_idx, one))]).src
     assert "if (idx0 >= (n*4)) return;" in sym  # a symbolic extent: guarded by its value at run time
     with pytest.raises(NotImplementedError, match="barriers"):
         CUDARenderer("b", [out, idx, UOp(UOps.BARRIER)])

@@ -38,7 +38,7 @@ from tinygrad.renderer.cuda import (
     CUDARenderer,
     wgmma_fn,
 )
-from tinygrad.renderer.gpu import DYNAMIC_SHARED, VEC_PRELUDE, dynamic_shared_bytes, tensor_maps
+from tinygrad.renderer.gpu import DYNAMIC_SHARED, VEC_PRELUDE
 from tinygrad.shape.symbolic import sym_infer
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run rendered kernels on the host")
@@ -104,7 +104,7 @@ static void tg_run(const unsigned* g, const unsigned* l, bool together, void (*t
 
 
 class Kernel:
-    """A kernel linearized for CUDA: its Linearizer, source, and the buffers of its schedule item."""
+    """A kernel linearized for CUDA: its Linearizer, ProgramSpec, source, and the buffers of its schedule item."""
 
     def __init__(self, out: Tensor, opts: list | None = None, lopts: LinearizerOptions = CUDA):
         items = [si for si in create_schedule_with_vars([out.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
@@ -118,7 +118,8 @@ class Kernel:
             with Context(NOOPT=1):
                 self.lin.linearize()
         self.lin.linearize()
-        self.src = CUDARenderer(self.lin.name, self.lin.uops)
+        self.spec = CUDARenderer(self.lin.name, self.lin.uops)
+        self.src = self.spec.src
 
     def launch(self, var_vals: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
         gs = tuple(sym_infer(g, var_vals) for g in self.lin.global_size)
@@ -344,7 +345,7 @@ def _compile(kernels: list[Kernel]) -> list:
         body = body.replace('extern "C" ', "")
         # dynamic shared memory: an array of the size the launch would give (static: one block runs at a time)
         body = body.replace(CUDALanguage.dynamic_shared.format(DYNAMIC_SHARED),
-                            f"static unsigned char {DYNAMIC_SHARED}[{dynamic_shared_bytes(src)}] __align__(1024);")
+                            f"static unsigned char {DYNAMIC_SHARED}[{kern.spec.dynamic_shared}] __align__(1024);")
         together = "true" if "__syncthreads" in src else "false"
         parts.append(f"namespace k{k} {{\n{body}\n"
                      f"static void thread(void** ptrs, const int* ints) {{ tg_kernel{k}({', '.join(args)}); }}\n}}\n"
@@ -387,7 +388,7 @@ def _run(kernels: list[Kernel], var_vals: dict | None = None, launchers: list | 
                 arrays.append(np.frombuffer(b.as_buffer(), dtype=b.dtype.np).copy())
         ints = [var_vals[v] for v in kern.lin.vars]
         maps = [HostTensorMap(arrays[t.arg].ctypes.data + t.offset, t.elem, t.swizzle, t.dims, t.strides[0], t.box)
-                for t in tensor_maps(kern.src)]
+                for t in kern.spec.tensor_maps]
         addrs = [a.ctypes.data for a in arrays] + [ctypes.addressof(tm) for tm in maps]
         ptrs = (ctypes.c_void_p * len(addrs))(*addrs)
         fn((ctypes.c_uint * 3)(*gs), (ctypes.c_uint * 3)(*ls), ptrs, (ctypes.c_int * max(1, len(ints)))(*ints))
@@ -408,7 +409,7 @@ def _t(a: np.ndarray) -> Tensor:
 
 def test_elementwise_and_matmul_take_the_grid_with_launch_sizes_as_data():
     add = Kernel(_t(_rand(1000)) + _t(_rand(1000)), opts=[])
-    assert add.lin.gpu and "tinygrad launch" not in add.src
+    assert add.lin.gpu and add.spec.launch is None
     assert add.lin.global_size == (4, 1, 1) and add.lin.local_size == (250, 1, 1)
     assert [u.arg[:2] for u in add.lin.uops if u.uop is UOps.SPECIAL] == [(0, "idx0")]
     assert not any(u.uop is UOps.LOOP for u in add.lin.uops)

@@ -43,7 +43,7 @@ def render(t: Tensor, grid: bool) -> list[str]:
             lin = Linearizer(si.ast, OPTS)
             lin.gpu = lin.gpu and grid
             lin.linearize()
-            out.append(uops_to_gpu(ToyGPULanguage(), lin.name, lin.uops))
+            out.append(uops_to_gpu(ToyGPULanguage(), lin.name, lin.uops).src)
     return out
 
 

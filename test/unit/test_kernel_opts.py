@@ -70,7 +70,7 @@ def run(si, var_vals, lopts=AVX512, opts=None) -> tuple[np.ndarray, Linearizer]:
     """Linearize (heuristic opts unless `opts`), render, compile and run the kernel; its output and linearizer."""
     lin = lin_for(si, lopts, opts)
     # the renderer for the host compiler: half kernels need its own spelling of half (native or in software)
-    src = host_renderer()(lin.name, lin.uops)
+    src = host_renderer()(lin.name, lin.uops).src
     prg = ClangProgram(lin.name, ClangCompiler().compile(src))
     for b in si.bufs:
         b.ensure_allocated()
@@ -314,7 +314,7 @@ def test_conv2d():
 def test_rendered_vectors():
     si, var_vals = last_kernel(rand(64, 784) @ rand(256, 784).T)
     lin = lin_for(si, AVX2)
-    src = ClangRenderer(lin.name, lin.uops)
+    src = ClangRenderer(lin.name, lin.uops).src
     assert "typedef float float_v8 __attribute__((vector_size(32)" in src
     loads = [u for u in lin.uops if u.uop is UOps.LOAD and u.dtype.count == 8]
     assert loads, "contiguous rows are read as whole vectors"
@@ -339,7 +339,7 @@ def test_large_kernels_split_their_outer_loop_across_threads():
     assert lin.threads == 2
     loops = [u for u in lin.uops if u.uop is UOps.LOOP]
     assert loops[0].arg == 2 and all(u.arg is None for u in loops[1:])
-    assert ClangRenderer(lin.name, lin.uops).count("#pragma omp parallel for num_threads(2)") == 1
+    assert ClangRenderer(lin.name, lin.uops).src.count("#pragma omp parallel for num_threads(2)") == 1
     serial, _ = run(si, var_vals, AVX512)
     threaded, _ = run(si, var_vals, THREADED)
     # each thread computes whole outputs, in the same order as one thread would
@@ -637,7 +637,7 @@ def test_narrow_vector_kernels_agree_with_every_c_compiler(tmp_path):
     si, var_vals = last_kernel(grouped_matvec(rand(2, 128), ints((64, 128), np.int8, rng), rand(64, 4)))
     want, _ = run(si, var_vals, PLAIN)
     lin = lin_for(si, NARROW, [Opt(V, 3, 16), Opt(U, 1, 4), Opt(R, 3, 2)])
-    src = ClangRenderer(lin.name, lin.uops)
+    src = ClangRenderer(lin.name, lin.uops).src
     assert "__builtin_convertvector" in src and "tg_reg_signed_char_v16" in src
     for i, cc in enumerate(sorted(compilers)):
         out = tmp_path / f"k{i}.so"
@@ -701,7 +701,7 @@ def test_exp2_on_float_vectors_is_computed_whole_to_one_ulp(tmp_path):
     vmath = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True, max_vector_bytes=64,
                               vector_registers=32, vector_math=True)
     lin = lin_for(si, vmath, [Opt(V, 0, 16)])
-    src = ClangRenderer(lin.name, lin.uops)
+    src = ClangRenderer(lin.name, lin.uops).src
     assert "tg_exp2_float_v16(" in src.split("void ")[-1] and "__builtin_exp2f" not in src
     compilers = {os.path.realpath(p) for p in map(shutil.which, ("gcc", "clang", "clang-14", "clang-19", "cc")) if p}
     for i, cc in enumerate(sorted(compilers)):
@@ -715,6 +715,6 @@ def test_exp2_on_float_vectors_is_computed_whole_to_one_ulp(tmp_path):
     # softmax's exp is one vector op a step
     si, _ = last_kernel(rand(64, 256).softmax(-1))
     lin = lin_for(si, vmath)
-    assert "tg_exp2_float_v" in ClangRenderer(lin.name, lin.uops)
+    assert "tg_exp2_float_v" in ClangRenderer(lin.name, lin.uops).src
     lin = lin_for(si, AVX512)  # a device without vector math: a call a lane
-    assert "__builtin_exp2f" in ClangRenderer(lin.name, lin.uops)
+    assert "__builtin_exp2f" in ClangRenderer(lin.name, lin.uops).src

@@ -335,9 +335,9 @@ def test_loop_kernels_fit_the_pipelines_thread_limit(F):
         (si,) = [s for s in create_schedule_with_vars([t.lazydata])[0] if s.ast[0].op.name == "STORE"]
         lin = Linearizer(si.ast, dev.linearizer_opts)
         lin.linearize()
-        src = dev.renderer(lin.name, lin.uops)
-        assert "block=(1024,1,1) persistent" in src
-        prg = dev.runtime(lin.name, dev.compiler.compile(src))
+        spec = dev.renderer(lin.name, lin.uops)
+        assert spec.launch[1] == (1024, 1, 1) and spec.persistent
+        prg = dev.runtime(lin.name, dev.compiler.compile(spec.src), spec)
         assert prg.default_dims[1] == (256, 1, 1)
         out, inp = _metal.DeviceBuffer(dev.native, 4), _metal.DeviceBuffer(dev.native, x.nbytes)
         _metal.copyin(inp, x)

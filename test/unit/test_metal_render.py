@@ -21,6 +21,11 @@ CUDA_WORDS = re.compile(r"blockIdx|threadIdx|__shared__|__syncthreads|__shfl|ato
 
 
 def render(*tensors, grid: bool = True) -> list[str]:
+    return [spec.src for spec in render_specs(*tensors, grid=grid)]
+
+
+def render_specs(*tensors, grid: bool = True) -> list:
+    """The ProgramSpec of every kernel computing `tensors`, rendered as MSL (`grid=False`: the renderer's loops)."""
     out = []
     for si in create_schedule_with_vars([t.lazydata for t in tensors])[0]:
         if si.ast[0].op is BufferOps.STORE:
@@ -89,7 +94,8 @@ def test_matmul_tiles_in_threadgroup_memory():
 
 
 def test_reduction_combines_through_threadgroup_memory_and_simd_shuffles():
-    srcs = render(Tensor.empty(70000).realize().sum(), Tensor.empty(40, 1001).realize().max(axis=1))
+    specs = render_specs(Tensor.empty(70000).realize().sum(), Tensor.empty(40, 1001).realize().max(axis=1))
+    srcs = [spec.src for spec in specs]
     assert len(srcs) == 2
     for src in srcs:
         k = check_kernel(src)
@@ -99,7 +105,7 @@ def test_reduction_combines_through_threadgroup_memory_and_simd_shuffles():
         # Metal has no module-scope device variables: one big reduction takes one threadgroup, no atomics
         assert "tg_part" not in src and "atomic" not in src and "tg_done" not in src
         assert k["params"][0][0] == "out"
-    assert "persistent" in srcs[0].splitlines()[0]
+    assert specs[0].persistent
 
 
 def test_half_is_native_and_math_runs_in_float():
@@ -155,7 +161,7 @@ def test_simdgroup_matrix_kernel():
         lin = Linearizer(si.ast, tc_opts)
         lin.apply_opt(Opt(OptOps.TC, 0, cfg))
         lin.linearize()
-        srcs[name] = MetalRenderer(lin.name, lin.uops)
+        srcs[name] = MetalRenderer(lin.name, lin.uops).src
     for name, src in srcs.items():
         k = check_kernel(src)
         assert [p[:2] for p in k["params"]] == [("out", "half"), ("in", "half"), ("in", "half")], name

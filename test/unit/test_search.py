@@ -68,7 +68,7 @@ def test_a_wrong_or_slow_candidate_is_dropped(monkeypatch, outcome, expect):
         return outcome
     monkeypatch.setattr(search, "_run", fake_run)
     ref = [np.array([1.0, 2.0], np.float32)]
-    assert search._timed(None, None, {}, [0], ref, 1.0, lib=b"") == expect
+    assert search._timed(None, None, {}, [0], ref, 1.0, compiled=(None, b"")) == expect
 
 
 def test_symbolic_kernels_are_not_searched(small_search):

@@ -127,8 +127,9 @@ def soft(monkeypatch):
     sources: list[str] = []
 
     def render(name, uops):
-        sources.append(soft_half_clang_renderer(name, uops))
-        return sources[-1]
+        spec = soft_half_clang_renderer(name, uops)
+        sources.append(spec.src)
+        return spec
     monkeypatch.setattr(dev, "renderer", render)
     monkeypatch.setattr(realize, "method_cache", {})
     with Context(CACHELEVEL=min(CACHELEVEL.value, 1)):

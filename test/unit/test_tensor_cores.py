@@ -13,9 +13,9 @@ from tinygrad import Tensor, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
 from tinygrad.codegen.heuristic_gpu import TC_PREFERENCE
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.program import TensorMapSpec
 from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS, smem_bytes
 from tinygrad.codegen.uops import UOps
-from tinygrad.renderer.gpu import dynamic_shared_bytes
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                        global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16", "cp.async"))
@@ -165,9 +165,9 @@ def test_tiles_past_48kb_take_dynamic_shared_memory():
     wide = dataclasses.replace(TC, shared_max=227 * 1024)
     k = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, big)], lopts=wide)
     assert k.lin.tc.asynchronous and k.lin.tc.stages == 3 and k.lin.local_size == (256, 1, 1)
-    assert dynamic_shared_bytes(k.src) == smem_bytes(TC_CONFIGS[big]) and k.src.count("__shared__") == 1
+    assert k.spec.dynamic_shared == smem_bytes(TC_CONFIGS[big]) and k.src.count("__shared__") == 1
     small = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, SMALL)], lopts=wide)
-    assert dynamic_shared_bytes(small.src) == 0  # what fits 48 KB stays static
+    assert small.spec.dynamic_shared == 0  # what fits 48 KB stays static
     got, = _run([k])
     _check(got, a.astype(np.float32) @ b.astype(np.float32))
     # the heuristic's first choices: wgmma on TMA where the device has both, wgmma on cp.async where it has no TMA,
@@ -229,9 +229,9 @@ def test_tma_slices_match_numpy_for_both_layouts_of_b_and_partial_tiles():
     body = nmaj.src.split("extern")[-1]
     assert "tg_tma_produce<4, 8192, 16384, false, 4, 1>" in body and "tg_cp_async16(" not in body
     # the tensor maps: A (K, M) in 64 x 128 boxes; B (N, K) in 64-column atoms, or (K, N) in 64 x 256 boxes
-    assert "// tg_tensor_map arg=1 offset=0 elem=2 dims=576,200 strides=1152 box=64,128 swizzle=128" in nmaj.src
-    assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=136,576 strides=272 box=64,64 swizzle=128" in nmaj.src
-    assert "// tg_tensor_map arg=2 offset=0 elem=2 dims=576,136 strides=1152 box=64,256 swizzle=128" in kmaj.src
+    assert nmaj.spec.tensor_maps == (TensorMapSpec(1, 0, 2, (576, 200), (1152,), (64, 128), 128),
+                                     TensorMapSpec(2, 0, 2, (136, 576), (272,), (64, 64), 128))
+    assert kmaj.spec.tensor_maps[1] == TensorMapSpec(2, 0, 2, (576, 136), (1152,), (64, 256), 128)
     assert "const __grid_constant__ tg_tmap tmap_b)" in nmaj.src
     # a producer warp (the block's last) copying every step, the others only multiplying
     prod = Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1, producer=True))], lopts=TMA)
@@ -267,7 +267,7 @@ def test_tma_clusters_share_b_and_the_plan_rules():
     assert "tg_tma_init<4, 2>(tc_bar, 16, lidx0)" in k.src and "tg_tma_exit<2>()" in k.src
     # K-major B: each block's box is half of B's rows
     kk = Kernel(_t(a) @ _t(_h(256, 128, seed=2)).T, opts=[Opt(OptOps.TC, 0, _tma_config(2))], lopts=TMA)
-    assert "box=64,128 swizzle=128" in kk.src.split("tmap_b")[0].splitlines()[2]
+    assert (kk.spec.tensor_maps[1].box, kk.spec.tensor_maps[1].swizzle) == ((64, 128), 128)
     # refused: an odd number of row tiles for a cluster of 2, a batch, a device without TMA, a view with an offset
     # TMA can take (and one it can't: not 16-byte aligned, which cp.async refuses too)
     with pytest.raises(ValueError, match="multiple of 2 row tiles"):
@@ -278,7 +278,8 @@ def test_tma_clusters_share_b_and_the_plan_rules():
         Kernel(_t(a) @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=HOPPER)
     big = _h(264, 128)
     sub = Kernel(_t(big)[8:] @ _t(b), opts=[Opt(OptOps.TC, 0, _tma_config(1))], lopts=TMA)
-    assert f"offset={8 * 128 * 2} elem=2 dims=128,256" in sub.src
+    assert (sub.spec.tensor_maps[0].offset, sub.spec.tensor_maps[0].elem, sub.spec.tensor_maps[0].dims) == \
+        (8 * 128 * 2, 2, (128, 256))
     got, = _run([sub])
     _check(got, big[8:].astype(np.float32) @ b.astype(np.float32))
 

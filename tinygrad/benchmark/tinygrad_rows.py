@@ -163,7 +163,7 @@ def compile_ms(device: str, s: W.Sizes) -> float:
     x = _rand((4096,), device)
     si = create_schedule_with_vars([(x * 2 + x.exp2()).lazydata])[0][-1]
     lin = Linearizer(si.ast, dev.linearizer_opts).linearize()
-    src = dev.renderer(lin.name, lin.uops)
+    src = dev.renderer(lin.name, lin.uops).src
     times = []
     for i in range(3):
         unique = src.replace(lin.name, f"{lin.name}_bench{time.monotonic_ns()}_{i}")

@@ -19,7 +19,7 @@ BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_INPUTS = 256
 # a single output of at least this many inputs is reduced by the whole grid (the last block to finish folds the
 # blocks' partial results), in blocks of THREADS, each thread taking at least GRID_REDUCE_PER_THREAD inputs; the
-# runtime launches fewer blocks than written where fewer fit on the GPU at once (see launch_persistent)
+# runtime launches fewer blocks than written where fewer fit on the GPU at once (ProgramSpec.persistent)
 GRID_REDUCE_MIN_INPUTS = 1 << 16
 GRID_REDUCE_PER_THREAD = 16
 GRID_REDUCE_MAX_BLOCKS = 2048

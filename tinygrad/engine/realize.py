@@ -6,14 +6,16 @@ compiled once per process, whichever path (eager or jitted) asks for it. Everyth
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator
 
 from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
@@ -47,34 +49,38 @@ class Runner:
 
 
 class CompiledRunner(Runner):
-    """A kernel compiled for a device. `prg` is its source (as the seed walkthrough prints it); `lib` its binary.
-    `name` is the kernel function's name in the source; `display_name` tells same-named kernels apart in output."""
+    """A kernel compiled for a device from its ProgramSpec `spec` (codegen/program.py). `prg` is its source (as the
+    seed walkthrough prints it); `lib` its binary. `name` is the kernel function's name in the source;
+    `display_name` tells same-named kernels apart in output."""
     graph_kind = "kernel"
 
-    def __init__(self, name: str, prg: str, dname: str, global_size=None, local_size=None, variables=(),
-                 lib: bytes | None = None, outcount: int = 1, display_name: str | None = None, opts: tuple = ()):
-        self.name, self.display_name, self.prg, self.dname = name, display_name or name, prg, dname
-        self.global_size, self.local_size, self.vars, self.outcount = global_size, local_size, list(variables), outcount
+    def __init__(self, spec: ProgramSpec, dname: str, lib: bytes | None = None, outcount: int = 1,
+                 display_name: str | None = None):
+        self.spec, self.name, self.prg, self.dname = spec, spec.name, spec.src, dname
+        self.display_name = display_name or spec.name
+        self.global_size, self.local_size, self.vars = spec.global_size, spec.local_size, list(spec.vars)
+        self.outcount = outcount
         # launch sizes that depend on symbolic variables are evaluated at every call
-        self._symbolic_dims = symbolic_launch(global_size, local_size)
+        self._symbolic_dims = symbolic_launch(self.global_size, self.local_size)
         # arithmetic operations per launch, roughly (set by the engine from the AST; 0 where unknown)
         self.op_estimate = 0
         # the optimisations the kernel was linearized with (DEBUG=2 shows them)
-        self.opts = tuple(opts)
+        self.opts = spec.applied_opts
         dev = Device[dname]
         if DEBUG >= 4:
-            print(prg)
-        self.lib = lib if lib is not None else dev.compiler.compile_cached(prg)
-        self.clprg = dev.runtime(name, self.lib)
+            print(spec.src)
+        self.lib = lib if lib is not None else dev.compiler.compile_cached(spec.src)
+        # the program reads its launch facts (the renderer's launch, shared memory, tensor maps) from the spec
+        self.clprg = dev.runtime(spec.name, self.lib, spec)
         # `fast_launch(*raw buffers)`: the program's direct call when it needs no variables and its sizes are fixed
         # (host kernels and kernels that carry their launch: `direct`; grid kernels: `launcher(sizes)` where the
         # runtime has one)
         self.fast_launch = None
         if not self.vars and not self._symbolic_dims:
-            if global_size is None:
+            if self.global_size is None:
                 self.fast_launch = getattr(self.clprg, "direct", None)
-            elif local_size is not None and hasattr(self.clprg, "launcher"):
-                self.fast_launch = self.clprg.launcher(global_size, local_size)
+            elif self.local_size is not None and hasattr(self.clprg, "launcher"):
+                self.fast_launch = self.clprg.launcher(self.global_size, self.local_size)
 
     @property
     def src(self) -> str:
@@ -205,23 +211,11 @@ method_cache: dict[tuple[str, Any], CompiledRunner] = {}
 _names: dict[str, int] = {}
 
 
-class Rendered(NamedTuple):
-    """A kernel's source and launch shape: what linearizing and rendering an AST gives (and the disk cache keeps).
-    `global_size` and `local_size` (blocks in the grid and threads in a block, x/y/z; ints or symbolic sizes) are
-    the launch of a kernel whose linearizer mapped it to the GPU grid; None where the device or its renderer
-    decides (CPU kernels, and the CUDA renderer's own reductions)."""
-    name: str
-    src: str
-    global_size: Any
-    local_size: Any
-    vars: list
-    opts: tuple = ()
-
-
-def _render(dname: str, ast: tuple) -> Rendered:
-    """Linearize and render `ast` for device `dname`, or find the result in the disk cache (CACHELEVEL >= 2), keyed
-    by the AST's full text, the device's code-generation options, its compiler and renderer (the host's C differs
-    between compilers: native or software half) and the version of this code."""
+def _render(dname: str, ast: tuple) -> ProgramSpec:
+    """Linearize and render `ast` for device `dname` (the renderer's ProgramSpec, completed with the linearizer's
+    launch sizes, variables and Opts), or find it in the disk cache (CACHELEVEL >= 2), keyed by the AST's full
+    text, the device's code-generation options, its compiler and renderer (the host's C differs between compilers:
+    native or software half) and the version of this code."""
     dev = Device[dname]
     if DEBUG >= 5:
         print(print_ast(ast))
@@ -234,9 +228,8 @@ def _render(dname: str, ast: tuple) -> Rendered:
         if hit is not None:
             try:
                 ret = records.loads(hit)
-                if type(ret) is list and len(ret) == len(Rendered._fields) and type(ret[0]) is str and \
-                        type(ret[1]) is str:
-                    return Rendered(*ret)
+                if type(ret) is ProgramSpec:
+                    return ret
             except records.RecordError:  # not a kernel of this build: render anew (and overwrite it)
                 pass
     from tinygrad.codegen.linearizer import Linearizer
@@ -251,11 +244,11 @@ def _render(dname: str, ast: tuple) -> Rendered:
                 lin.linearize()
     lin.linearize()
     # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
-    ret = Rendered(lin.name, dev.renderer(lin.name, lin.uops), lin.global_size, lin.local_size, list(lin.vars),
-                   tuple(lin.applied_opts))
+    ret = dataclasses.replace(dev.renderer(lin.name, lin.uops), global_size=lin.global_size,
+                              local_size=lin.local_size, vars=tuple(lin.vars), applied_opts=tuple(lin.applied_opts))
     if key is not None:
         try:
-            diskcache_put("program", key, records.dumps(list(ret)))
+            diskcache_put("program", key, records.dumps(ret))
         except records.RecordError:  # a launch size the record format doesn't name: just not kept on disk
             pass
     return ret
@@ -283,12 +276,11 @@ def op_estimate(ast: tuple) -> sint:
     return n_ops * size
 
 
-def _runner(dname: str, r: Rendered, ast: tuple, lib: bytes | None = None) -> CompiledRunner:
+def _runner(dname: str, spec: ProgramSpec, ast: tuple, lib: bytes | None = None) -> CompiledRunner:
     # distinct kernels with the same shape get distinct display names, so profiles and DEBUG output tell them apart
-    n = _names.get(r.name, 0)
-    _names[r.name] = n + 1
-    runner = CompiledRunner(r.name, r.src, dname, r.global_size, r.local_size, r.vars, lib=lib,
-                            display_name=r.name if n == 0 else f"{r.name}n{n}", opts=r.opts)
+    n = _names.get(spec.name, 0)
+    _names[spec.name] = n + 1
+    runner = CompiledRunner(spec, dname, lib=lib, display_name=spec.name if n == 0 else f"{spec.name}n{n}")
     runner.op_estimate = op_estimate(ast)
     return runner
 

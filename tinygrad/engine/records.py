@@ -13,11 +13,13 @@ then keeps nothing, the reader treats the row as missing.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import Enum
 from typing import Any
 
 from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.codegen.program import ProgramSpec, TensorMapSpec
 from tinygrad.dtype import DTYPES_DICT, INVERSE_DTYPES_DICT, DType, PtrDType
 from tinygrad.ops import (
     BinaryOps,
@@ -40,6 +42,7 @@ ENUMS: dict[str, type[Enum]] = {e.__name__: e for e in (UnaryOps, BinaryOps, Red
                                                         LoadOps, BufferOps, OptOps)}
 OP_NODES = {MulNode: "mul", DivNode: "div", ModNode: "mod", LtNode: "lt"}
 RED_NODES = {SumNode: "sum", AndNode: "and"}
+PROGRAM_FIELDS = dataclasses.fields(ProgramSpec)
 NODE_TAGS = {**{v: k for k, v in OP_NODES.items()}, **{v: k for k, v in RED_NODES.items()}}
 
 
@@ -105,6 +108,12 @@ class _Encoder:
                     bool(x.contiguous)]
         if t is Opt:
             return ["opt", self.value(x.op), x.axis, x.amt]
+        if t is ProgramSpec:
+            # by field, in declaration order (a new field is a new format: diskcache.VERSION)
+            return ["prog", *[self.value(getattr(x, f.name)) for f in PROGRAM_FIELDS]]
+        if t is TensorMapSpec:
+            return ["tmap", x.arg, x.offset, x.elem, self.value(x.dims), self.value(x.strides), self.value(x.box),
+                    x.swizzle]
         if isinstance(x, Node):
             return self.node(x)
         raise RecordError(f"the cache's records can't hold a {t.__module__}.{t.__qualname__}")
@@ -197,12 +206,48 @@ class _Decoder:
             return self.tracker(x)
         if tag == "v":
             return self.view(x)
+        if tag == "prog":
+            return self.program(args)
+        if tag == "tmap":
+            if len(args) != 7:
+                raise RecordError("a tensor map has 7 fields")
+            arg, offset, elem, dims, strides, box, swizzle = (self.value(a) for a in args)
+            if not all(type(v) is tuple and all(type(i) is int for i in v) for v in (dims, strides, box)):
+                raise RecordError("a tensor map's sizes are tuples of ints")
+            return TensorMapSpec(_ints(arg, "a tensor map's arg"), _ints(offset, "a tensor map's offset"),
+                                 _ints(elem, "a tensor map's element size"), dims, strides, box,
+                                 _ints(swizzle, "a tensor map's swizzle"))
         if tag == "opt":
             op = self.value(args[0])
             if not isinstance(op, OptOps):
                 raise RecordError(f"an Opt's op must be an OptOps, not {op!r}")
             return Opt(op, _ints(args[1], "an Opt's axis"), _ints(args[2], "an Opt's amount"))
         return self.symbolic(x)
+
+    def program(self, args: list) -> ProgramSpec:
+        if len(args) != len(PROGRAM_FIELDS):
+            raise RecordError(f"a ProgramSpec has {len(PROGRAM_FIELDS)} fields")
+        f = {field.name: self.value(a) for field, a in zip(PROGRAM_FIELDS, args)}
+        if type(f["name"]) is not str or type(f["src"]) is not str:
+            raise RecordError("a ProgramSpec's name and source are strings")
+        for name in ("global_size", "local_size"):
+            if f[name] is not None and not (type(f[name]) is tuple and
+                                            all(type(d) is int or isinstance(d, Node) for d in f[name])):
+                raise RecordError(f"a ProgramSpec's {name} is None or a tuple of sizes")
+        if not (type(f["vars"]) is tuple and all(type(v) is Variable for v in f["vars"])):
+            raise RecordError("a ProgramSpec's vars are Variables")
+        if not (type(f["applied_opts"]) is tuple and all(type(o) is Opt for o in f["applied_opts"])):
+            raise RecordError("a ProgramSpec's applied_opts are Opts")
+        launch = f["launch"]
+        if launch is not None and not (type(launch) is tuple and len(launch) == 2 and
+                                       all(type(d) is tuple and all(type(i) is int for i in d) for d in launch)):
+            raise RecordError("a ProgramSpec's launch is None or (grid, block)")
+        if type(f["persistent"]) is not bool or type(f["waits_for_grid"]) is not bool:
+            raise RecordError("a ProgramSpec's flags are booleans")
+        _ints(f["dynamic_shared"], "a ProgramSpec's dynamic shared bytes")
+        if not (type(f["tensor_maps"]) is tuple and all(type(m) is TensorMapSpec for m in f["tensor_maps"])):
+            raise RecordError("a ProgramSpec's tensor maps are TensorMapSpecs")
+        return ProgramSpec(**f)
 
     def dtype(self, x: Any) -> DType:
         if type(x) is not list or not x:

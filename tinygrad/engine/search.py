@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Buffer, CompileError, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
@@ -103,26 +104,26 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
                 lin = make(new)
                 if lin is not None:
                     cands.append((new, lin))
-        # equal sources are one candidate (different Opt orders often make the same kernel)
-        by_src: dict[str, tuple] = {}
+        # equal kernels (source and launch facts) are one candidate (different Opt orders often make the same one)
+        by_spec: dict[ProgramSpec, tuple] = {}
         for opts, lin in cands:
-            by_src.setdefault(dev.renderer(lin.name, lin.uops), (opts, lin))
-        srcs = list(by_src)
+            by_spec.setdefault(dev.renderer(lin.name, lin.uops), (opts, lin))
+        specs = list(by_spec)
         with ThreadPoolExecutor(max_workers=4) as pool:
-            libs = list(pool.map(lambda s: _try_compile(dev, s), srcs))
+            libs = list(pool.map(lambda spec: _try_compile(dev, spec.src), specs))
         timed = []
-        for src, lib in zip(srcs, libs):
+        for spec, lib in zip(specs, libs):
             if lib is None or time.perf_counter() > deadline:
                 continue
-            opts, lin = by_src[src]
-            t = _timed(dev, lin, bufs, outs, ref, best[0][0] * SLOW_FACTOR, lib)
+            opts, lin = by_spec[spec]
+            t = _timed(dev, lin, bufs, outs, ref, best[0][0] * SLOW_FACTOR, (spec, lib))
             if t is not None:
                 timed.append((t, opts))
             raise_pending_interrupt()
         improved = bool(timed) and min(timed, key=lambda x: x[0])[0] < best[0][0]
         best = sorted(best + timed, key=lambda x: x[0])[:max(width, 2)]
         if DEBUG >= 2:
-            print(f"BEAM {dname} step {step}: {len(srcs)} candidates, best {best[0][0] * 1e6:9.2f} us "
+            print(f"BEAM {dname} step {step}: {len(specs)} candidates, best {best[0][0] * 1e6:9.2f} us "
                   f"with {list(best[0][1])}")
         if not improved or time.perf_counter() > deadline:
             break
@@ -179,8 +180,10 @@ def _buffers(dname: str, ast: tuple) -> dict[int, Buffer]:
     return out
 
 
-def _compile(dev, lin) -> bytes:
-    return dev.compiler.compile(dev.renderer(lin.name, lin.uops))
+def _compile(dev, lin) -> tuple[ProgramSpec, bytes]:
+    """The kernel's ProgramSpec (its launch facts) and binary."""
+    spec = dev.renderer(lin.name, lin.uops)
+    return spec, dev.compiler.compile(spec.src)
 
 
 def _try_compile(dev, src: str) -> bytes | None:
@@ -190,10 +193,12 @@ def _try_compile(dev, src: str) -> bytes | None:
         return None
 
 
-def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], lib: bytes,
+def _run(dev, lin, bufs: dict[int, Buffer], outs: list[int], compiled: tuple[ProgramSpec, bytes],
          limit: float = math.inf) -> tuple[float, list[np.ndarray]]:
-    """The kernel's best time of TIMING_RUNS launches (one, when it is slower than `limit`), and its outputs."""
-    prg = dev.runtime(lin.name, lib)
+    """The kernel's best time of TIMING_RUNS launches (one, when it is slower than `limit`), and its outputs;
+    `compiled` is its ProgramSpec and binary."""
+    spec, lib = compiled
+    prg = dev.runtime(lin.name, lib, spec)
     for i in outs:
         # NOTE: the outputs start as all-ones bytes (NaN for floats), so a kernel that leaves an element unwritten
         # can't pass for right with the value an earlier candidate left there
@@ -218,10 +223,11 @@ def _host(buf: Buffer) -> np.ndarray:
     return raw.view(buf.dtype.np) if buf.dtype.np is not None else raw
 
 
-def _timed(dev, lin, bufs, outs, ref: list[np.ndarray], limit: float, lib: bytes | None = None) -> float | None:
+def _timed(dev, lin, bufs, outs, ref: list[np.ndarray], limit: float,
+           compiled: tuple[ProgramSpec, bytes] | None = None) -> float | None:
     """The candidate's time, or None where it fails, is slower than `limit` or disagrees with the plain kernel."""
     try:
-        t, got = _run(dev, lin, bufs, outs, lib if lib is not None else _compile(dev, lin), limit)
+        t, got = _run(dev, lin, bufs, outs, compiled if compiled is not None else _compile(dev, lin), limit)
     except (CompileError, RuntimeError, ValueError):
         return None
     if t > limit:

@@ -16,6 +16,7 @@ import string
 import struct
 from typing import Callable
 
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
@@ -460,10 +461,11 @@ class SoftHalfClangLanguage(ClangLanguage):
 _CLANG, _SOFT_HALF_CLANG = ClangLanguage(), SoftHalfClangLanguage()
 
 
-def ClangRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
-    return uops_to_cstyle(_CLANG, name, uops)
+def ClangRenderer(name: str, uops: list[UOp]) -> ProgramSpec:  # noqa: N802 - tinygrad's public spelling
+    """C kernel `name` from its uops (a host kernel loops over its whole iteration space: no launch facts)."""
+    return ProgramSpec(name, uops_to_cstyle(_CLANG, name, uops))
 
 
-def soft_half_clang_renderer(name: str, uops: list[UOp]) -> str:
+def soft_half_clang_renderer(name: str, uops: list[UOp]) -> ProgramSpec:
     """ClangRenderer for a compiler without a native half type (see SoftHalfClangLanguage)."""
-    return uops_to_cstyle(_SOFT_HALF_CLANG, name, uops)
+    return ProgramSpec(name, uops_to_cstyle(_SOFT_HALF_CLANG, name, uops))

@@ -15,6 +15,7 @@ import string
 import struct
 from typing import Callable
 
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.codegen.uops import UOp
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
@@ -66,7 +67,7 @@ WGMMA_PRELUDE = read_prelude("cuda/wgmma.cuh")
 WGMMA_SIZES = (64, 128, 256)
 
 # Hopper's TMA (sm_90): a wgmma kernel's slices copied by the TMA unit as whole boxes of A and B, described by tensor
-# maps (128-byte parameters the runtime encodes from the buffers: see UOps.TMA and the `// tg_tensor_map` lines),
+# maps (128-byte parameters the runtime encodes from the buffers: see UOps.TMA and ProgramSpec.tensor_maps),
 # landing in shared memory with the tensor cores' 128-byte swizzle. Stage s has two mbarriers: "full" (bars[s]),
 # which completes when its bytes have landed (the producer's arrive carries the byte count, the copies count the
 # bytes down), and "empty" (bars[S+s]), which completes when every warp, of every block of the cluster, is done with
@@ -283,5 +284,6 @@ class CUDALanguage(TgVecSpelling, GPULanguage):
 _CUDA = CUDALanguage()
 
 
-def CUDARenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
+def CUDARenderer(name: str, uops: list[UOp]) -> ProgramSpec:  # noqa: N802 - tinygrad's public spelling
+    """CUDA kernel `name` from its uops: its source and launch facts."""
     return uops_to_gpu(_CUDA, name, uops)

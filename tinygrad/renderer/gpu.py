@@ -13,11 +13,10 @@ Kernels without them are what the linearizer leaves as loops, today the memory-b
 output elements become a grid-stride loop over all threads; for reductions with few outputs, a loop over blocks,
 each block's threads splitting the reduction and combining with warp shuffles; for one large reduction, the whole
 grid splits it and the last block to finish combines the blocks' results. Such a kernel is correct for any grid (and
-any block of whole warps); the launch it was written for is given on its first line (`// tinygrad launch:
-grid=(..) block=(..)`, then `persistent` for the reductions, which the runtime launches with no more blocks than the
-GPU holds at once), and the compiler keeps it with the binary. A kernel whose shared arrays outgrow what a language
-may declare statically (CUDA: 48 KB) gets one dynamic array instead, and a line `// tinygrad dynamic shared memory:
-N bytes` that the runtime launches it with.
+any block of whole warps); the launch it was written for is the program record's `launch` (and `persistent` for
+the reductions, which the runtime launches with no more blocks than the GPU holds at once). A kernel whose shared
+arrays outgrow what a language may declare statically (CUDA: 48 KB) gets one dynamic array instead, whose size is
+the record's `dynamic_shared` (codegen/program.py: every launch fact is data there, never text in the source).
 
 Loads and stores whose index runs along such a loop (the loop's flat index plus an offset fixed for the loop)
 move 16 bytes at a time: the loop's body is written for one element, and runs over the lanes of whole vectors
@@ -34,30 +33,19 @@ SPECIAL uops: arg = (dim, name, size[, threads]), dim 0/1/2 for x/y/z; the name'
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Callable
 
 from tinygrad.codegen.accumulate import SUM_BLOCK
 from tinygrad.codegen.gpu_plan import VEC_BYTES, _eval_max, _Parallel, _plan_parallel, _Vec
+from tinygrad.codegen.program import ProgramSpec, TensorMapSpec
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
 from tinygrad.renderer.prelude import read_prelude
 
-LAUNCH_MARKER = "// tinygrad launch:"
-SHARED_MARKER = "// tinygrad dynamic shared memory:"
-_SHARED_RE = re.compile(r"^// tinygrad dynamic shared memory: (\d+) bytes$", re.M)
 # the name of a kernel's dynamic shared array (its DEFINE_LOCALs are slices of it)
 DYNAMIC_SHARED = "tg_smem"
-# one line per TMA tensor-map parameter of a kernel, in parameter order (see TensorMapSpec)
-TENSOR_MAP_MARKER = "// tg_tensor_map"
-_TENSOR_MAP_LINE_RE = re.compile(r"^[ \t]*// tg_tensor_map\b.*$", re.M)
-_TENSOR_MAP_RE = re.compile(r"// tg_tensor_map arg=(\d+) offset=(\d+) elem=(\d+) dims=(\d+(?:,\d+)*) "
-                            r"strides=((?:\d+(?:,\d+)*)?) box=(\d+(?:,\d+)*) swizzle=(\d+)")
-_LAUNCH_RE = re.compile(r"^// tinygrad launch: grid=\((\d+),(\d+),(\d+)\) block=\((\d+),(\d+),(\d+)\)( persistent)?",
-                        re.M)
 # tg_vec<T, W>: W values of T, aligned as one access up to 16 bytes (CUDA and HIP; Metal declares its own)
 VEC_PRELUDE = read_prelude("cuda/vec.cuh")
 
@@ -81,7 +69,7 @@ class GPULanguage(CStyleLanguage):
     bitcast_prelude = ""              # tg_bitcast<T>(x) (for BITCAST uops)
     shared_align = "__align__(16) "   # aligns a shared array for 16-byte vector accesses
     # the most shared memory a kernel may declare statically; a kernel that needs more declares one dynamic array,
-    # `dynamic_shared` formatted with its name, and the launch gives it the bytes (see dynamic_shared_bytes)
+    # `dynamic_shared` formatted with its name, and the launch gives it the bytes (ProgramSpec.dynamic_shared)
     static_shared_max: int | None = 48 * 1024
     # (1024-byte aligned, as are the arrays in it: the granule of the tensor cores' 128-byte swizzle)
     dynamic_shared = "extern __shared__ __align__(1024) unsigned char {}[];"
@@ -92,6 +80,8 @@ class GPULanguage(CStyleLanguage):
     # the loop plan's 16-byte accesses cast buffer pointers to tg_vec pointers and to integers (alignment checks),
     # which a language with address-space-qualified pointers (Metal) does not spell this way: it loops per element
     vector_loops = True
+    # kernels start by waiting for the grid launched before them (ProgramSpec.waits_for_grid)
+    grid_wait = False
 
     def block_idx(self, axis: str) -> str:
         return self.block_idx_fmt.format(axis)
@@ -171,105 +161,6 @@ class GPULanguage(CStyleLanguage):
         raise NotImplementedError(f"{type(self).__name__} has no TMA")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Launch sizes written into the kernel source (the parallel plan itself is made in codegen/gpu_plan.py)
-# ---------------------------------------------------------------------------------------------------------------
-def launch_dims(src: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
-    """The (grid, block) a kernel from this renderer was written for, from its first line; None if it has none."""
-    m = _LAUNCH_RE.search(src)
-    if m is None:
-        return None
-    v = tuple(int(x) for x in m.groups()[:6])
-    return v[:3], v[3:]
-
-
-def launch_persistent(src: str) -> bool:
-    """Is the kernel a reduction whose blocks loop over the work with a grid stride, so that its grid is best no
-    larger than what the GPU holds at once? (Its first line ends in "persistent".) A second, partial wave of such
-    blocks doubles the time of a wave whose blocks each do the same share; elementwise kernels instead run fastest
-    with a block per 256 vectors, the hardware balancing many short blocks."""
-    m = _LAUNCH_RE.search(src)
-    return m is not None and m.group(7) is not None
-
-
-def dynamic_shared_bytes(src: str) -> int:
-    """The bytes of dynamic shared memory a kernel from this renderer must be launched with (0: none)."""
-    m = _SHARED_RE.search(src)
-    return int(m.group(1)) if m else 0
-
-
-@dataclass(frozen=True)
-class TensorMapSpec:
-    """One TMA tensor map (CUtensorMap) a kernel takes as a trailing `const __grid_constant__ tg_tmap` parameter:
-    the global tensor its `cp.async.bulk.tensor` copies read tiles of. The caller passes only the ordinary arguments
-    (buffers, then ints); the runtime encodes the map from buffer argument `arg` at each launch (CUDA:
-    cuTensorMapEncodeTiled) and fills the parameter. The source carries one `comment()` line per map, in parameter
-    order, which `tensor_maps` reads back.
-
-    arg: index of the buffer among the launch's ordinary arguments; offset: bytes from its start (the view's start);
-    elem: element size in bytes (1, 2, 4 or 8: TMA moves bits); dims: sizes in elements, innermost first (rank 1 to
-    5); strides: byte strides of dims 1.. (rank - 1 of them; multiples of 16); box: the tile copied, in elements
-    (each 1 to 256); swizzle: the shared-memory swizzle in bytes (0, 32, 64 or 128).
-
-    >>> spec = TensorMapSpec(0, 0, 2, (64, 32), (128,), (64, 16), 128)
-    >>> spec.comment()
-    '// tg_tensor_map arg=0 offset=0 elem=2 dims=64,32 strides=128 box=64,16 swizzle=128'
-    >>> tensor_maps(spec.comment()) == (spec,)
-    True
-    """
-    arg: int
-    offset: int
-    elem: int
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
-    box: tuple[int, ...]
-    swizzle: int
-
-    def __post_init__(self):
-        for name in ("dims", "strides", "box"):  # any sequence of ints is taken; kept as a tuple (hashable)
-            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
-        rank = len(self.dims)
-        problem = ("the rank must be 1 to 5" if not 1 <= rank <= 5 else
-                   f"rank {rank} needs {rank - 1} stride(s)" if len(self.strides) != rank - 1 else
-                   f"rank {rank} needs {rank} box size(s)" if len(self.box) != rank else
-                   "box sizes must be 1 to 256" if not all(1 <= b <= 256 for b in self.box) else
-                   "sizes must be at least 1" if min(self.dims) < 1 else
-                   "the element size must be 1, 2, 4 or 8 bytes" if self.elem not in (1, 2, 4, 8) else
-                   "the swizzle must be 0, 32, 64 or 128 bytes" if self.swizzle not in (0, 32, 64, 128) else
-                   "arg and offset must be at least 0" if min(self.arg, self.offset) < 0 else None)
-        if problem is not None:
-            raise ValueError(f"tensor map {self}: {problem}")
-
-    def comment(self) -> str:
-        """The source line that declares this map to the runtime (the renderer writes it; tensor_maps reads it)."""
-        def ints(v: tuple[int, ...]) -> str:
-            return ",".join(str(x) for x in v)
-        return (f"{TENSOR_MAP_MARKER} arg={self.arg} offset={self.offset} elem={self.elem} dims={ints(self.dims)} "
-                f"strides={ints(self.strides)} box={ints(self.box)} swizzle={self.swizzle}")
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x)
-
-
-def tensor_maps(src: str) -> tuple[TensorMapSpec, ...]:
-    """The tensor maps a kernel takes, from its `// tg_tensor_map` lines, in parameter order (() for none). A line
-    that does not spell a valid map raises ValueError naming it."""
-    out = []
-    for line in _TENSOR_MAP_LINE_RE.finditer(src):
-        text = line.group(0).strip()
-        m = _TENSOR_MAP_RE.fullmatch(text)
-        if m is None:
-            raise ValueError(f"malformed tensor-map line: {text!r}")
-        arg, offset, elem, dims, strides, box, swizzle = m.groups()
-        try:
-            out.append(TensorMapSpec(int(arg), int(offset), int(elem), _int_list(dims), _int_list(strides),
-                                     _int_list(box), int(swizzle)))
-        except ValueError as e:
-            raise ValueError(f"invalid tensor-map line {text!r}: {e}") from None
-    return tuple(out)
-
-
 def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], int]:
     """Where each DEFINE_LOCAL lies in the kernel's dynamic shared array (by id; 1024-byte aligned offsets) and its
     total size, or ({}, 0) where the arrays fit static declarations."""
@@ -288,12 +179,14 @@ def _shared_layout(lang: GPULanguage, uops: list[UOp]) -> tuple[dict[int, int], 
 # The render loop
 # ---------------------------------------------------------------------------------------------------------------
 _AXIS = "xyz"
+# plans whose blocks loop over the work with a grid stride (ProgramSpec.persistent)
+PERSISTENT = ("blocks", "grid", "warps")
 # flattened nests of at least this many elements index in 64 bits (see open_flat)
 BIG_NEST = 1 << 30
 
 
-def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
-    """The source of GPU kernel `name` from its uops, in `lang`'s spelling."""
+def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> ProgramSpec:
+    """GPU kernel `name` from its uops, in `lang`'s spelling: its source and launch facts."""
     specials = [u for u in uops if u.uop is UOps.SPECIAL]
     has_barrier = any(u.uop is UOps.BARRIER for u in uops)
     par = _Parallel() if specials else _plan_parallel(uops, lang.warp_size, lang.grid_reduce, lang.vector_loops)
@@ -589,7 +482,7 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(lang.render_proxy_fence(u.arg) + ";")
         elif op is UOps.TMA and u.arg[0] == "map":
             # a tensor-map parameter (after every other one): the runtime encodes it from the launch's buffer
-            # argument `arg` at each launch, as the marker line says
+            # argument `arg` at each launch, as the program record's tensor_maps say
             r[id(u)] = u.arg[1]
             tmaps.append(u)
         elif op is UOps.TMA:
@@ -640,11 +533,10 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
         emit("}")  # the `if (thread 0)` of a kernel without output loops
     bounds = _launch_bounds(specials, par)
     names = [p[0] for p in kw.params]
-    tmap_lines = ""
+    maps = []
     for u in tmaps:
         _, pname, offset, elem, dims, strides, box, swizzle = u.arg
-        tmap_lines += TensorMapSpec(names.index(r[id(u.vin[0])]), offset, elem, dims, strides, box, swizzle).comment() \
-            + "\n"
+        maps.append(TensorMapSpec(names.index(r[id(u.vin[0])]), offset, elem, dims, strides, box, swizzle))
         kw.params.append((pname, "tmap", False))
     extra = {"cluster": cluster} if cluster > 1 else {}
     kernel = lang.render_kernel(name, body, kw.params, bounds, **extra)
@@ -656,15 +548,14 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     prelude += lang.wmma_prelude({u.arg[0] for u in uops if u.uop is UOps.WMMA},
                                  any(u.uop in async_ops for u in uops) or bool(tmaps))
     prelude += lang.tma_prelude() if tmaps else ""
-    persistent = " persistent" if par.mode in ("blocks", "grid", "warps") else ""
-    marker = "" if specials else f"{LAUNCH_MARKER} grid=({par.grid},1,1) block=({par.block},1,1){persistent}\n"
-    marker += f"{SHARED_MARKER} {shared_total} bytes\n" if shared_total else ""
-    marker += tmap_lines
     if par.mode == "grid":
         # per module (each kernel is a module of its own): the blocks' partial results and how many are done
         prelude += f"{lang.device_var_prefix}{lang.render_dtype(par.acc.dtype)} tg_part[{par.grid}];\n"
         prelude += f"{lang.device_var_prefix}unsigned int tg_done;\n"
-    return marker + prelude + kernel
+    # a loop kernel's launch is the plan's; the linearizer gives those of kernels with SPECIAL uops
+    launch = None if specials else ((par.grid, 1, 1), (par.block, 1, 1))
+    return ProgramSpec(name, prelude + kernel, launch=launch, persistent=not specials and par.mode in PERSISTENT,
+                       dynamic_shared=shared_total, tensor_maps=tuple(maps), waits_for_grid=lang.grid_wait)
 
 
 def _emit_warp_tree(lang: GPULanguage, par: _Parallel, acc: str, emit: Callable[[str], None],

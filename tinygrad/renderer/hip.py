@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.codegen.uops import UOp
 from tinygrad.dtype import DType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
@@ -129,12 +130,12 @@ def hip_language(wave: int = 32) -> HIPLanguage:
     return HIPLanguage(wave)
 
 
-def hip_renderer(wave: int = 32) -> Callable[[str, list[UOp]], str]:
-    """A renderer function (`renderer(name, uops) -> source`) for a target with `wave`-lane wavefronts."""
+def hip_renderer(wave: int = 32) -> Callable[[str, list[UOp]], ProgramSpec]:
+    """A renderer function (`renderer(name, uops) -> ProgramSpec`) for a target with `wave`-lane wavefronts."""
     lang = hip_language(wave)
     return functools.partial(uops_to_gpu, lang)
 
 
-def HIPRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
+def HIPRenderer(name: str, uops: list[UOp]) -> ProgramSpec:  # noqa: N802 - tinygrad's public spelling
     """HIP source for a wave32 target (RDNA, the default of tinygrad's AMD device)."""
     return uops_to_gpu(hip_language(32), name, uops)

@@ -22,6 +22,7 @@ import math
 import struct
 from typing import Callable
 
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
@@ -191,5 +192,6 @@ class MetalLanguage(TgVecSpelling, GPULanguage):
 _METAL = MetalLanguage()
 
 
-def MetalRenderer(name: str, uops: list[UOp]) -> str:  # noqa: N802 - tinygrad's public spelling
+def MetalRenderer(name: str, uops: list[UOp]) -> ProgramSpec:  # noqa: N802 - tinygrad's public spelling
+    """Metal kernel `name` from its uops: its source and launch facts."""
     return uops_to_gpu(_METAL, name, uops)

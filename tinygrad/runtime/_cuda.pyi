@@ -97,7 +97,7 @@ class Program:
     @property
     def params(self) -> list[tuple[int, int]] | None: ...
     # the kernel's trailing TMA tensor-map parameters, (arg, offset, elem, dims, strides, box, swizzle) each (as
-    # renderer/gpu.py's TensorMapSpec); launches then take the ordinary arguments and the runtime encodes the maps
+    # codegen/program.py's TensorMapSpec); launches then take the ordinary arguments and the runtime encodes the maps
     def set_tensor_maps(self, specs: Sequence[tuple[int, int, int, Sequence[int], Sequence[int], Sequence[int],
                                                     int]]) -> None: ...
     @property

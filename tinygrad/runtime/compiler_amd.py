@@ -1,7 +1,7 @@
 """HIP C++ -> AMDGPU code object, with a clang that compiles for the GPU's target and lld (Debian 12's
 clang-19/lld-19; no ROCm package is needed: the renderer's kernels use only clang builtins, see renderer/hip.py).
 
-A compiled kernel is kept as a small header (the launch the renderer wrote it for, as for CUDA) and the code object.
+A compiled kernel is the bare code object: how to launch it is the kernel's ProgramSpec, which AMDProgram is given.
 """
 from __future__ import annotations
 
@@ -16,25 +16,9 @@ import tempfile
 from tinygrad.codegen.kernel import LinearizerOptions
 from tinygrad.device import CompileError, Compiler
 from tinygrad.helpers import getenv
-from tinygrad.renderer.gpu import launch_dims, launch_persistent
 
 # the clangs tried in order when AMD_CLANG is not set: the first LLVM releases that know gfx11 and gfx12
 CLANG_CANDIDATES = ("clang-19", "clang-20", "clang-18", "clang-17", "clang")
-LIB_MAGIC = b"TGAMD01\0"
-_HEADER = struct.Struct("<8s7I")  # magic, grid[3], block[3], persistent
-
-
-def pack_lib(image: bytes, dims, persistent: bool = False) -> bytes:
-    grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
-    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent)) + image
-
-
-def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool]:
-    """(code object, (grid, block) or None, persistent). A bare code object is accepted as is."""
-    if not lib.startswith(LIB_MAGIC):
-        return lib, None, False
-    _, *f = _HEADER.unpack_from(lib)
-    return lib[_HEADER.size:], ((tuple(f[:3]), tuple(f[3:6])) if f[0] else None), bool(f[6])
 
 
 def clang_options(arch: str) -> list[str]:
@@ -129,7 +113,7 @@ class AMDCompiler(Compiler):
         return super().compile_cached(src)
 
     def compile(self, src: str) -> bytes:
-        return pack_lib(self.code_object(src), launch_dims(src), launch_persistent(src))
+        return self.code_object(src)
 
     def code_object(self, src: str) -> bytes:
         """The bare code object of `src` (CompileError with clang's log if it does not compile)."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 
 from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Allocator, BufferOptions, Compiled, LRUAllocator
 from tinygrad.helpers import DEBUG
 from tinygrad.renderer.hip import HIPLanguage, hip_renderer
 from tinygrad.runtime import _amd
-from tinygrad.runtime.compiler_amd import AMDCompiler, unpack_lib
+from tinygrad.runtime.compiler_amd import AMDCompiler
 from tinygrad.runtime.graph import NativeGraph
 
 # the csrc/runtime.h version this Python layer was written against
@@ -28,13 +29,14 @@ if _amd.abi_version() != RUNTIME_ABI_VERSION:
 
 
 class AMDProgram:
-    """A compiled kernel on an AMD device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`. Launch
-    sizes default to the ones the renderer wrote the kernel for (its block rounded up to whole wavefronts)."""
+    """A compiled kernel on an AMD device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`. `lib` is
+    the code object; launch sizes default to the ones its ProgramSpec `spec` says the renderer wrote the kernel for
+    (its block rounded up to whole wavefronts)."""
 
-    def __init__(self, device: AMDDevice, name: str, lib: bytes):
+    def __init__(self, device: AMDDevice, name: str, lib: bytes, spec: ProgramSpec | None = None):
         self.device, self.name, self.lib = device, name, lib
-        image, self.default_dims, _ = unpack_lib(lib)
-        self._prg = self.native = device._dev.load_program(name, image)
+        self.default_dims = spec.launch if spec is not None else None
+        self._prg = self.native = device._dev.load_program(name, lib)
         if self.default_dims is not None:
             grid, (bx, by, bz) = self.default_dims
             wave = device.wave_size

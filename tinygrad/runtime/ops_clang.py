@@ -13,6 +13,7 @@ import platform
 import tempfile
 
 from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Compiled, CompileError, Compiler, MallocAllocator
 from tinygrad.helpers import getenv
 from tinygrad.renderer.cstyle import ClangRenderer, soft_half_clang_renderer
@@ -131,9 +132,10 @@ def _pin_openmp_runtime(gnu: bool) -> object:
 
 
 class ClangProgram:
-    """A compiled function `name` in the shared object `lib`, called as `prg(*bufs, *vals)` from C++."""
+    """A compiled function `name` in the shared object `lib`, called as `prg(*bufs, *vals)` from C++. (`spec`, the
+    kernel's ProgramSpec, says nothing a host kernel needs: it loops over its whole iteration space.)"""
 
-    def __init__(self, name: str, lib: bytes):
+    def __init__(self, name: str, lib: bytes, spec: ProgramSpec | None = None):
         self.name, self.lib = name, lib
         if b"libgomp.so" in lib or b"libomp.so" in lib:
             _pin_openmp_runtime(b"libgomp.so" in lib)

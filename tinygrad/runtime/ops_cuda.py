@@ -18,14 +18,13 @@ import hashlib
 import math
 import os
 import re
-import struct
 import sys
 
 from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Allocator, BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG, getenv
-from tinygrad.renderer.cuda import GRID_WAIT, CUDALanguage, CUDARenderer
-from tinygrad.renderer.gpu import TensorMapSpec, dynamic_shared_bytes, launch_dims, launch_persistent, tensor_maps
+from tinygrad.renderer.cuda import CUDALanguage, CUDARenderer
 from tinygrad.runtime import _cuda
 from tinygrad.runtime.graph_cuda import CUDAGraph, CUDAMultiGraph
 
@@ -35,17 +34,6 @@ if _cuda.abi_version() != RUNTIME_ABI_VERSION:
     raise ImportError(f"tinygrad.runtime._cuda was built for runtime ABI {_cuda.abi_version()}, this package expects "
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
-# A compiled kernel as kept in the caches: magic, the launch the renderer wrote it for (grid and block, 6 x uint32,
-# zeros when it has none), 1 if that grid may be lowered to what the GPU holds at once (a persistent reduction), the
-# bytes of dynamic shared memory every launch gives it, 1 if its first instruction waits for the grid before it
-# (griddepcontrol.wait: a graph may then launch it programmatically), the length of the tensor-map tail, then that
-# tail (the kernel's TMA tensor maps as their source lines, TensorMapSpec.comment(), joined by newlines; ASCII) and
-# the CUBIN (or PTX) image. Libraries of the earlier layouts (no flag; no shared memory; no wait; no tensor maps)
-# still load.
-LIB_MAGIC = b"TGCUDA5\0"
-_HEADER = struct.Struct("<8s10I")
-_OLD_HEADERS = {b"TGCUDA1\0": struct.Struct("<8s6I"), b"TGCUDA2\0": struct.Struct("<8s7I"),
-                b"TGCUDA3\0": struct.Struct("<8s8I"), b"TGCUDA4\0": struct.Struct("<8s9I")}
 _KERNEL_NAME = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?'
                           r'(?:__cluster_dims__\([\d, ]+\) )?(\w+)\(')
 # resident threads per multiprocessor by compute capability (the CUDA programming guide's table of compute
@@ -66,27 +54,6 @@ def resident_blocks(arch: str, sms: int, block: int, regs: int) -> int:
     return sms * max(1, min(threads // (warps * 32), by_regs, 32))
 
 
-def pack_lib(image: bytes, dims: tuple[tuple[int, ...], tuple[int, ...]] | None, persistent: bool = False,
-             shared: int = 0, waits: bool = False, maps: tuple[TensorMapSpec, ...] = ()) -> bytes:
-    grid, block = dims if dims is not None else ((0, 0, 0), (0, 0, 0))
-    tail = "\n".join(m.comment() for m in maps).encode()
-    return _HEADER.pack(LIB_MAGIC, *grid, *block, int(persistent), shared, int(waits), len(tail)) + tail + image
-
-
-def unpack_lib(lib: bytes) -> tuple[bytes, tuple[tuple[int, ...], tuple[int, ...]] | None, bool, int, bool,
-                                    tuple[TensorMapSpec, ...]]:
-    """(image, (grid, block) or None, persistent, dynamic shared bytes, waits for the grid before it, tensor maps). A
-    bare CUBIN/PTX (no header) is accepted as is."""
-    header = _HEADER if lib.startswith(LIB_MAGIC) else _OLD_HEADERS.get(lib[:8])
-    if header is None:
-        return lib, None, False, 0, False, ()
-    _, *fields = header.unpack_from(lib)
-    dims, flags = fields[:6], fields[6:] + [0, 0, 0, 0]
-    start, end = header.size, header.size + flags[3]
-    return (lib[end:], (tuple(dims[:3]), tuple(dims[3:])) if dims[0] else None, bool(flags[0]), flags[1],
-            bool(flags[2]), tensor_maps(lib[start:end].decode()))
-
-
 def nvrtc_candidates() -> list[str]:
     """Where NVRTC is looked for: NVRTC_PATH alone if set; else the sonames (the loader's search path), then the CUDA
     toolkit's usual folders and the nvidia-cuda-nvrtc wheel's."""
@@ -103,7 +70,8 @@ def nvrtc_candidates() -> list[str]:
 
 class CUDACompiler(Compiler):
     """CUDA C -> CUBIN for one architecture ("sm_90"), with NVRTC. Architectures this NVRTC cannot build machine
-    code for get PTX for the newest one it knows, which the driver compiles at load."""
+    code for get PTX for the newest one it knows, which the driver compiles at load. The binary is NVRTC's output
+    alone: how to launch it is the kernel's ProgramSpec, which CUDAProgram is given."""
 
     def __init__(self, arch: str, linearizer_opts: LinearizerOptions | None = None):
         super().__init__(None)  # the disk-cache key needs NVRTC's version: set when NVRTC is first loaded
@@ -147,7 +115,6 @@ class CUDACompiler(Compiler):
     def compile(self, src: str) -> bytes:
         self._setup()
         m = _KERNEL_NAME.search(src)
-        maps = tensor_maps(src)  # before NVRTC's work: a malformed annotation is the renderer's bug, raised at once
         try:
             options = self.options
             if "wgmma.mma_async" in src and not self.ptx:
@@ -159,31 +126,33 @@ class CUDACompiler(Compiler):
                 from None
         if log and DEBUG >= 3:
             print(f"NVRTC: {log}")
-        return pack_lib(image, launch_dims(src), launch_persistent(src), dynamic_shared_bytes(src),
-                        GRID_WAIT in src, maps)
+        return image
 
 
 class CUDAProgram:
     """A compiled kernel on a CUDA device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`.
 
-    Launch sizes default to the ones the renderer wrote the kernel for; a persistent reduction gets no more blocks
-    than GRID_WAVES times what the GPU holds at once (its blocks loop over the work with a grid stride, so blocks
-    that would wait for a free multiprocessor only add a second, partial wave). With `wait` (or DEBUG >= 2, so that
-    the per-kernel time printed covers the kernel itself) it waits and returns the kernel's GPU seconds."""
+    `lib` is the CUBIN (or PTX) image; `spec`, the kernel's ProgramSpec, says how to launch it (None: a kernel with
+    no launch facts, given its sizes at each call). Launch sizes default to the ones the renderer wrote the kernel
+    for; a persistent reduction gets no more blocks than GRID_WAVES times what the GPU holds at once (its blocks loop
+    over the work with a grid stride, so blocks that would wait for a free multiprocessor only add a second, partial
+    wave). With `wait` (or DEBUG >= 2, so that the per-kernel time printed covers the kernel itself) it waits and
+    returns the kernel's GPU seconds."""
 
-    def __init__(self, device: CUDADevice, name: str, lib: bytes):
+    def __init__(self, device: CUDADevice, name: str, lib: bytes, spec: ProgramSpec | None = None):
         self.device, self.name, self.lib = device, name, lib
-        image, self.default_dims, persistent, shared, waits, maps = unpack_lib(lib)
-        self._prg = self.native = device._dev.load_program(name, image)
-        self._prg.waits_for_grid = waits
-        if maps:
+        spec = spec or ProgramSpec(name, "")
+        self.default_dims = spec.launch
+        self._prg = self.native = device._dev.load_program(name, lib)
+        self._prg.waits_for_grid = spec.waits_for_grid
+        if spec.tensor_maps:
             # the kernel's trailing CUtensorMap parameters: the runtime encodes them from the buffers at each launch
             # (callers pass the ordinary arguments only)
-            self._prg.set_tensor_maps([dataclasses.astuple(m) for m in maps])
-        if shared:
-            self._prg.dynamic_shared = shared
+            self._prg.set_tensor_maps([dataclasses.astuple(m) for m in spec.tensor_maps])
+        if spec.dynamic_shared:
+            self._prg.dynamic_shared = spec.dynamic_shared
         if self.default_dims is not None:
-            if persistent:
+            if spec.persistent:
                 (gx, gy, gz), block = self.default_dims
                 cap = GRID_WAVES * resident_blocks(device.arch, device.sms, math.prod(block), self._prg.num_regs)
                 self.default_dims = ((max(1, min(gx, cap)), gy, gz), block)

@@ -15,9 +15,9 @@ import functools
 import math
 
 from tinygrad.codegen.kernel import LinearizerOptions
+from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import BufferOptions, Compiled, CompileError, Compiler, LRUAllocator
 from tinygrad.helpers import DEBUG
-from tinygrad.renderer.gpu import launch_dims
 from tinygrad.renderer.metal import MetalLanguage, MetalRenderer
 from tinygrad.runtime import _metal
 from tinygrad.runtime.graph import NativeGraph
@@ -28,7 +28,6 @@ if _metal.abi_version() != RUNTIME_ABI_VERSION:
     raise ImportError(f"tinygrad.runtime._metal was built for runtime ABI {_metal.abi_version()}, this package expects "
                       f"{RUNTIME_ABI_VERSION}: rebuild it (pip install . or cmake --build)")
 
-METALLIB_MAGIC = b"MTLB"
 # every Apple GPU: 1024 threads a threadgroup, grids of 2^32-1 threadgroups a dimension, 32 KB of threadgroup memory
 GRID_MAX = (2 ** 32 - 1,) * 3
 THREADGROUP_MAX = (1024, 1024, 1024)
@@ -54,14 +53,14 @@ class MetalCompiler(Compiler):
 class MetalProgram:
     """A compute pipeline on a METAL device, called as `prg(*bufs, global_size=, local_size=, vals=, wait=)`.
 
-    Kernels the renderer wrote as loops carry their launch (`default_dims`); their threadgroup is lowered to what the
-    pipeline allows, in whole SIMD groups (such kernels are correct for any threadgroup of whole SIMD groups)."""
+    Kernels the renderer wrote as loops carry their launch in their ProgramSpec `spec` (`default_dims`); their
+    threadgroup is lowered to what the pipeline allows, in whole SIMD groups (such kernels are correct for any
+    threadgroup of whole SIMD groups)."""
 
-    def __init__(self, device: MetalDevice, name: str, lib: bytes):
+    def __init__(self, device: MetalDevice, name: str, lib: bytes, spec: ProgramSpec | None = None):
         self.device, self.name, self.lib = device, name, lib
         self._prg = self.native = device.native.load_program(name, lib)
-        src = "" if lib.startswith(METALLIB_MAGIC) else lib.decode(errors="replace")
-        self.default_dims = launch_dims(src)
+        self.default_dims = spec.launch if spec is not None else None
         if self.default_dims is not None:
             grid, block = self.default_dims
             limit = max(self._prg.simd_width, self._prg.max_threads // self._prg.simd_width * self._prg.simd_width)
