@@ -1,4 +1,3 @@
-# cython: language_level=3
 """The linearizer: lowers one kernel's AST (a tree of LazyOps) to a flat list of UOps.
 
 The kernel iterates over its full shape (the reduce's input shape when it has a reduce, else the output's):
@@ -37,16 +36,15 @@ from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
-from tinygrad.ops import _const_identity, BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
-from tinygrad.shape.symbolic import (AndNode, DivNode, LtNode, ModNode, MulNode, Node, NumNode, SumNode,
-                                     Variable)
+from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps, _const_identity
+from tinygrad.shape.symbolic import AndNode, DivNode, LtNode, ModNode, MulNode, Node, NumNode, SumNode, Variable
 
 # the binary op that folds one more element into a reduction
 _REDUCE_ALU = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}
 _LEAVES = (BufferOps.LOAD, BufferOps.CONST, BufferOps.IOTA)
 
 
-cdef object _out_dtype(object op, dict dts):
+def _out_dtype(op, dts):
     """The dtype a LazyOp produces, from its sources' dtypes."""
     if op.op is BufferOps.LOAD or op.op is BufferOps.CONST or op.op is BufferOps.IOTA:
         return op.arg.dtype
@@ -59,10 +57,10 @@ cdef object _out_dtype(object op, dict dts):
     return dts[id(op.src[0])]
 
 
-cdef dict _op_dims(tuple roots, tuple reduce_axes):
+def _op_dims(roots, reduce_axes):
     """id(op) -> the dims of the full shape along which the op's value can change: a leaf varies along the dims
     with a nonzero (or unknown) stride or a mask, an op along its sources' dims, a reduce not along reduced dims."""
-    cdef dict dims = {}
+    dims = {}
     red = frozenset(reduce_axes)
     for root in roots:
         for op in root.toposort():
@@ -82,12 +80,12 @@ cdef dict _op_dims(tuple roots, tuple reduce_axes):
     return dims
 
 
-cdef list _topo_to_reduce(object root):
+def _topo_to_reduce(root):
     """The nodes of `root` once each, sources first, not descending into a reduce (its value is the accumulator)."""
     return toposort(root, lambda op: () if isinstance(op.op, ReduceOps) else op.src)
 
 
-cdef class Linearizer:
+class Linearizer:
     """`Linearizer(ast, opts).linearize()` fills `uops`; `name`, `global_size`, `local_size` and `vars` describe
     how the rendered kernel is called. `apply_opt` (before `linearize`) sets optimisations by hand; otherwise
     `linearize` applies `hand_coded_optimizations` when the device's options allow it."""
@@ -135,6 +133,13 @@ cdef class Linearizer:
         self._tc_bases = None
         self._tc_offsets = None
         self._gate = None
+        # a grouped kernel's (or a TC kernel's) thread position, set by _grid_indices (or _lower_tc)
+        self._group_idx = self._base_id = self._thread_id = None
+        self._block_threads = 0
+        # linearize's state: the CSE table and its scopes, each Variable's uop, the loop indices, the lane Variable
+        self.buf_uops = {}
+        self._cse, self._scope, self._var_uops, self._topos = {}, [[]], {}, {}
+        self._loop_vars, self._lane = [], None
         self._decided = False
         self.op_dims = _op_dims(self.ast, self.reduce_axes)
         self.name = self._make_name()
@@ -165,7 +170,7 @@ cdef class Linearizer:
         self._decided = True
         return self
 
-    cdef object _apply_opt(self, object opt):
+    def _apply_opt(self, opt):
         """apply_opt's checks and changes for one Opt; apply_opt records it."""
         if self.tc is not None:
             raise ValueError(f"{opt}: the kernel has a block tile in shared memory (TC or SMEM), which takes no other "
@@ -299,7 +304,7 @@ cdef class Linearizer:
                 return
 
     # ---- uop construction with CSE ----
-    cdef object _uop(self, object uop, object dtype, tuple vin, object arg, bint cachable=True):
+    def _uop(self, uop, dtype, vin, arg, cachable=True):
         key = (uop, dtype, tuple([id(v) for v in vin]), arg if uop is not UOps.CONST else _const_identity(arg))
         if cachable:
             hit = self._cse.get(key)
@@ -312,19 +317,19 @@ cdef class Linearizer:
             self._scope[len(self._scope) - 1].append(key)
         return u
 
-    cdef object _const(self, object val, object dtype):
+    def _const(self, val, dtype):
         return self._uop(UOps.CONST, dtype, (), val)
 
-    cdef void _open_scope(self):
+    def _open_scope(self):
         self._scope.append([])
 
-    cdef void _close_scope(self):
+    def _close_scope(self):
         # values made inside a loop body are out of scope after it
         for key in self._scope.pop():
             self._cse.pop(key, None)
 
     # ---- symbolic index expressions -> uops ----
-    cdef object _lower_node(self, object node):
+    def _lower_node(self, node):
         """Lower an int or symbolic Node to int32 uops (floor division and modulo, as the symbolic engine means)."""
         i32 = dtypes.int32
         if isinstance(node, int):
@@ -366,7 +371,7 @@ cdef class Linearizer:
             return acc
         raise TypeError(f"can't lower symbolic {type(node).__name__} {node!r}")
 
-    cdef object _alu(self, object op, object dtype, tuple vin):
+    def _alu(self, op, dtype, vin):
         # fold constants in index math so kernels don't carry arithmetic on literals
         if op is BinaryOps.ADD:
             if vin[0].uop is UOps.CONST and vin[0].arg == 0:
@@ -426,7 +431,7 @@ cdef class Linearizer:
             print(print_uops(self.uops))
         return self
 
-    cdef void _lower_loops(self):
+    def _lower_loops(self):
         """The kernel as loops (or the GPU grid) over its dims, tiles of copies and vector lanes: see the module
         docstring."""
         full = self.full_shape
@@ -467,7 +472,7 @@ cdef class Linearizer:
             self._close_scope()
             self._uop(UOps.ENDLOOP, None, (lp,), None, False)
 
-    cdef void _grid_indices(self, list global_axes):
+    def _grid_indices(self, global_axes):
         """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
         that dimension's extent) per grid dimension, and each dim's step as (flat // div) % size of it. Sets the
         launch sizes; symbolic extents make symbolic global sizes, evaluated per call."""
@@ -542,7 +547,7 @@ cdef class Linearizer:
         for g in gates:
             self._gate = g if self._gate is None else self._alu(BinaryOps.AND, dtypes.bool, (self._gate, g))
 
-    cdef object _loop(self, int axis, int threads=1):
+    def _loop(self, axis, threads=1):
         steps = self._steps(axis)
         lp = self._uop(UOps.LOOP, dtypes.int32, (self._const(0, dtypes.int32), self._lower_node(steps)),
                        threads if threads > 1 else None, False)
@@ -550,7 +555,7 @@ cdef class Linearizer:
         self._bind_loop_var(axis, lp, steps)
         return lp
 
-    cdef void _bind_loop_var(self, int axis, object lp, object steps):
+    def _bind_loop_var(self, axis, lp, steps):
         """The index of dim `axis` from its loop's counter `lp`, which runs over `steps` (this thread's steps)."""
         if axis == self.group_axis and self.group_top:
             # GROUPTOP: thread t of the group takes the run of steps t*steps, t*steps+1, ...
@@ -565,13 +570,13 @@ cdef class Linearizer:
         else:
             self._var_uops[self._loop_vars[axis]] = lp
 
-    cdef object _steps(self, int axis):
+    def _steps(self, axis):
         """The steps of dim `axis`'s loop in one thread (an int, or a symbolic Node)."""
         size = self.full_shape[axis]
         steps = size // self.upcasts[axis] if isinstance(size, int) else size
         return steps // self.group if axis == self.group_axis else steps
 
-    cdef list _blocked_loop(self, int axis, tuple sizes, list levels, object dtype, object start):
+    def _blocked_loop(self, axis, sizes, levels, dtype, start):
         """Dim `axis`'s reduce loop cut into blocks of `sizes` iterations (outermost first, see codegen/accumulate):
         a loop over the biggest blocks, in each a loop over the blocks (or iterations) inside it, ... A level of
         accumulators starts in each block's body: `levels` ends with the current level's accumulators, and gets
@@ -610,7 +615,7 @@ cdef class Linearizer:
         self._bind_loop_var(axis, outer, steps)
         return out
 
-    cdef object _new_accs(self, dict like, object dtype, object start):
+    def _new_accs(self, like, dtype, start):
         """Accumulators of the same form as `like`'s (scalar, vector or lanes), each starting at `start`."""
         out = {}
         for key, a in like.items():
@@ -620,7 +625,7 @@ cdef class Linearizer:
                 out[key] = self._uop(UOps.DEFINE_ACC, a.dtype, (), start, False)
         return out
 
-    cdef list _combos(self, list axes):
+    def _combos(self, axes):
         """Every tile position over `axes`: per dim of the full shape, which copy (0 for dims not in `axes`).
 
         The dim with the most copies varies slowest: a value that varies only along the fastest dims is reused
@@ -635,13 +640,13 @@ cdef class Linearizer:
             out.append(tuple(combo))
         return out
 
-    cdef int _copies(self, int d):
+    def _copies(self, d):
         return self.upcasts[d] // (self.vector_width if d == self.vector_axis else 1)
 
-    cdef list _idx_nodes(self, tuple combo, bint post):
+    def _idx_nodes(self, combo, post):
         """The index of each dim of the full shape at tile position `combo`; the vector dim adds the lane Variable.
         After the reduce (`post`) the reduced dims are 0."""
-        cdef list out = []
+        out = []
         if self.tc is not None:
             # a tensor-core kernel's accumulators: each tiled dim's thread base plus the copy's offset
             for d in range(len(self.full_shape)):
@@ -663,13 +668,13 @@ cdef class Linearizer:
         return out
 
     # ---- values of a tile: a scalar uop (the same in every lane), a vector uop, or a tuple of lane uops ----
-    cdef bint _vec_ok(self, object dtype):
+    def _vec_ok(self, dtype):
         """Whether values of `dtype` can be whole vectors here (else they are computed lane by lane)."""
         if self.vector_axis == -1 or self.opts is None or not getattr(self.opts, "supports_upcast", False):
             return False
         return dtype in VECTOR_DTYPES and dtype.itemsize * self.vector_width <= self.opts.max_vector_bytes
 
-    cdef bint _vec_load_ok(self, object dtype):
+    def _vec_load_ok(self, dtype):
         """Whether a buffer of `dtype` can be read as whole vectors: VECTOR_DTYPES, and the narrow types where the
         device widens them in registers (LinearizerOptions.narrow_vectors; a vector of them is never wider than the
         float32 vector it becomes)."""
@@ -678,7 +683,7 @@ cdef class Linearizer:
         return dtype in NARROW_VECTOR_DTYPES and getattr(self.opts, "narrow_vectors", False) and \
             self._vec_ok(dtypes.float32)
 
-    cdef object _cast_any(self, object kind, object dtype, object src):
+    def _cast_any(self, kind, dtype, src):
         """A CAST or BITCAST of a tile value: one vector CAST where the device converts whole vectors (a narrow or
         float vector to a VECTOR_DTYPES one, under LinearizerOptions.narrow_vectors), else lane by lane."""
         if not isinstance(src, tuple) and src.dtype.count == 1:
@@ -693,14 +698,14 @@ cdef class Linearizer:
             return self._uop(UOps.CAST, dtype.vec(self.vector_width), (src,), None)
         return tuple([self._uop(kind, dtype, (self._lane_of(src, i),), None) for i in range(self.vector_width)])
 
-    cdef object _as_vec(self, object v, object dtype):
+    def _as_vec(self, v, dtype):
         if isinstance(v, tuple):
             return self._uop(UOps.VECTORIZE, dtype.vec(self.vector_width), v, None)
         if v.dtype.count > 1:
             return v
         return self._uop(UOps.VECTORIZE, dtype.vec(self.vector_width), (v,) * self.vector_width, None)
 
-    cdef object _lane_of(self, object v, int lane):
+    def _lane_of(self, v, lane):
         if isinstance(v, tuple):
             return v[lane]
         if v.dtype.count == 1:
@@ -709,7 +714,7 @@ cdef class Linearizer:
             return v.vin[lane]
         return self._uop(UOps.GEP, v.dtype.scalar(), (v,), lane)
 
-    cdef object _alu_any(self, object op, object dtype, tuple srcs):
+    def _alu_any(self, op, dtype, srcs):
         """An AST ALU op on tile values: scalar if every source is, a vector op where the op and dtype allow one,
         else lane by lane."""
         scalar = True
@@ -726,7 +731,7 @@ cdef class Linearizer:
         return tuple([self._uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)
                       for i in range(self.vector_width)])
 
-    cdef object _lower_reduce(self, list global_axes, list gcombos):
+    def _lower_reduce(self, global_axes, gcombos):
         """The reduce loops around one accumulator per output of the tile; returns (the output dims that pick
         an accumulator, {their copies: the reduced value})."""
         rop = self.reduceop
@@ -802,11 +807,11 @@ cdef class Linearizer:
             accs = self._group_combine(accs, alu_op, dtype)
         return (acc_axes, accs)
 
-    cdef bint _flat_gpu(self):
+    def _flat_gpu(self):
         """A kernel of plain loops for a GPU: the render loop spreads them over the GPU's threads (renderer/gpu.py)."""
         return not self.gpu and self.opts is not None and self.opts.has_local
 
-    cdef object _accumulate(self, object cur, object val, object op, object dtype, object loop):
+    def _accumulate(self, cur, val, op, dtype, loop):
         """cur <- cur `op` val, as a PHI per accumulator (in place: the renderer assigns the accumulator)."""
         tail = (loop,) if loop is not None else ()
         if isinstance(cur, tuple):
@@ -821,7 +826,7 @@ cdef class Linearizer:
         new = self._uop(UOps.ALU, dtype, (val, cur), op, False)
         return self._uop(UOps.PHI, dtype, (cur, new) + tail, None, False)
 
-    cdef object _group_combine(self, object accs, object op, object dtype):
+    def _group_combine(self, accs, op, dtype):
         """GROUP: each thread of a group holds a partial result per accumulator lane; they meet in shared memory
         (a slot per thread of the block), and after a barrier every thread folds its group's partials in order."""
         i32 = dtypes.int32
@@ -851,7 +856,7 @@ cdef class Linearizer:
             out[key] = vals[0] if scalar else tuple(vals)
         return out
 
-    cdef object _gated(self, object valid):
+    def _gated(self, valid):
         """A store's condition: `valid` (a symbolic Node) and the grid's gate; None when always true."""
         if self._gate is None:
             return None if _is_true(valid) else self._lower_node(valid)
@@ -859,20 +864,20 @@ cdef class Linearizer:
             return self._gate
         return self._alu(BinaryOps.AND, dtypes.bool, (self._lower_node(valid), self._gate))
 
-    cdef object _horizontal(self, object acc, object op, object dtype):
+    def _horizontal(self, acc, op, dtype):
         """Fold the lanes of an accumulator into one scalar, pairwise."""
         vals = [self._lane_of(acc, i) for i in range(self.vector_width)]
         while len(vals) > 1:
             vals = [self._uop(UOps.ALU, dtype, (vals[i], vals[i + 1]), op) for i in range(0, len(vals), 2)]
         return vals[0]
 
-    cdef object _lower_ast(self, object root, tuple combo, bint post, object red, dict memo):
+    def _lower_ast(self, root, combo, post, red, memo):
         """Lower an elementwise AST (stopping at the reduce, whose value comes from `red`) at tile position `combo`.
         `memo` keeps each node's value per combination of the copies of the dims it varies along."""
         order = self._topos.get(id(root))
         if order is None:
             order = self._topos[id(root)] = _topo_to_reduce(root)
-        cdef dict done = {}
+        done = {}
         for op in order:
             key = (id(op), tuple([combo[d] for d in self.op_dims[id(op)] if self.upcasts[d] > 1]))
             hit = memo.get(key)
@@ -896,7 +901,7 @@ cdef class Linearizer:
             done[id(op)] = val
         return done[id(root)]
 
-    cdef object _lower_leaf(self, object op, tuple combo, bint post):
+    def _lower_leaf(self, op, combo, post):
         st = op.arg.st
         idxs = self._idx_nodes(combo, post)
         my_idxs = [idxs[i] if not _is_one(s) else NumNode(0) for i, s in enumerate(st.shape)]
@@ -924,7 +929,7 @@ cdef class Linearizer:
             out.append(self._leaf_scalar(op, idx.substitute(sub), valid.substitute(sub)))
         return tuple(out)
 
-    cdef object _leaf_scalar(self, object op, object idx, object valid):
+    def _leaf_scalar(self, op, idx, valid):
         """A leaf at one index: a load, a constant or the index itself (IOTA); 0 where `valid` is false."""
         dtype = op.arg.dtype
         # NOTE: the 0 is made only where it is used: an unused CONST would still be a uop of the kernel
@@ -948,7 +953,7 @@ cdef class Linearizer:
         zero = self._const(dtypes.as_const(0, dtype), dtype)
         return self._uop(UOps.ALU, dtype, (self._lower_node(valid), c, zero), TernaryOps.WHERE)
 
-    cdef void _store(self, object mb, tuple combo, object val):
+    def _store(self, mb, combo, val):
         nodes = self._idx_nodes(combo, True)
         idx, valid = mb.st.expr_idxs(nodes)
         if self._dim_limits:
@@ -985,7 +990,7 @@ cdef class Linearizer:
             self._uop(UOps.STORE, None, vin, None, False)
 
     # ---- tensor cores (TC) and float32 block tiles (SMEM): see codegen/tensor_cores.py for the kernel's shape ----
-    cdef object _lower_tc(self):
+    def _lower_tc(self):
         from tinygrad.codegen import tensor_cores as tcm
         from tinygrad.codegen.tensor_cores import slice_elems
         plan = self.tc
@@ -1006,11 +1011,16 @@ cdef class Linearizer:
         nbatch = 1
         for d in plan.batch:
             nbatch *= full[d]
-        c = lambda v: self._const(v, i32)
-        add = lambda a, b: self._alu(BinaryOps.ADD, i32, (a, b))
-        mul = lambda a, b: self._alu(BinaryOps.MUL, i32, (a, b))
-        div = lambda a, b: self._alu(BinaryOps.DIV, i32, (a, b))
-        mod = lambda a, b: self._alu(BinaryOps.MOD, i32, (a, b))
+        def c(v):
+            return self._const(v, i32)
+        def add(a, b):
+            return self._alu(BinaryOps.ADD, i32, (a, b))
+        def mul(a, b):
+            return self._alu(BinaryOps.MUL, i32, (a, b))
+        def div(a, b):
+            return self._alu(BinaryOps.DIV, i32, (a, b))
+        def mod(a, b):
+            return self._alu(BinaryOps.MOD, i32, (a, b))
         # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
         gx = self._uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
         gy = self._uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
@@ -1324,7 +1334,7 @@ cdef class Linearizer:
             for root in self.ast:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
 
-    cdef bint _tc_store_pair(self, tuple g, int n_ax, tuple red, dict memo):
+    def _tc_store_pair(self, g, n_ax, red, memo):
         """Stores the half (bfloat16) outputs of copies g and g+1 along N as one 4-byte store where they are
         neighbours with the same condition, and says so: a warp's stores of its accumulators then write 16 bytes a
         row, not 4 scattered halves (the wgmma kernels' epilogue)."""
@@ -1355,7 +1365,7 @@ cdef class Linearizer:
         self._uop(UOps.STORE, None, vin + ((gate,) if gate is not None else ()), "aligned", False)
         return True
 
-    cdef bint _pads_to_zero(self, int axis):
+    def _pads_to_zero(self, axis):
         """Is every term of the kernel's reduction zero past the end of `axis`, where every leaf (load, constant,
         index) reads 0? Then padding the reduced `axis` leaves the sum as it is."""
         red = self.reduceop
@@ -1377,7 +1387,7 @@ cdef class Linearizer:
             zero[id(op)] = z
         return zero[id(red.src[0])]
 
-    cdef object _tc_at(self, object r, object k, int rows, bint k_major):
+    def _tc_at(self, r, k, rows, k_major):
         """The element offset of (row `r`, `k`) in a staged slice of `rows` rows (see tensor_cores.slice_elems and
         swizzle: tensor-core slices are swizzled by 16-byte chunks, so there the position along a slice's row must be
         a chunk's first element)."""
@@ -1385,7 +1395,8 @@ cdef class Linearizer:
         i32 = dtypes.int32
         row_elems = self.tc.config.bk if k_major else rows
         row, col = (r, k) if k_major else (k, r)
-        c = lambda v: self._const(v, i32)
+        def c(v):
+            return self._const(v, i32)
         if not self.tc.swizzled:
             return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))), col))
         if getattr(self.tc.config, "wgmma", False) and not k_major:
@@ -1405,11 +1416,12 @@ cdef class Linearizer:
         return self._alu(BinaryOps.ADD, i32, (self._alu(BinaryOps.MUL, i32, (row, c(row_elems))),
                                               self._alu(BinaryOps.MUL, i32, (chunk, c(nl)))))
 
-    cdef object _tc_b_floats(self, object smem, object base, object n, object k):
+    def _tc_b_floats(self, smem, base, n, k):
         """mma.sync m16n8k8 TF32's B fragment of lane (g, t) from an N-major slice: the floats at (K k, column n) and
         (K k + 4, column n), with k = t and n = g of the tile, as the four 16-bit halves of its two registers."""
         i32, u16, nl = dtypes.int32, dtypes.uint16, self.tc.lanes
-        c = lambda v: self._const(v, i32)
+        def c(v):
+            return self._const(v, i32)
         within = self._alu(BinaryOps.MOD, i32, (n, c(nl)))
         start = self._alu(BinaryOps.SUB, i32, (n, within))
         halves = []
@@ -1421,13 +1433,15 @@ cdef class Linearizer:
             halves += [self._uop(UOps.GEP, u16, (v,), 0), self._uop(UOps.GEP, u16, (v,), 1)]
         return self._uop(UOps.VECTORIZE, u16.vec(4), tuple(halves), None)
 
-    cdef object _tc_lane_frag(self, object smem, object base, object r, int kk, int rows, bint k_major):
+    def _tc_lane_frag(self, smem, base, r, kk, rows, k_major):
         """A lane's fragment of RDNA3's WMMA: the 16 elements (K from `kk`) of row `r` of a staged slice of `rows`
         rows, as a 16-element vector: two 16-byte loads where the slice is K-major (K is then two whole chunks),
         else 16 loads of one element (the slice's rows are K, so the lane's elements are a column of it)."""
         i32, u16 = dtypes.int32, dtypes.uint16
-        c = lambda v: self._const(v, i32)
-        add = lambda a, b: self._alu(BinaryOps.ADD, i32, (a, b))
+        def c(v):
+            return self._const(v, i32)
+        def add(a, b):
+            return self._alu(BinaryOps.ADD, i32, (a, b))
         if k_major:
             halves = [self._uop(UOps.LOAD, u16.vec(8), (smem, add(base, self._tc_at(r, c(kk + h), rows, True))),
                                "aligned", False) for h in (0, 8)]
@@ -1440,7 +1454,7 @@ cdef class Linearizer:
                                                                           r_in))), "bits", False) for j in range(16))
         return self._uop(UOps.VECTORIZE, u16.vec(16), lanes, None)
 
-    cdef object _tc_sg_frag(self, object smem, object base, object r0, int kk, int rows, bint k_major, bint is_b):
+    def _tc_sg_frag(self, smem, base, r0, kk, rows, k_major, is_b):
         """A SIMD group's simdgroup_load of the 8x8 tile at row `r0`, K from `kk`, of a staged slice (unswizzled) of
         `rows` rows: A's tile is rows x K, B's K x columns, so the tile is loaded transposed where its slice stores
         the other way round (A staged with M contiguous, B staged with K contiguous). The value is the lane's
@@ -1450,12 +1464,13 @@ cdef class Linearizer:
         at = self._alu(BinaryOps.ADD, i32, (base, self._tc_at(r0, self._const(kk, i32), rows, k_major)))
         return self._uop(UOps.LOAD, self.tc.elem.vec(2), (smem, at), ("simdgroup", stride, k_major == is_b), False)
 
-    cdef tuple _tc_step(self, object step, int ktiles, str tag):
+    def _tc_step(self, step, ktiles, tag):
         """Where pipeline step `step` (an int, or a uop) reads: (K's first index, {other reduced dim: its index}).
         Steps run K's slices innermost, then the other reduced dims (TCPlan.outer) in order, the last fastest."""
         i32, bk = dtypes.int32, self.tc.config.bk
         full, outer = self.full_shape, self.tc.outer
-        c = lambda v: self._const(v, i32)
+        def c(v):
+            return self._const(v, i32)
         if isinstance(step, int):
             at, rest = {}, step // ktiles
             for d in reversed(outer):
@@ -1476,7 +1491,7 @@ cdef class Linearizer:
             at[d] = v
         return self._alu(BinaryOps.MUL, i32, (kt, c(bk))), at
 
-    cdef list _tc_copy(self, object op, int rows_axis, int rows, object row0, tuple at, object gate, bint asy):
+    def _tc_copy(self, op, rows_axis, rows, row0, at, gate, asy):
         """This thread's share of a rows x BK slice of operand `op` (rows from `row0` along `rows_axis`, K and the
         other reduced dims where `at` says, from _tc_step):
         [(row in the slice, k in the slice, is the chunk along K, 8 consecutive elements' 16-bit patterns)], chunks
@@ -1494,7 +1509,8 @@ cdef class Linearizer:
         inner = cfg.bk // nl if k_major else rows // nl
         outer_step = nthreads // inner
         n_chunks = rows * cfg.bk // nl // nthreads
-        c = lambda v: self._const(v, i32)
+        def c(v):
+            return self._const(v, i32)
         tid = self._thread_id
         t_out = self._alu(BinaryOps.DIV, i32, (tid, c(inner)))
         t_in = self._alu(BinaryOps.MUL, i32, (self._alu(BinaryOps.MOD, i32, (tid, c(inner))), c(nl)))
@@ -1558,7 +1574,7 @@ cdef class Linearizer:
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
-    cdef list _tc_nodes(self, int rows_axis, object r, object k, dict outer_at):
+    def _tc_nodes(self, rows_axis, r, k, outer_at):
         """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows, `k` along K, the
         tile's bases (the batch) and the other reduced dims where `outer_at` says (_tc_step), 0 elsewhere."""
         nodes = []
@@ -1575,7 +1591,7 @@ cdef class Linearizer:
                 nodes.append(NumNode(0))
         return nodes
 
-    cdef list _tc_copy_spread(self, object op, int rows_axis, int rows, object row0, tuple at, object gate):
+    def _tc_copy_spread(self, op, rows_axis, rows, row0, at, gate):
         """_tc_copy for an operand read along its rows one element at a time (a convolution's padded window): element
         e = tid + m * threads of the rows x BK slice is row e % rows, k e // rows, so a warp's 32 threads read 32
         neighbours in one transaction, where 8-element chunks a thread would spread each read of a warp over 8 times
@@ -1584,7 +1600,8 @@ cdef class Linearizer:
         i32, el = dtypes.int32, self.tc.elem
         full, st, k_ax = self.full_shape, op.arg.st, self.tc.k_axis
         nthreads = cfg.threads
-        c = lambda v: self._const(v, i32)
+        def c(v):
+            return self._const(v, i32)
         tid = self._thread_id
         r_in = self._alu(BinaryOps.MOD, i32, (tid, c(rows))) if nthreads > rows else tid
         k_first = self._alu(BinaryOps.DIV, i32, (tid, c(rows))) if nthreads > rows else c(0)
@@ -1618,7 +1635,7 @@ cdef class Linearizer:
             out.append((r_in, k_in, None, rows, val))
         return out
 
-    cdef object _tc_elem_at(self, object r, object k, int rows, bint layout_k):
+    def _tc_elem_at(self, r, k, rows, layout_k):
         """The offset of one element (row `r`, `k`) in a staged slice: a swizzled slice places whole chunks
         (_tc_at), so the element's own place in its chunk goes on top."""
         if not self.tc.swizzled:
@@ -1630,18 +1647,18 @@ cdef class Linearizer:
         return self._alu(BinaryOps.ADD, i32, (self._tc_at(r, col, rows, True) if layout_k else
                                               self._tc_at(col, k, rows, False), within))
 
-    cdef object _limits_valid(self, object valid, list nodes):
+    def _limits_valid(self, valid, nodes):
         """`valid` and the dims' limits: past the end of a dim its loop overruns (a tile's partial end, PADTO) there
         is nothing to read or store."""
         return Node.ands([valid] + [nodes[d] < lim for d, lim in self._dim_limits.items()])
 
-    cdef object _tc_cond(self, object valid, object gate):
+    def _tc_cond(self, valid, gate):
         if _is_true(valid):
             return gate
         v = self._lower_node(valid)
         return v if gate is None else self._alu(BinaryOps.AND, dtypes.bool, (v, gate))
 
-    cdef void _tc_stage(self, list chunks, object smem, object base, bint layout_k):
+    def _tc_stage(self, chunks, smem, base, layout_k):
         """Writes chunks read by _tc_copy into a staged slice at `base`, K-major or not (`layout_k`): a chunk along
         the slice's rows is one 16-byte store, a chunk across them (an SMEM operand read along K) one store per
         element."""
@@ -1667,13 +1684,13 @@ cdef class Linearizer:
             else:
                 self._uop(UOps.STORE, None, (smem, at, val), "aligned", False)
 
-cdef object _scalar_dtype(object v):
+def _scalar_dtype(v):
     if isinstance(v, tuple):
         return v[0].dtype
     return v.dtype.scalar() if v.dtype.count > 1 else v.dtype
 
 
-cdef object _lane_base(object idx, object lane):
+def _lane_base(idx, lane):
     """The index of lane 0 when `idx` is that plus the lane (consecutive lanes, consecutive elements), else None."""
     terms = idx.nodes if isinstance(idx, SumNode) else (idx,)
     rest = []
@@ -1692,11 +1709,11 @@ cdef object _lane_base(object idx, object lane):
     return Node.sum(rest) if rest else NumNode(0)
 
 
-cdef list _terms(object node):
+def _terms(node):
     return list(node.nodes) if isinstance(node, SumNode) else [node]
 
 
-cdef bint _even(object node, object even_var):
+def _even(node, even_var):
     """Is every value of `node` even? Where each term is a multiple of 2: an even constant, `even_var` (a
     Variable known to be even), or a product of either."""
     for t in _terms(node):
@@ -1711,7 +1728,7 @@ cdef bint _even(object node, object even_var):
     return True
 
 
-cdef object _sint_prod(list xs):
+def _sint_prod(xs):
     """The product of ints and symbolic sizes (an int when every factor is)."""
     out = 1
     for x in xs:
@@ -1719,27 +1736,27 @@ cdef object _sint_prod(list xs):
     return out
 
 
-cdef bint _is_one(object s):
+def _is_one(s):
     return isinstance(s, int) and s == 1
 
 
-cdef bint _is_zero(object s):
+def _is_zero(s):
     return (isinstance(s, int) and s == 0) or (isinstance(s, NumNode) and s.b == 0)
 
 
-cdef bint _same(object a, object b):
+def _same(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return (not isinstance(a, int)) and (not isinstance(b, int)) and a == b
 
 
-cdef object _max_index(object s):
+def _max_index(s):
     return s - 1 if isinstance(s, int) else s.max - 1
 
 
-cdef bint _is_true(object valid):
+def _is_true(valid):
     return isinstance(valid, int) and valid == 1 or isinstance(valid, NumNode) and valid.b == 1
 
 
-cdef bint _is_false(object valid):
+def _is_false(valid):
     return isinstance(valid, int) and valid == 0 or isinstance(valid, NumNode) and valid.b == 0
