@@ -4,7 +4,8 @@ A block of threads computes a BM x BN tile of a matmul-shaped kernel's outputs. 
 both operands in shared memory (codegen/tc_slices.py) through one of three pipelines: `SyncPipeline` (two buffers:
 the next slice read into registers while this one is used), `AsyncPipeline` (`stages` slices in flight, copied by
 cp.async) or `TmaPipeline` (Hopper: whole slices copied by the TMA unit, mbarriers saying when a stage has landed
-and when it is free). Each step multiplies the staged slices by one kind of tile (TCPlan.kind):
+and when it is free). Each step multiplies the staged slices by one kind of tile (TCPlan.kind, a TileKind; TILES
+maps each to its class):
 
   * `WgmmaTile` (Hopper): a warpgroup issues a whole slice's wgmma instructions, which read shared memory themselves;
   * `MmaSyncTile` (NVIDIA sm_80+, half/bfloat16 or float32 as TF32): mma.sync on fragments read by ldmatrix;
@@ -24,8 +25,8 @@ from typing import Callable
 from tinygrad.codegen import tensor_cores as tcm
 from tinygrad.codegen.emitter import Emitter
 from tinygrad.codegen.tc_slices import SliceStager
-from tinygrad.codegen.tensor_cores import TCPlan, slice_elems, tma_box
-from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.codegen.tensor_cores import TCPlan, TileKind, slice_elems, tma_box
+from tinygrad.codegen.uops import TmaExit, TmaInit, TmaMap, TmaProduce, TmaProducer, TmaRelease, TmaWait, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.shape.symbolic import Variable
@@ -82,7 +83,7 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
     gx = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
     gy = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
-    block = getattr(cfg, "block_threads", cfg.threads)  # (a TMA producer warp after the others)
+    block = cfg.block_threads  # (a TMA producer warp after the others)
     tid = em.uop(UOps.SPECIAL, i32, (), (0, "lidx0", block), False)
     kernel.launch((tiles_x, tiles_y, nbatch), (block, 1, 1))
     batch = {}
@@ -103,11 +104,12 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     a = _Operand(plan.a, m_ax, cfg.bm, row0_a, smem_a, size_a, plan.a_along_k)
     b = _Operand(plan.b, n_ax, cfg.bn, row0_b, smem_b, size_b, plan.b_along_k)
     stager = SliceStager(em, plan, full, kernel.buffers, tid, batch)
-    tile = _tile_kind(plan)(em, plan, stager, tid)
+    wgmma = plan.kind is TileKind.WGMMA
+    tile = TILES[plan.kind](em, plan, stager, tid)
     # the other reduced dims' steps around K's: each stages K's slices again
     steps = stager.ktiles * math.prod(full[d] for d in plan.outer)
-    pipe_kind = TmaPipeline if getattr(cfg, "tma", 0) else AsyncPipeline if plan.asynchronous else SyncPipeline
-    pipe = pipe_kind(em, plan, stager, (a, b), tid, steps, tile.lag, isinstance(tile, WgmmaTile))
+    pipe_kind = TmaPipeline if cfg.tma else AsyncPipeline if plan.asynchronous else SyncPipeline
+    pipe = pipe_kind(em, plan, stager, (a, b), tid, steps, tile.lag, wgmma)
     pipe.prologue()
     loop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(steps)), None, False)
     em.open_scope()
@@ -129,15 +131,7 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     bases = {**batch, m_ax: row, n_ax: col}
     offsets = {**{d: [0] for d in batch}, m_ax: off_m, n_ax: off_n}
     values = {(cm, cn): tile.value(cm, cn) for cm in range(len(off_m)) for cn in range(len(off_n))}
-    kernel.store(TileOutputs(m_ax, n_ax, bases, offsets, values, limits, isinstance(tile, WgmmaTile)))
-
-
-def _tile_kind(plan: TCPlan) -> type:
-    if plan.simt:
-        return SimtTile
-    if getattr(plan.config, "wgmma", False):
-        return WgmmaTile
-    return {"lane": RdnaWmmaTile, "simdgroup": SimdgroupTile}.get(plan.tc.frag, MmaSyncTile)
+    kernel.store(TileOutputs(m_ax, n_ax, bases, offsets, values, limits, wgmma))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,17 +224,17 @@ class TmaPipeline(SyncPipeline):
         for is_a, op, name in ((True, a, "tmap_a"), (False, b, "tmap_b")):
             dims, strides, box, offset = tma_box(plan, is_a, self.stager.full)
             self.maps.append(em.uop(UOps.TMA, None, (self.stager.buffers[op.load.arg.idx],),
-                                    ("map", name, offset, op.load.arg.dtype.itemsize, dims, strides, box, 128), False))
+                                    TmaMap(name, offset, op.load.arg.dtype.itemsize, dims, strides, box, 128), False))
         self.bars = em.uop(UOps.DEFINE_LOCAL, PtrDType(dtypes.uint64), (), ("tc_bar", 2 * self.stages), False)
-        em.uop(UOps.TMA, None, (self.bars, self.tid), ("init", self.stages, cfg.threads // 32 * tma, tma), False)
+        em.uop(UOps.TMA, None, (self.bars, self.tid), TmaInit(self.stages, cfg.threads // 32 * tma, tma), False)
         self.leader = em.eq(self.tid, em.const(0))
-        self.produce = ("produce", self.stages, a.slice_size, b.slice_size, plan.b_along_k, cfg.bn // 64, tma)
+        self.produce = TmaProduce(self.stages, a.slice_size, b.slice_size, plan.b_along_k, cfg.bn // 64, tma)
         copies = (a.smem, b.smem, self.maps[0], self.maps[1], a.row0, b.row0)
         if cfg.producer:
             # the last warp copies every step's slices, each once its stage is freed, and leaves
             em.uop(UOps.TMA, None, (self.bars, self.tid) + copies,
-                   ("producer", self.stages, a.slice_size, b.slice_size, plan.b_along_k, cfg.bn // 64, self.steps,
-                    cfg.threads, tma), False)
+                   TmaProducer(self.stages, a.slice_size, b.slice_size, plan.b_along_k, cfg.bn // 64, self.steps,
+                               cfg.threads, tma), False)
         for i in range(0 if cfg.producer else min(self.stages, self.steps)):
             em.uop(UOps.TMA, None, (self.bars, self.leader, em.const(i)) + copies, self.produce, False)
 
@@ -251,7 +245,7 @@ class TmaPipeline(SyncPipeline):
             go = em.both(self.leader, em.both(em.lt(em.const(self.lag), loop), em.lt(ahead, em.const(self.steps))))
             em.uop(UOps.TMA, None, (self.bars, go, ahead, a.smem, b.smem, self.maps[0], self.maps[1], a.row0, b.row0),
                    self.produce, False)
-        em.uop(UOps.TMA, None, (self.bars, loop), ("wait", self.stages), False)
+        em.uop(UOps.TMA, None, (self.bars, loop), TmaWait(self.stages), False)
         return em.mod(loop, em.const(self.stages))
 
     def end_step(self, loop: UOp) -> None:
@@ -261,10 +255,10 @@ class TmaPipeline(SyncPipeline):
         if lag:
             go = em.both(go, em.lt(em.const(lag - 1), loop))
         em.uop(UOps.TMA, None, (self.bars, em.add(loop, em.const(-lag)) if lag else loop, go),
-               ("release", self.stages, self.plan.config.tma), False)
+               TmaRelease(self.stages, self.plan.config.tma), False)
 
     def finish(self) -> None:
-        self.em.uop(UOps.TMA, None, (), ("exit", self.plan.config.tma), False)
+        self.em.uop(UOps.TMA, None, (), TmaExit(self.plan.config.tma), False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -571,3 +565,8 @@ class SimdgroupTile(_WarpTile):
 
     def value(self, cm: int, cn: int) -> UOp:
         return self.em.uop(UOps.GEP, self.tc.acc, (self.back[cm][cn // 2],), cn % 2)
+
+
+# the tile class of each kind of plan
+TILES = {TileKind.WGMMA: WgmmaTile, TileKind.MMA_SYNC: MmaSyncTile, TileKind.TF32: MmaSyncTile,
+         TileKind.RDNA3_WMMA: RdnaWmmaTile, TileKind.SIMDGROUP: SimdgroupTile, TileKind.SIMT: SimtTile}

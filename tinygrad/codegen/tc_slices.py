@@ -10,7 +10,7 @@ one chunk fall in distinct banks; wgmma's N-major slices are 64-column atoms in 
 from __future__ import annotations
 
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
-from tinygrad.codegen.tensor_cores import TCPlan, along_k, swizzle
+from tinygrad.codegen.tensor_cores import TCPlan, TileKind, along_k, swizzle
 from tinygrad.codegen.uops import UOp, UOps
 from tinygrad.dtype import dtypes
 from tinygrad.shape.symbolic import Node, NumNode, Variable
@@ -36,7 +36,7 @@ class SliceStager:
         row, col = (r, k) if k_major else (k, r)
         if not self.plan.swizzled:
             return em.add(em.mul(row, em.const(row_elems)), col)
-        if getattr(cfg, "wgmma", False) and not k_major:
+        if self.plan.kind is TileKind.WGMMA and not k_major:
             # wgmma's N-major layout: atoms of 64 columns (128 bytes) by BK rows of K, one after another; in an
             # atom, chunk c of row k at chunk c ^ (k % 8) (the 128-byte swizzle)
             atom = em.mul(em.div(col, em.const(64)), em.const(cfg.bk * 64))

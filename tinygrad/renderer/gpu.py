@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tinygrad.codegen.accumulate import SUM_BLOCK
-from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.codegen.uops import TmaInit, TmaMap, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
@@ -159,8 +159,9 @@ class GPULanguage(CStyleLanguage):
         the asynchronous copies where the kernel has them (`copies`)."""
         return ""
 
-    def render_tma(self, arg: tuple, operands: list[str]) -> str:
-        """A TMA uop other than a map (see UOps.TMA) as a statement, its operands rendered."""
+    def render_tma(self, arg, operands: list[str]) -> str:
+        """A TMA uop other than a map (`arg` a Tma* record of codegen/uops.py) as a statement, its operands
+        rendered."""
         raise NotImplementedError(f"{type(self).__name__} has no TMA")
 
     def tma_prelude(self) -> str:
@@ -584,13 +585,13 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
             emit(lang.render_async_wait(u.arg) + ";")
         elif op is UOps.FENCE:
             emit(lang.render_proxy_fence(u.arg) + ";")
-        elif op is UOps.TMA and u.arg[0] == "map":
+        elif op is UOps.TMA and isinstance(u.arg, TmaMap):
             # a tensor-map parameter (after every other one): the runtime encodes it from the launch's buffer
             # argument `arg` at each launch, as the marker line says
-            r[id(u)] = u.arg[1]
+            r[id(u)] = u.arg.name
             tmaps.append(u)
         elif op is UOps.TMA:
-            cluster = max(cluster, u.arg[3] if u.arg[0] == "init" else 1)
+            cluster = max(cluster, u.arg.cluster if isinstance(u.arg, TmaInit) else 1)
             emit(lang.render_tma(u.arg, [r[id(v)] for v in vin]) + ";")
         elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
             bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
@@ -639,10 +640,10 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> str:
     names = [p[0] for p in kw.params]
     tmap_lines = ""
     for u in tmaps:
-        _, pname, offset, elem, dims, strides, box, swizzle = u.arg
-        tmap_lines += TensorMapSpec(names.index(r[id(u.vin[0])]), offset, elem, dims, strides, box, swizzle).comment() \
-            + "\n"
-        kw.params.append((pname, "tmap", False))
+        m = u.arg
+        tmap_lines += TensorMapSpec(names.index(r[id(u.vin[0])]), m.offset, m.elem_bytes, m.dims, m.strides, m.box,
+                                    m.swizzle).comment() + "\n"
+        kw.params.append((m.name, "tmap", False))
     extra = {"cluster": cluster} if cluster > 1 else {}
     kernel = lang.render_kernel(name, body, kw.params, bounds, **extra)
     prelude = lang.prelude(dts) + (lang.bitcast_prelude if any(u.uop is UOps.BITCAST for u in uops) else "")
