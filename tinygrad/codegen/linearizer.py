@@ -92,8 +92,8 @@ class Linearizer:
         self.thread_axis = -1
         self.tc = None
         self._dim_limits = None
-        self._tc_bases = None
-        self._tc_offsets = None
+        self._tile_bases = None
+        self._tile_offsets = None
         self._gate = None
         # a grouped kernel's (or a TC kernel's) thread position, set by _grid_indices (or _lower_tc)
         self._group_idx = self._base_id = self._thread_id = None
@@ -524,8 +524,8 @@ class Linearizer:
         if self.tc is not None:
             # a tensor-core kernel's accumulators: each tiled dim's thread base plus the copy's offset
             for d in range(len(self.full_shape)):
-                base = self._tc_bases.get(d)
-                out.append(NumNode(0) if base is None else base + self._tc_offsets[d][combo[d]])
+                base = self._tile_bases.get(d)
+                out.append(NumNode(0) if base is None else base + self._tile_offsets[d][combo[d]])
             return out
         for d, s in enumerate(self.full_shape):
             if is_one(s) or (post and d in self.reduce_axes):
@@ -875,7 +875,7 @@ class Linearizer:
         """A block tile's accumulators (lower_tc.TileOutputs) through the kernel's elementwise tail to its stores:
         each tiled dim's copies are offsets from the thread's base index."""
         self._dim_limits = out.limits
-        self._tc_bases, self._tc_offsets = out.bases, out.offsets
+        self._tile_bases, self._tile_offsets = out.bases, out.offsets
         for d, offsets in out.offsets.items():
             self.upcasts[d] = len(offsets)
         n_ax = out.n_axis
@@ -887,13 +887,13 @@ class Linearizer:
             if g in paired:
                 continue
             if out.paired_stores and len(self.ast) == 1 and g[n_ax] % 2 == 0 and \
-                    self._tc_store_pair(g, n_ax, red, memo):
+                    self._store_pair(g, n_ax, red, memo):
                 paired.add(g[:n_ax] + (g[n_ax] + 1,) + g[n_ax + 1:])
                 continue
             for root in self.ast:
                 self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
 
-    def _tc_store_pair(self, g, n_ax, red, memo):
+    def _store_pair(self, g, n_ax, red, memo):
         """Stores the half (bfloat16) outputs of copies g and g+1 along N as one 4-byte store where they are
         neighbours with the same condition, and says so: a warp's stores of its accumulators then write 16 bytes a
         row, not 4 scattered halves (the wgmma kernels' epilogue)."""
@@ -901,8 +901,8 @@ class Linearizer:
         if mb.dtype not in (dtypes.float16, dtypes.bfloat16):
             return False
         g1 = g[:n_ax] + (g[n_ax] + 1,) + g[n_ax + 1:]
-        if g1[n_ax] >= len(self._tc_offsets[n_ax]) or self._tc_offsets[n_ax][g1[n_ax]] != \
-                self._tc_offsets[n_ax][g[n_ax]] + 1:
+        if g1[n_ax] >= len(self._tile_offsets[n_ax]) or self._tile_offsets[n_ax][g1[n_ax]] != \
+                self._tile_offsets[n_ax][g[n_ax]] + 1:
             return False
         nodes0, nodes1 = self._idx_nodes(g, True), self._idx_nodes(g1, True)
         idx0, valid0 = mb.st.expr_idxs(nodes0)
@@ -914,7 +914,7 @@ class Linearizer:
         diff = idx1 - idx0
         if not (isinstance(diff, NumNode) and diff.b == 1) or valid0.render() != valid1.render():
             return False
-        if not _even(idx0, self._tc_bases[n_ax]):
+        if not _even(idx0, self._tile_bases[n_ax]):
             return False
         u16 = dtypes.uint16
         bits = [self.em.uop(UOps.BITCAST, u16, (self._lower_ast(self.ast[0].src[0], c, True, red, memo),), None)

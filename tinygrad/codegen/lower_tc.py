@@ -22,10 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from tinygrad.codegen import tensor_cores as tcm
 from tinygrad.codegen.emitter import Emitter
 from tinygrad.codegen.tc_slices import SliceStager
-from tinygrad.codegen.tensor_cores import TCPlan, TileKind, slice_elems, tma_box
+from tinygrad.codegen.tensor_cores import WGMMA_IN_FLIGHT, WGMMA_IN_FLIGHT_TMA, TCPlan, TileKind, slice_elems, tma_box
 from tinygrad.codegen.uops import TmaExit, TmaInit, TmaMap, TmaProduce, TmaProducer, TmaRelease, TmaWait, UOp, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.ops import BinaryOps
@@ -81,22 +80,22 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     limits = {ax: full[ax] for ax, tile in ((m_ax, cfg.bm), (n_ax, cfg.bn)) if full[ax] % tile}
     nbatch = math.prod(full[d] for d in plan.batch)
     # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
-    gx = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
-    gy = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
+    block_x = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
+    block_y = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", tiles_y), False)
     block = cfg.block_threads  # (a TMA producer warp after the others)
     tid = em.uop(UOps.SPECIAL, i32, (), (0, "lidx0", block), False)
     kernel.launch((tiles_x, tiles_y, nbatch), (block, 1, 1))
     batch = {}
     if plan.batch:
-        gz = em.uop(UOps.SPECIAL, i32, (), (2, "gidx2", nbatch), False)
+        block_z = em.uop(UOps.SPECIAL, i32, (), (2, "gidx2", nbatch), False)
         inner = 1
         for d in reversed(plan.batch):
             v = Variable(f"tc_batch{d}", 0, full[d] - 1)
-            u = em.div(gz, em.const(inner)) if inner > 1 else gz
+            u = em.div(block_z, em.const(inner)) if inner > 1 else block_z
             em.bind(v, em.mod(u, em.const(full[d])) if inner * full[d] < nbatch else u)
             batch[d] = v
             inner *= full[d]
-    row0_a, row0_b = em.mul(gy, em.const(cfg.bm)), em.mul(gx, em.const(cfg.bn))
+    row0_a, row0_b = em.mul(block_y, em.const(cfg.bm)), em.mul(block_x, em.const(cfg.bn))
     size_a = slice_elems(cfg.bm, cfg.bk, plan.a_along_k)
     size_b = slice_elems(cfg.bn, cfg.bk, plan.b_along_k)
     smem_a = em.uop(UOps.DEFINE_LOCAL, PtrDType(plan.elem), (), ("tc_a", plan.stages * size_a), False)
@@ -109,7 +108,7 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     # the other reduced dims' steps around K's: each stages K's slices again
     steps = stager.ktiles * math.prod(full[d] for d in plan.outer)
     pipe_kind = TmaPipeline if cfg.tma else AsyncPipeline if plan.asynchronous else SyncPipeline
-    pipe = pipe_kind(em, plan, stager, (a, b), tid, steps, tile.lag, wgmma)
+    pipe = pipe_kind(em, plan, stager, (a, b), tid, steps, tile.in_flight, wgmma)
     pipe.prologue()
     loop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(steps)), None, False)
     em.open_scope()
@@ -142,9 +141,9 @@ class SyncPipeline:
     and written to the other buffer once this one has been used."""
 
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, operands: tuple, tid: UOp, steps: int,
-                 lag: int, fence: bool):
+                 in_flight: int, fence: bool):
         self.em, self.plan, self.stager, self.operands, self.tid = em, plan, stager, operands, tid
-        self.steps, self.lag, self.fence = steps, lag, fence
+        self.steps, self.in_flight, self.fence = steps, in_flight, fence
         self.stages = plan.stages
 
     def prologue(self) -> None:
@@ -176,12 +175,12 @@ class SyncPipeline:
 
 
 class AsyncPipeline(SyncPipeline):
-    """`stages` buffers filled by cp.async: stages-1-lag slices in flight ahead of the one being used (a commit
+    """`stages` buffers filled by cp.async: stages-1-in_flight slices in flight ahead of the one being used (a commit
     group each, empty past the end so that every step commits one)."""
 
     def prologue(self) -> None:
         em, st = self.em, self.stager
-        for i in range(self.stages - 1 - self.lag):
+        for i in range(self.stages - 1 - self.in_flight):
             if i < self.steps:
                 for op in self.operands:
                     st.stage(st.copy(op.load, op.rows_axis, op.rows, op.row0, st.step_at(i, f"pre{i}"), None, True),
@@ -192,12 +191,12 @@ class AsyncPipeline(SyncPipeline):
         em, st = self.em, self.stager
         # this slice has landed (this thread's copies; the barrier makes everyone's visible, and says that every
         # thread is done with the buffer the next copies overwrite), then the slice stages-1 ahead is started
-        em.uop(UOps.ASYNC_WAIT, None, (), self.stages - 2 - self.lag, False)
+        em.uop(UOps.ASYNC_WAIT, None, (), self.stages - 2 - self.in_flight, False)
         if self.fence:
             # the copies were writes of this thread; wgmma reads through the asynchronous proxy
             em.uop(UOps.FENCE, None, (), "async_proxy", False)
         em.uop(UOps.BARRIER, None, (), None, False)
-        ahead = em.add(loop, em.const(self.stages - 1 - self.lag))
+        ahead = em.add(loop, em.const(self.stages - 1 - self.in_flight))
         more = em.lt(ahead, em.const(self.steps))
         buf = em.mod(ahead, em.const(self.stages))
         at = st.step_at(ahead, "ahead")
@@ -213,7 +212,8 @@ class AsyncPipeline(SyncPipeline):
 
 class TmaPipeline(SyncPipeline):
     """Hopper's TMA (see UOps.TMA): thread 0 copies whole slices; every stage is filled before the loop, and at
-    step k the stage of step k-1-lag (whose wgmma every warp has waited for by its step k-1) takes step k+S-1-lag.
+    step k the stage of step k-1-in_flight (whose wgmma every warp has waited for by its step k-1) takes step
+    k+S-1-in_flight.
     With a producer warp, that warp copies every step's slices instead, each once its stage is freed."""
 
     def prologue(self) -> None:
@@ -241,20 +241,21 @@ class TmaPipeline(SyncPipeline):
     def begin_step(self, loop: UOp) -> UOp:
         em, a, b = self.em, *self.operands
         if not self.plan.config.producer:
-            ahead = em.add(loop, em.const(self.stages - 1 - self.lag))
-            go = em.both(self.leader, em.both(em.lt(em.const(self.lag), loop), em.lt(ahead, em.const(self.steps))))
+            ahead = em.add(loop, em.const(self.stages - 1 - self.in_flight))
+            started = em.lt(em.const(self.in_flight), loop)
+            go = em.both(self.leader, em.both(started, em.lt(ahead, em.const(self.steps))))
             em.uop(UOps.TMA, None, (self.bars, go, ahead, a.smem, b.smem, self.maps[0], self.maps[1], a.row0, b.row0),
                    self.produce, False)
         em.uop(UOps.TMA, None, (self.bars, loop), TmaWait(self.stages), False)
         return em.mod(loop, em.const(self.stages))
 
     def end_step(self, loop: UOp) -> None:
-        # the instructions of the slice `lag` steps back are done (the wgmma waited for them): its stage is free
-        em, lag = self.em, self.lag
+        # the instructions of the slice `in_flight` steps back are done (the wgmma waited for them): its stage is free
+        em, in_flight = self.em, self.in_flight
         go = em.eq(em.mod(self.tid, em.const(32)), em.const(0))
-        if lag:
-            go = em.both(go, em.lt(em.const(lag - 1), loop))
-        em.uop(UOps.TMA, None, (self.bars, em.add(loop, em.const(-lag)) if lag else loop, go),
+        if in_flight:
+            go = em.both(go, em.lt(em.const(in_flight - 1), loop))
+        em.uop(UOps.TMA, None, (self.bars, em.add(loop, em.const(-in_flight)) if in_flight else loop, go),
                TmaRelease(self.stages, self.plan.config.tma), False)
 
     def finish(self) -> None:
@@ -271,21 +272,21 @@ class WgmmaTile:
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, tid: UOp):
         self.em, self.plan, cfg = em, plan, plan.config
         self.warp, lane = em.div(tid, em.const(32)), em.mod(tid, em.const(32))
-        self.grp, self.quad = em.div(lane, em.const(4)), em.mod(lane, em.const(4))
+        self.c_row, self.c_pair = em.div(lane, em.const(4)), em.mod(lane, em.const(4))
         self.group_a = em.mul(em.div(tid, em.const(128)), em.const(64 * cfg.bk))  # the group's first row of A
         self.acc = em.uop(UOps.DEFINE_ACC, plan.tc.acc.vec(cfg.bn // 2), (), 0.0, False)
         # B staged N-major: 64-column atoms of BK rows, this far apart
         self.b_atoms = cfg.bk * 64 * plan.elem.itemsize
         # wgmma leaves a slice's instructions in flight into the next step: the buffer they read is refilled one
-        # step later than an mma.sync kernel's, so the copies run `lag` slices less ahead
-        self.lag = tcm.WGMMA_IN_FLIGHT_TMA if cfg.tma else tcm.WGMMA_IN_FLIGHT
+        # step later than an mma.sync kernel's, so the copies run `in_flight` slices less ahead
+        self.in_flight = WGMMA_IN_FLIGHT_TMA if cfg.tma else WGMMA_IN_FLIGHT
 
     def multiply(self, loop: UOp, a: _Operand, b: _Operand, base_a: UOp, base_b: UOp) -> None:
         # the previous slice's instructions are waited for (every group has, once past the next barrier: its buffer
         # is then refilled)
         em, plan, acc = self.em, self.plan, self.acc
         out = em.uop(UOps.WMMA, acc.dtype, (a.smem, em.add(base_a, self.group_a), b.smem, base_b, acc),
-                     (plan.tc.name, (plan.config.bn, plan.b_along_k, self.b_atoms, self.lag)), False)
+                     (plan.tc.name, (plan.config.bn, plan.b_along_k, self.b_atoms, self.in_flight)), False)
         self.acc = em.uop(UOps.PHI, acc.dtype, (acc, out, loop), None, False)
 
     def finish(self) -> None:
@@ -296,8 +297,8 @@ class WgmmaTile:
         # warp w (of all the block's) holds rows 16w+g and 16w+g+8, columns 8j+2q and 8j+2q+1 of its group
         em = self.em
         off_n = [(i // 2) * 8 + i % 2 for i in range(self.plan.config.bn // 4)]
-        return (em.add(row0_a, em.add(em.mul(self.warp, em.const(16)), self.grp)),
-                em.add(row0_b, em.mul(self.quad, em.const(2))), [0, 8], off_n)
+        return (em.add(row0_a, em.add(em.mul(self.warp, em.const(16)), self.c_row)),
+                em.add(row0_b, em.mul(self.c_pair, em.const(2))), [0, 8], off_n)
 
     def value(self, cm: int, cn: int) -> UOp:
         return self.em.uop(UOps.GEP, self.plan.tc.acc, (self.acc,), (cn // 2) * 4 + cm * 2 + cn % 2)
@@ -306,7 +307,7 @@ class WgmmaTile:
 class SimtTile:
     """SMEM (float32, no tensor cores): thread (ty, tx) holds rows ty*4.. of each group of 4 rows (4*BM/TM apart)
     and columns likewise, a TM x TN tile of FMAs on 4-float vectors read from the slices."""
-    lag = 0
+    in_flight = 0
 
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, tid: UOp):
         self.em, self.cfg = em, plan.config
@@ -350,20 +351,20 @@ class SimtTile:
 class _WarpTile:
     """A tensor-core tile of warps: WM x WN warps, each a (BM/WM) x (BN/WN) part of the block tile made of
     tiles_m x tiles_n instruction tiles, one accumulator each; subclasses read the fragments."""
-    lag = 0
-    # the lanes of C's layout: (grp, quad) = (l // 4, l % 4) (not RDNA3's, whose lanes hold columns)
+    in_flight = 0
+    # the lanes of C's layout: (c_row, c_pair) = (l // 4, l % 4) (not RDNA3's, whose lanes hold columns)
     quads = True
 
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, tid: UOp):
         self.em, self.plan, self.stager, self.tc = em, plan, stager, plan.tc
         cfg = plan.config
-        self.wtm, self.wtn = cfg.bm // cfg.wm, cfg.bn // cfg.wn
-        self.tiles_m, self.tiles_n = self.wtm // self.tc.m, self.wtn // self.tc.n
+        self.warp_rows, self.warp_cols = cfg.bm // cfg.wm, cfg.bn // cfg.wn
+        self.tiles_m, self.tiles_n = self.warp_rows // self.tc.m, self.warp_cols // self.tc.n
         self.warp, self.lane = em.div(tid, em.const(32)), em.mod(tid, em.const(32))
-        self.wm_i, self.wn_i = em.div(self.warp, em.const(cfg.wn)), em.mod(self.warp, em.const(cfg.wn))
+        self.warp_m, self.warp_n = em.div(self.warp, em.const(cfg.wn)), em.mod(self.warp, em.const(cfg.wn))
         if self.quads:
-            # mma.sync's C: lane (grp, quad) = (l // 4, l % 4); simdgroup_store's read back likewise
-            self.grp, self.quad = em.div(self.lane, em.const(4)), em.mod(self.lane, em.const(4))
+            # mma.sync's C: lane (c_row, c_pair) = (l // 4, l % 4); simdgroup_store's read back likewise
+            self.c_row, self.c_pair = em.div(self.lane, em.const(4)), em.mod(self.lane, em.const(4))
         self.accs = [[em.uop(UOps.DEFINE_ACC, self.tc.acc.vec(self.tc.acc_elems), (), 0.0, False)
                       for _ in range(self.tiles_n)] for _ in range(self.tiles_m)]
 
@@ -389,10 +390,11 @@ class _WarpTile:
         pass
 
     def _quad_bases(self, row0_a: UOp, row0_b: UOp) -> tuple[UOp, UOp]:
-        """The thread's first row and column of C where lane (grp, quad) holds row grp, columns 2 quad, 2 quad + 1."""
+        """The thread's first row and column of C where lane (c_row, c_pair) holds row c_row, columns 2 c_pair and
+        2 c_pair + 1."""
         em = self.em
-        return (em.add(row0_a, em.add(em.mul(self.wm_i, em.const(self.wtm)), self.grp)),
-                em.add(row0_b, em.add(em.mul(self.wn_i, em.const(self.wtn)), em.mul(self.quad, em.const(2)))))
+        return (em.add(row0_a, em.add(em.mul(self.warp_m, em.const(self.warp_rows)), self.c_row)),
+                em.add(row0_b, em.add(em.mul(self.warp_n, em.const(self.warp_cols)), em.mul(self.c_pair, em.const(2)))))
 
 
 class MmaSyncTile(_WarpTile):
@@ -403,38 +405,40 @@ class MmaSyncTile(_WarpTile):
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, tid: UOp):
         super().__init__(em, plan, stager, tid)
         c, add, mul, div, mod = em.const, em.add, em.mul, em.div, em.mod
-        sub, mat = mod(self.lane, c(8)), div(self.lane, c(8))
-        wm_i, wn_i, wtm, wtn = self.wm_i, self.wn_i, self.wtm, self.wtn
-        self.a_r = add(mul(wm_i, c(wtm)), add(sub, mul(mod(mat, c(2)), c(8))))  # row within the slice
+        mat_row, matrix = mod(self.lane, c(8)), div(self.lane, c(8))
+        warp_m, warp_n, warp_rows, warp_cols = self.warp_m, self.warp_n, self.warp_rows, self.warp_cols
+        self.a_row = add(mul(warp_m, c(warp_rows)), add(mat_row, mul(mod(matrix, c(2)), c(8))))  # row within the slice
         # (K's next 16-byte chunk of a row: 8 halves on, or 4 floats for TF32)
-        self.a_k = mul(div(mat, c(2)), c(plan.lanes))
-        self.b_r = add(mul(wn_i, c(wtn)), add(sub, mul(div(mat, c(2)), c(8))))
-        self.b_k = mul(mod(mat, c(2)), c(plan.lanes))
+        self.a_k = mul(div(matrix, c(2)), c(plan.lanes))
+        self.b_row = add(mul(warp_n, c(warp_cols)), add(mat_row, mul(div(matrix, c(2)), c(8))))
+        self.b_k = mul(mod(matrix, c(2)), c(plan.lanes))
         # transposed staging: the matrices are 8 K-rows of 8 elements, so the lane's row runs along K instead
         if not plan.a_along_k:
-            self.a_r, self.a_k = add(mul(wm_i, c(wtm)), mul(mod(mat, c(2)), c(8))), add(sub, mul(div(mat, c(2)), c(8)))
+            self.a_row = add(mul(warp_m, c(warp_rows)), mul(mod(matrix, c(2)), c(8)))
+            self.a_k = add(mat_row, mul(div(matrix, c(2)), c(8)))
         if not plan.b_along_k:
-            self.b_r, self.b_k = add(mul(wn_i, c(wtn)), mul(div(mat, c(2)), c(8))), add(sub, mul(mod(mat, c(2)), c(8)))
+            self.b_row = add(mul(warp_n, c(warp_cols)), mul(div(matrix, c(2)), c(8)))
+            self.b_k = add(mat_row, mul(mod(matrix, c(2)), c(8)))
         # TF32 from a slice of B staged N-major: ldmatrix transposes only 16-bit elements, so lane (g, t) reads its
         # two floats of each N tile itself (_b_floats), column g of the warp's tile
         self.b_floats = self.tc.dtype == dtypes.float32 and not plan.b_along_k
         if self.b_floats:
-            self.b_n = add(mul(wn_i, c(wtn)), self.grp)
+            self.b_col = add(mul(warp_n, c(warp_cols)), self.c_row)
 
     def fragments(self, kk: int, a: _Operand, b: _Operand, base_a: UOp, base_b: UOp) -> tuple[list, list]:
         em, plan, tc, u16 = self.em, self.plan, self.tc, dtypes.uint16
         c, add, offset = em.const, em.add, self.stager.offset
         # NOTE: the swizzle makes each fragment's address a function of its row and K, not one base's offset
         frags_a = [em.uop(UOps.LOAD, u16.vec(8), (a.smem, add(base_a, offset(
-            add(self.a_r, c(mt * tc.m)), add(self.a_k, c(kk)), a.rows, plan.a_along_k))),
+            add(self.a_row, c(mt * tc.m)), add(self.a_k, c(kk)), a.rows, plan.a_along_k))),
             "ldmatrix" if plan.a_along_k else "ldmatrix.trans", False) for mt in range(self.tiles_m)]
         if self.b_floats:
-            frags_b = [self._b_floats(b.smem, base_b, add(self.b_n, c(nt * tc.n)), add(self.quad, c(kk)))
+            frags_b = [self._b_floats(b.smem, base_b, add(self.b_col, c(nt * tc.n)), add(self.c_pair, c(kk)))
                        for nt in range(self.tiles_n)]
         else:
             # B's fragments two N tiles at a time (tiles_n is even: TCPlan's configs divide by 16 along N)
             frags_b = [em.uop(UOps.LOAD, u16.vec(8), (b.smem, add(base_b, offset(
-                add(self.b_r, c(nt * tc.n)), add(self.b_k, c(kk)), b.rows, plan.b_along_k))),
+                add(self.b_row, c(nt * tc.n)), add(self.b_k, c(kk)), b.rows, plan.b_along_k))),
                 "ldmatrix" if plan.b_along_k else "ldmatrix.trans", False) for nt in range(0, self.tiles_n, 2)]
         return frags_a, frags_b
 
@@ -473,15 +477,15 @@ class RdnaWmmaTile(_WarpTile):
 
     def __init__(self, em: Emitter, plan: TCPlan, stager: SliceStager, tid: UOp):
         super().__init__(em, plan, stager, tid)
-        self.r16, self.hi = em.mod(self.lane, em.const(16)), em.div(self.lane, em.const(16))
-        self.a_r = em.add(em.mul(self.wm_i, em.const(self.wtm)), self.r16)
-        self.b_r = em.add(em.mul(self.wn_i, em.const(self.wtn)), self.r16)
+        self.lane_row, self.lane_half = em.mod(self.lane, em.const(16)), em.div(self.lane, em.const(16))
+        self.a_row = em.add(em.mul(self.warp_m, em.const(self.warp_rows)), self.lane_row)
+        self.b_row = em.add(em.mul(self.warp_n, em.const(self.warp_cols)), self.lane_row)
 
     def fragments(self, kk: int, a: _Operand, b: _Operand, base_a: UOp, base_b: UOp) -> tuple[list, list]:
         em, tc, plan = self.em, self.tc, self.plan
-        frags_a = [self._lane_fragment(a.smem, base_a, em.add(self.a_r, em.const(mt * tc.m)), kk, a.rows,
+        frags_a = [self._lane_fragment(a.smem, base_a, em.add(self.a_row, em.const(mt * tc.m)), kk, a.rows,
                                        plan.a_along_k) for mt in range(self.tiles_m)]
-        frags_b = [self._lane_fragment(b.smem, base_b, em.add(self.b_r, em.const(nt * tc.n)), kk, b.rows,
+        frags_b = [self._lane_fragment(b.smem, base_b, em.add(self.b_row, em.const(nt * tc.n)), kk, b.rows,
                                        plan.b_along_k) for nt in range(self.tiles_n)]
         return frags_a, frags_b
 
@@ -509,8 +513,8 @@ class RdnaWmmaTile(_WarpTile):
         em, tc = self.em, self.tc
         off_m = [(i // 8) * tc.m + (i % 8) * 2 for i in range(8 * self.tiles_m)]
         off_n = [j * tc.n for j in range(self.tiles_n)]
-        return (em.add(row0_a, em.add(em.mul(self.wm_i, em.const(self.wtm)), self.hi)),
-                em.add(row0_b, em.add(em.mul(self.wn_i, em.const(self.wtn)), self.r16)), off_m, off_n)
+        return (em.add(row0_a, em.add(em.mul(self.warp_m, em.const(self.warp_rows)), self.lane_half)),
+                em.add(row0_b, em.add(em.mul(self.warp_n, em.const(self.warp_cols)), self.lane_row)), off_m, off_n)
 
     def value(self, cm: int, cn: int) -> UOp:
         return self.em.uop(UOps.GEP, self.tc.acc, (self.accs[cm // 8][cn],), cm % 8)
@@ -525,13 +529,14 @@ class SimdgroupTile(_WarpTile):
         self.readback = em.uop(UOps.DEFINE_LOCAL, PtrDType(dtypes.float32), (),
                                ("tc_c", plan.config.threads // 32 * 64), False)
         super().__init__(em, plan, stager, tid)
-        self.a_r, self.b_r = em.mul(self.wm_i, em.const(self.wtm)), em.mul(self.wn_i, em.const(self.wtn))
+        self.a_row = em.mul(self.warp_m, em.const(self.warp_rows))
+        self.b_row = em.mul(self.warp_n, em.const(self.warp_cols))
 
     def fragments(self, kk: int, a: _Operand, b: _Operand, base_a: UOp, base_b: UOp) -> tuple[list, list]:
         em, tc, plan = self.em, self.tc, self.plan
-        frags_a = [self._tile_load(a.smem, base_a, em.add(self.a_r, em.const(mt * tc.m)), kk, a.rows, plan.a_along_k,
+        frags_a = [self._tile_load(a.smem, base_a, em.add(self.a_row, em.const(mt * tc.m)), kk, a.rows, plan.a_along_k,
                                    False) for mt in range(self.tiles_m)]
-        frags_b = [self._tile_load(b.smem, base_b, em.add(self.b_r, em.const(nt * tc.n)), kk, b.rows, plan.b_along_k,
+        frags_b = [self._tile_load(b.smem, base_b, em.add(self.b_row, em.const(nt * tc.n)), kk, b.rows, plan.b_along_k,
                                    True) for nt in range(self.tiles_n)]
         return frags_a, frags_b
 
@@ -546,8 +551,8 @@ class SimdgroupTile(_WarpTile):
         return em.uop(UOps.LOAD, self.plan.elem.vec(2), (smem, at), ("simdgroup", stride, k_major == is_b), False)
 
     def outputs(self, row0_a: UOp, row0_b: UOp) -> tuple:
-        # each 8x8 accumulator stored through the SIMD group's tile of threadgroup memory: lane (grp, quad) reads
-        # row grp, columns 2*quad and 2*quad+1 (one barrier before, so the tile is whole; one after, so the next
+        # each 8x8 accumulator stored through the SIMD group's tile of threadgroup memory: lane (c_row, c_pair) reads
+        # row c_row, columns 2*c_pair and 2*c_pair+1 (one barrier before, so the tile is whole; one after, so the next
         # store waits for every lane's read)
         em, tc = self.em, self.tc
         at_w = em.mul(self.warp, em.const(64))
@@ -557,7 +562,7 @@ class SimdgroupTile(_WarpTile):
                 em.uop(UOps.STORE, None, (self.readback, at_w, self.accs[mt][nt]), ("simdgroup", tc.n), False)
                 em.uop(UOps.BARRIER, None, (), None, False)
                 self.back[mt][nt] = em.uop(UOps.LOAD, dtypes.float32.vec(2), (self.readback, em.add(at_w, em.add(
-                    em.mul(self.grp, em.const(8)), em.mul(self.quad, em.const(2))))), "aligned", False)
+                    em.mul(self.c_row, em.const(8)), em.mul(self.c_pair, em.const(2))))), "aligned", False)
                 em.uop(UOps.BARRIER, None, (), None, False)
         off_m = [i * tc.m for i in range(self.tiles_m)]
         off_n = [(j // 2) * tc.n + j % 2 for j in range(2 * self.tiles_n)]

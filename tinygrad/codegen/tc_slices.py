@@ -96,39 +96,40 @@ class SliceStager:
         `asynchronous`: the chunks are copied asynchronously (tensor_cores.copies_async holds): the last item is then
         (the buffer, the chunk's index, its condition or None) for COPY_ASYNC instead of a value."""
         em, plan = self.em, self.plan
-        cfg, el, nl = plan.config, plan.elem, plan.lanes
+        cfg, elem, lanes = plan.config, plan.elem, plan.lanes
         full, st, k_ax = self.full, op.arg.st, plan.k_axis
         nthreads = cfg.threads
         k_major = along_k(st, rows_axis, k_ax)
-        inner = cfg.bk // nl if k_major else rows // nl
+        inner = cfg.bk // lanes if k_major else rows // lanes
         outer_step = nthreads // inner
-        n_chunks = rows * cfg.bk // nl // nthreads
+        n_chunks = rows * cfg.bk // lanes // nthreads
         t_out = em.div(self.tid, em.const(inner))
-        t_in = em.mul(em.mod(self.tid, em.const(inner)), em.const(nl))
-        lane = Variable("tc_lane", 0, nl - 1)
+        t_in = em.mul(em.mod(self.tid, em.const(inner)), em.const(lanes))
+        lane = Variable("tc_lane", 0, lanes - 1)
         k0, outer_at = at
         out = []
         # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
         padded_rows = -(-full[rows_axis] // rows) * rows
         padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
         for i in range(n_chunks):
-            o = em.add(t_out, em.const(i * outer_step))
-            r_in, k_in = (o, t_in) if k_major else (t_in, o)
-            vr = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (nl if not k_major else 1))
-            vk = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (nl if k_major else 1))
-            em.bind(vr, em.add(row0, r_in))
-            em.bind(vk, em.add(k0, k_in))
-            nodes = self._nodes(rows_axis, vr if k_major else vr + lane, vk + lane if k_major else vk, outer_at)
+            outer = em.add(t_out, em.const(i * outer_step))
+            r_in, k_in = (outer, t_in) if k_major else (t_in, outer)
+            row_var = Variable(f"tc_r{rows_axis}_{i}", 0, padded_rows - (lanes if not k_major else 1))
+            k_var = Variable(f"tc_k{rows_axis}_{i}", 0, padded_k - (lanes if k_major else 1))
+            em.bind(row_var, em.add(row0, r_in))
+            em.bind(k_var, em.add(k0, k_in))
+            row, k = (row_var, k_var + lane) if k_major else (row_var + lane, k_var)
+            nodes = self._nodes(rows_axis, row, k, outer_at)
             idx, valid = st.expr_idxs(nodes)
             limits = [valid]
             # NOTE: a chunk starts at a multiple of its lanes, so where the dim's size is one too, the chunk is wholly
             # inside or wholly past the end: its start says which (a condition the same in every lane)
             if padded_rows != full[rows_axis]:
-                whole = not k_major and full[rows_axis] % nl == 0
-                limits.append((vr if whole else nodes[rows_axis]) < full[rows_axis])
+                whole = not k_major and full[rows_axis] % lanes == 0
+                limits.append((row_var if whole else nodes[rows_axis]) < full[rows_axis])
             if padded_k != full[k_ax]:
-                whole = k_major and full[k_ax] % nl == 0
-                limits.append((vk if whole else nodes[k_ax]) < full[k_ax])
+                whole = k_major and full[k_ax] % lanes == 0
+                limits.append((k_var if whole else nodes[k_ax]) < full[k_ax])
             if len(limits) > 1:
                 valid = Node.ands(limits)
             base = lane_base(idx, lane) if lane not in valid.vars() else None
@@ -142,16 +143,16 @@ class SliceStager:
                                                         self._cond(valid, gate))))
                 continue
             # tensor-core operands move as 16-bit patterns ("bits": a half is not converted to a float register)
-            zero = em.const(dtypes.as_const(0, el), el)
+            zero = em.const(dtypes.as_const(0, elem), elem)
             if base is not None:
                 vin = (self.buffers[op.arg.idx], em.lower_node(base))
                 cond = self._cond(valid, gate)
                 if cond is not None:
-                    vin = vin + (cond, em.uop(UOps.VECTORIZE, el.vec(nl), (zero,) * nl, None))
-                val = em.uop(UOps.LOAD, el.vec(nl), vin, None, False)
+                    vin = vin + (cond, em.uop(UOps.VECTORIZE, elem.vec(lanes), (zero,) * lanes, None))
+                val = em.uop(UOps.LOAD, elem.vec(lanes), vin, None, False)
             else:
                 elems = []
-                for j in range(nl):
+                for j in range(lanes):
                     li, lv = idx.substitute({lane: NumNode(j)}), valid.substitute({lane: NumNode(j)})
                     if is_false(lv):
                         elems.append(zero)
@@ -160,8 +161,8 @@ class SliceStager:
                     cond = self._cond(lv, gate)
                     if cond is not None:
                         vin = vin + (cond, zero)
-                    elems.append(em.uop(UOps.LOAD, el, vin, None if el.itemsize == 4 else "bits", False))
-                val = em.uop(UOps.VECTORIZE, el.vec(nl), tuple(elems), None)
+                    elems.append(em.uop(UOps.LOAD, elem, vin, None if elem.itemsize == 4 else "bits", False))
+                val = em.uop(UOps.VECTORIZE, elem.vec(lanes), tuple(elems), None)
             out.append((r_in, k_in, k_major, rows, val))
         return out
 
@@ -171,7 +172,7 @@ class SliceStager:
         neighbours in one transaction, where 8-element chunks a thread would spread each read of a warp over 8 times
         the bytes. Items (row, k, None, rows, the element), stored one by one (`stage`)."""
         em, plan = self.em, self.plan
-        cfg, el = plan.config, plan.elem
+        cfg, elem = plan.config, plan.elem
         full, st, k_ax = self.full, op.arg.st, plan.k_axis
         nthreads = cfg.threads
         r_in = em.mod(self.tid, em.const(rows)) if nthreads > rows else self.tid
@@ -179,20 +180,20 @@ class SliceStager:
         k0, outer_at = at
         padded_rows = -(-full[rows_axis] // rows) * rows
         padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
-        vr = Variable(f"tc_sr{rows_axis}", 0, padded_rows - 1)
-        em.bind(vr, em.add(row0, r_in))
-        zero = em.const(dtypes.as_const(0, el), el)
+        row_var = Variable(f"tc_sr{rows_axis}", 0, padded_rows - 1)
+        em.bind(row_var, em.add(row0, r_in))
+        zero = em.const(dtypes.as_const(0, elem), elem)
         out = []
         for m in range(rows * cfg.bk // nthreads):
             k_in = em.add(k_first, em.const(m * (nthreads // rows)))
-            vk = Variable(f"tc_sk{rows_axis}_{m}", 0, padded_k - 1)
-            em.bind(vk, em.add(k0, k_in))
-            idx, valid = st.expr_idxs(self._nodes(rows_axis, vr, vk, outer_at))
+            k_var = Variable(f"tc_sk{rows_axis}_{m}", 0, padded_k - 1)
+            em.bind(k_var, em.add(k0, k_in))
+            idx, valid = st.expr_idxs(self._nodes(rows_axis, row_var, k_var, outer_at))
             limits = [valid]
             if padded_rows != full[rows_axis]:
-                limits.append(vr < full[rows_axis])
+                limits.append(row_var < full[rows_axis])
             if padded_k != full[k_ax]:
-                limits.append(vk < full[k_ax])
+                limits.append(k_var < full[k_ax])
             if len(limits) > 1:
                 valid = Node.ands(limits)
             if is_false(valid):
@@ -202,7 +203,7 @@ class SliceStager:
                 cond = self._cond(valid, gate)
                 if cond is not None:
                     vin = vin + (cond, zero)
-                val = em.uop(UOps.LOAD, el, vin, None if el.itemsize == 4 else "bits", False)
+                val = em.uop(UOps.LOAD, elem, vin, None if elem.itemsize == 4 else "bits", False)
             out.append((r_in, k_in, None, rows, val))
         return out
 
@@ -233,14 +234,14 @@ class SliceStager:
         """Writes chunks read by `copy` into a staged slice at `base`, K-major or not (`layout_k`): a chunk along
         the slice's rows is one 16-byte store, a chunk across them (an SMEM operand read along K) one store per
         element."""
-        em, nl = self.em, self.plan.lanes
+        em, lanes = self.em, self.plan.lanes
         for r_in, k_in, k_major, rows, val in chunks:
             if k_major is None:
                 em.uop(UOps.STORE, None, (smem, em.add(base, self.element_offset(r_in, k_in, rows, layout_k)), val),
                        None, False)
                 continue
             if k_major != layout_k:
-                for j in range(nl):
+                for j in range(lanes):
                     rj, kj = (r_in, em.add(k_in, em.const(j))) if k_major else (em.add(r_in, em.const(j)), k_in)
                     lane = val.vin[j] if val.uop is UOps.VECTORIZE else em.uop(UOps.GEP, self.plan.elem, (val,), j)
                     em.uop(UOps.STORE, None, (smem, em.add(base, self.element_offset(rj, kj, rows, layout_k)), lane),

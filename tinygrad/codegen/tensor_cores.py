@@ -459,8 +459,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
-    wg = cfg.wgmma
-    if wg:
+    wgmma_tile = cfg.wgmma
+    if wgmma_tile:
         if "wgmma" not in kinds:
             return None, f"config {cfg}: the device has no wgmma (Hopper, sm_90a)"
         # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
@@ -476,7 +476,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 return None, f"config {cfg}: {why}"
     tc = None
     if not simt:
-        kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
+        kinds = ("wgmma",) if wgmma_tile else tuple(kind for kind in kinds if kind != "wgmma")
         tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     # (TMA: the stages' mbarriers take one more 1024-byte aligned piece of it)
     if smem_bytes(cfg, a_k, b_k, stages, 4 if wide else 2) + readback_bytes(cfg, tc) + \
@@ -485,7 +485,7 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
             return None, f"config {cfg}: thread tiles that do not divide the block tile"
-    elif wg:
+    elif wgmma_tile:
         if cfg.bm != 64 * cfg.wm or cfg.wn != 1:
             return None, f"config {cfg}: a warpgroup computes 64 rows of the tile, all its columns"
     elif tc is not None and (cfg.bm % (cfg.wm * tc.m) or cfg.bk % tc.k or
