@@ -33,16 +33,20 @@ class Emitter:
     def uop(self, uop: UOps, dtype, vin: tuple, arg, cachable: bool = True) -> UOp:
         """The uop (uop, dtype, vin, arg): a new one appended to the kernel, or (`cachable`) an equal one already
         made in an open scope."""
-        key = (uop, dtype, tuple([id(v) for v in vin]), arg if uop is not UOps.CONST else _const_identity(arg))
-        if cachable:
-            hit = self._cse.get(key)
-            if hit is not None:
-                return hit
+        if not cachable:
+            u = UOp(uop, dtype, vin, arg)
+            self.uops.append(u)
+            return u
+        # NOTE: the uop kind by id (an Enum member is one object; Enum's own __hash__ is Python code, and this is the
+        # linearizer's hottest line), the inputs by identity (equal inputs were made once)
+        key = (id(uop), dtype, tuple(map(id, vin)), arg if uop is not UOps.CONST else _const_identity(arg))
+        hit = self._cse.get(key)
+        if hit is not None:
+            return hit
         u = UOp(uop, dtype, vin, arg)
         self.uops.append(u)
-        if cachable:
-            self._cse[key] = u
-            self._scope[len(self._scope) - 1].append(key)
+        self._cse[key] = u
+        self._scope[len(self._scope) - 1].append(key)
         return u
 
     def const(self, val, dtype=dtypes.int32) -> UOp:
