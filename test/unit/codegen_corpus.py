@@ -124,9 +124,9 @@ def _cases() -> list[tuple[str, str, str, list[Opt] | None]]:
     cases += [(f"matmul_f32/{r}", "matmul_f32", r, None) for r in ("cuda_async", "cuda_wgmma")]  # SIMT tiles
     # every tensor-core config the CUDA renderer has, chosen explicitly
     for i, c in enumerate(TC_CONFIGS):
-        r = "cuda_tma" if getattr(c, "tma", False) else "cuda_wgmma" if getattr(c, "wgmma", False) else "cuda_async"
+        r = "cuda_tma" if c.tma else "cuda_wgmma" if c.wgmma else "cuda_async"
         cases.append((f"matmul_half_big/tc{i}/{r}", "matmul_half_big", r, [Opt(OptOps.TC, 0, i)]))
-    mid = _tc(64, 64, 2, 2, lambda c: not getattr(c, "wgmma", False))
+    mid = _tc(64, 64, 2, 2, lambda c: not c.wgmma)
     cases += [(f"matmul_half/tc{mid}/{r}", "matmul_half", r, [Opt(OptOps.TC, 0, mid)])
               for r in ("cuda_sync", "hip_wmma", "metal_simd")]
     # hand-picked opts: upcasts, locals, groups, unrolls

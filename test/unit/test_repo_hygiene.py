@@ -8,9 +8,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PKG = ROOT / "tinygrad"
 MAX_LINES = 1000
-# NOTE: the linearizer is being split (its tensor-core lowering into its own module, the rest moved to Python); until
-# that lands it is the one module allowed past the limit, under either suffix
-KNOWN_LONG = {"tinygrad/codegen/linearizer"}
 # the development machine's root folder, spelled in two pieces so this file does not hold it
 MACHINE_ROOT = "/" + "work/"
 
@@ -21,7 +18,7 @@ def test_no_module_is_over_the_line_limit():
         if path.suffix not in (".py", ".pyx", ".pxd") or "build" in path.relative_to(ROOT).parts:
             continue
         lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_LINES and path.relative_to(ROOT).with_suffix("").as_posix() not in KNOWN_LONG:
+        if lines > MAX_LINES:
             long.append(f"{path.relative_to(ROOT)}: {lines} lines")
     assert long == [], f"split these by concept (at most {MAX_LINES} lines a module): {long}"
 

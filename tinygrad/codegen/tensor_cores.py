@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
 
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
@@ -180,10 +182,18 @@ class SimtConfig:
     tm: int
     tn: int
     stages: int = 2
+    # what a TCConfig may ask for and a SIMT tile never does: no wgmma, no TMA, no producer warp
+    wgmma: ClassVar[bool] = False
+    tma: ClassVar[int] = 0
+    producer: ClassVar[bool] = False
 
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads
 
 
 # the SMEM Opt's amount picks one of these
@@ -236,6 +246,16 @@ def copies_async(st, rows_axis: int, k_axis: int, k_major: bool, full, lanes: in
     return True
 
 
+class TileKind(Enum):
+    """The kinds of block tile, each multiplied by its own tile class in codegen/lower_tc.py."""
+    MMA_SYNC = "mma.sync"  # NVIDIA sm_80+: half/bfloat16 fragments read by ldmatrix
+    TF32 = "tf32"  # the same instruction family on float32 operands (m16n8k8)
+    WGMMA = "wgmma"  # Hopper: a warpgroup's instructions read the staged slices themselves
+    RDNA3_WMMA = "wmma"  # AMD gfx11: each lane's fragment read by plain loads
+    SIMDGROUP = "simdgroup"  # Apple: simdgroup_load tiles, accumulators read back through threadgroup memory
+    SIMT = "simt"  # SMEM: float32 FMAs, no tensor cores
+
+
 @dataclass(frozen=True)
 class TCPlan:
     """How a kernel maps onto tensor cores: its M, N and K dims, the loads of A (varies along M and K) and B (along N
@@ -260,6 +280,18 @@ class TCPlan:
     simt: bool = False
     # the other reduced dims, outermost first: loops around K's slices (a convolution's filter taps)
     outer: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> TileKind:
+        if self.simt:
+            return TileKind.SIMT
+        if self.config.wgmma:
+            return TileKind.WGMMA
+        if self.tc.frag == "lane":
+            return TileKind.RDNA3_WMMA
+        if self.tc.frag == "simdgroup":
+            return TileKind.SIMDGROUP
+        return TileKind.TF32 if self.tc.dtype == dtypes.float32 else TileKind.MMA_SYNC
 
     @property
     def elem(self):
@@ -427,8 +459,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
-    wg = getattr(cfg, "wgmma", False)  # SimtConfig has no wgmma
-    if wg:
+    wgmma_tile = cfg.wgmma
+    if wgmma_tile:
         if "wgmma" not in kinds:
             return None, f"config {cfg}: the device has no wgmma (Hopper, sm_90a)"
         # the tensor cores read A's rows of K and B either way; slices copied by cp.async into the swizzled layouts
@@ -444,16 +476,16 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 return None, f"config {cfg}: {why}"
     tc = None
     if not simt:
-        kinds = ("wgmma",) if wg else tuple(kind for kind in kinds if kind != "wgmma")
+        kinds = ("wgmma",) if wgmma_tile else tuple(kind for kind in kinds if kind != "wgmma")
         tc = next((t for kind in kinds for t in TENSOR_CORES.get(kind, ()) if t.dtype == a.arg.dtype), None)
     # (TMA: the stages' mbarriers take one more 1024-byte aligned piece of it)
     if smem_bytes(cfg, a_k, b_k, stages, 4 if wide else 2) + readback_bytes(cfg, tc) + \
-            (1024 if getattr(cfg, "tma", 0) else 0) > lin.opts.shared_max:
+            (1024 if cfg.tma else 0) > lin.opts.shared_max:
         return None, f"config {cfg} needs more shared memory than the device gives a block"
     if simt:
         if cfg.tm % 4 or cfg.tn % 4 or cfg.bm % cfg.tm or cfg.bn % cfg.tn or cfg.threads > 1024:
             return None, f"config {cfg}: thread tiles that do not divide the block tile"
-    elif wg:
+    elif wgmma_tile:
         if cfg.bm != 64 * cfg.wm or cfg.wn != 1:
             return None, f"config {cfg}: a warpgroup computes 64 rows of the tile, all its columns"
     elif tc is not None and (cfg.bm % (cfg.wm * tc.m) or cfg.bk % tc.k or

@@ -29,6 +29,7 @@ convert it. Everything else is computed lane by lane in scalars.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
@@ -68,21 +69,81 @@ class UOps(Enum):
     ASYNC_WAIT = auto()      # wait until at most `arg` of this thread's committed groups are still in flight
     FENCE = auto()           # arg "async_proxy": this thread's shared-memory writes (its landed COPY_ASYNCs
     #                          included) are seen by the tensor cores' own reads of shared memory (Hopper's wgmma)
-    TMA = auto()             # Hopper's TMA pipeline of a wgmma kernel (CUDA only), arg[0] the kind:
-    #                          ("map", name, byte offset, element bytes, dims, byte strides, box, swizzle bytes), vin
-    #                          (the DEFINE_GLOBAL,): a tensor-map parameter describing a box of that buffer, innermost
-    #                          dim first (the runtime encodes it from the buffer's address at each launch);
-    #                          ("init", stages, arrivals, cluster), vin (mbarriers, thread id): the stages' "full" and
-    #                          "empty" mbarriers set up, then the block (cluster) synchronised;
-    #                          ("produce", stages, A's and B's elements a stage, B staged K-major, B's 64-column
-    #                          atoms, cluster), vin (mbarriers, go, step, A's local, B's local, A's map, B's map, first
-    #                          row of A, first column of B): where `go`, step's slices copied into stage step % stages
-    #                          once every warp is done with what it held;
-    #                          ("wait", stages), vin (mbarriers, step): until step's slices have landed;
-    #                          ("release", stages, cluster), vin (mbarriers, step, go): where `go`, this warp is done
-    #                          with step's stage (told to every block of the cluster, whose producers write into it);
-    #                          ("exit", cluster): no block of the cluster leaves while another may still signal it
+    TMA = auto()             # Hopper's TMA pipeline of a wgmma kernel (CUDA only); arg one of the Tma* records below,
+    #                          which says what the uop does and what its vin are
 
+
+
+# ---- the arguments of TMA uops (Hopper's tensor-memory copies of a wgmma kernel's slices) ----
+@dataclass(frozen=True)
+class TmaMap:
+    """vin (the DEFINE_GLOBAL,): a tensor-map parameter named `name`, describing a box of that buffer from `offset`
+    bytes on (`elem_bytes` an element, innermost dim first: `dims` in elements, `strides` in bytes of dims 1..), its
+    copies landing with a `swizzle`-byte swizzle; the runtime encodes it from the buffer's address at each launch."""
+    name: str
+    offset: int
+    elem_bytes: int
+    dims: tuple
+    strides: tuple
+    box: tuple
+    swizzle: int
+
+
+@dataclass(frozen=True)
+class TmaInit:
+    """vin (mbarriers, thread id): the stages' "full" and "empty" mbarriers set up (the "empty" ones completing
+    after `arrivals` warps' releases), then the block (the cluster of `cluster` blocks) synchronised."""
+    stages: int
+    arrivals: int
+    cluster: int
+
+
+@dataclass(frozen=True)
+class TmaProduce:
+    """vin (mbarriers, go, step, A's local, B's local, A's map, B's map, first row of A, first column of B): where
+    `go`, step's slices (`a_elems` and `b_elems` elements a stage; B staged K-major or in `b_atoms` 64-column atoms)
+    copied into stage step % stages once every warp is done with what it held."""
+    stages: int
+    a_elems: int
+    b_elems: int
+    b_along_k: bool
+    b_atoms: int
+    cluster: int
+
+
+@dataclass(frozen=True)
+class TmaProducer:
+    """vin (mbarriers, thread id, A's local, B's local, A's map, B's map, first row of A, first column of B): the
+    warp after the `consumers` threads that multiply copies all `steps` steps' slices (as TmaProduce does, each once
+    its stage is freed), then leaves."""
+    stages: int
+    a_elems: int
+    b_elems: int
+    b_along_k: bool
+    b_atoms: int
+    steps: int
+    consumers: int
+    cluster: int
+
+
+@dataclass(frozen=True)
+class TmaWait:
+    """vin (mbarriers, step): until step's slices have landed."""
+    stages: int
+
+
+@dataclass(frozen=True)
+class TmaRelease:
+    """vin (mbarriers, step, go): where `go`, this warp is done with step's stage (told to every block of the
+    cluster, whose producers write into it)."""
+    stages: int
+    cluster: int
+
+
+@dataclass(frozen=True)
+class TmaExit:
+    """vin (): no block of the cluster leaves while another may still signal it."""
+    cluster: int
 
 # the scalar types the linearizer makes vectors of, and the ALU ops it applies to whole vectors (both operands
 # vectors of one dtype; MAX keeps its NaN-propagating meaning). Everything else is computed lane by lane.

@@ -16,7 +16,7 @@ import struct
 from typing import Callable
 
 from tinygrad.codegen.program import ProgramSpec
-from tinygrad.codegen.uops import UOp
+from tinygrad.codegen.uops import TmaExit, TmaInit, TmaProduce, TmaProducer, TmaRelease, TmaWait, UOp
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, UnaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage
@@ -218,29 +218,28 @@ class CUDALanguage(TgVecSpelling, GPULanguage):
             raise NotImplementedError(f"CUDA has no tensor core {name}")
         return f"tg_mma_{name}<{part or 0}, {8 if part is not None else 4}>({', '.join(operands)})"
 
-    def render_tma(self, arg: tuple, operands: list[str]) -> str:
-        kind = arg[0]
-        if kind == "init":
-            return f"tg_tma_init<{arg[1]}, {arg[3]}>({operands[0]}, {arg[2]}, {operands[1]})"
-        if kind == "produce":
-            _, stages, sa, sb, b_k, atoms, cluster = arg
-            return f"tg_tma_produce<{stages}, {sa}, {sb}, {'true' if b_k else 'false'}, {atoms}, {cluster}>(" + \
-                ", ".join(operands) + ")"
-        if kind == "producer":
+    def render_tma(self, arg, operands: list[str]) -> str:
+        if isinstance(arg, TmaInit):
+            return f"tg_tma_init<{arg.stages}, {arg.cluster}>({operands[0]}, {arg.arrivals}, {operands[1]})"
+        if isinstance(arg, TmaProduce):
+            b_k = "true" if arg.b_along_k else "false"
+            return f"tg_tma_produce<{arg.stages}, {arg.a_elems}, {arg.b_elems}, {b_k}, {arg.b_atoms}, {arg.cluster}>(" \
+                + ", ".join(operands) + ")"
+        if isinstance(arg, TmaProducer):
             # the warp after the multiplying ones copies, then leaves (nothing after this waits for all threads)
             # (in a cluster it still takes part in the cluster's last barrier)
-            _, stages, sa, sb, b_k, atoms, steps, consumers, cluster = arg
             bars, tid, rest = operands[0], operands[1], operands[2:]
-            return f"if ({tid} >= {consumers}) {{ tg_tma_producer<{stages}, {sa}, {sb}, " \
-                f"{'true' if b_k else 'false'}, {atoms}, {steps}, {cluster}>({bars}, {tid} == {consumers}, " + \
-                ", ".join(rest) + f"); tg_tma_exit<{cluster}>(); return; }}"
-        if kind == "wait":
-            return f"tg_tma_wait<{arg[1]}>({', '.join(operands)})"
-        if kind == "release":
-            return f"tg_tma_release<{arg[1]}, {arg[2]}>({', '.join(operands)})"
-        if kind == "exit":
-            return f"tg_tma_exit<{arg[1]}>()"
-        raise NotImplementedError(f"no TMA uop {kind}")
+            b_k = "true" if arg.b_along_k else "false"
+            return f"if ({tid} >= {arg.consumers}) {{ tg_tma_producer<{arg.stages}, {arg.a_elems}, {arg.b_elems}, " \
+                f"{b_k}, {arg.b_atoms}, {arg.steps}, {arg.cluster}>({bars}, {tid} == {arg.consumers}, " + \
+                ", ".join(rest) + f"); tg_tma_exit<{arg.cluster}>(); return; }}"
+        if isinstance(arg, TmaWait):
+            return f"tg_tma_wait<{arg.stages}>({', '.join(operands)})"
+        if isinstance(arg, TmaRelease):
+            return f"tg_tma_release<{arg.stages}, {arg.cluster}>({', '.join(operands)})"
+        if isinstance(arg, TmaExit):
+            return f"tg_tma_exit<{arg.cluster}>()"
+        raise NotImplementedError(f"no TMA uop {arg}")
 
     def tma_prelude(self) -> str:
         return TMA_PRELUDE

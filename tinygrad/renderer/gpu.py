@@ -38,7 +38,7 @@ from typing import Callable
 from tinygrad.codegen.accumulate import SUM_BLOCK
 from tinygrad.codegen.gpu_plan import VEC_BYTES, _eval_max, _Parallel, _plan_parallel, _Vec
 from tinygrad.codegen.program import ProgramSpec, TensorMapSpec
-from tinygrad.codegen.uops import UOp, UOps
+from tinygrad.codegen.uops import TmaInit, TmaMap, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps
 from tinygrad.renderer.cstyle import CStyleLanguage, KernelWriter
@@ -152,8 +152,9 @@ class GPULanguage(CStyleLanguage):
         the asynchronous copies where the kernel has them (`copies`)."""
         return ""
 
-    def render_tma(self, arg: tuple, operands: list[str]) -> str:
-        """A TMA uop other than a map (see UOps.TMA) as a statement, its operands rendered."""
+    def render_tma(self, arg, operands: list[str]) -> str:
+        """A TMA uop other than a map (`arg` a Tma* record of codegen/uops.py) as a statement, its operands
+        rendered."""
         raise NotImplementedError(f"{type(self).__name__} has no TMA")
 
     def tma_prelude(self) -> str:
@@ -480,13 +481,13 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> ProgramSpec:
             emit(lang.render_async_wait(u.arg) + ";")
         elif op is UOps.FENCE:
             emit(lang.render_proxy_fence(u.arg) + ";")
-        elif op is UOps.TMA and u.arg[0] == "map":
+        elif op is UOps.TMA and isinstance(u.arg, TmaMap):
             # a tensor-map parameter (after every other one): the runtime encodes it from the launch's buffer
             # argument `arg` at each launch, as the program record's tensor_maps say
-            r[id(u)] = u.arg[1]
+            r[id(u)] = u.arg.name
             tmaps.append(u)
         elif op is UOps.TMA:
-            cluster = max(cluster, u.arg[3] if u.arg[0] == "init" else 1)
+            cluster = max(cluster, u.arg.cluster if isinstance(u.arg, TmaInit) else 1)
             emit(lang.render_tma(u.arg, [r[id(v)] for v in vin]) + ";")
         elif op is UOps.LOAD and u.arg in ("ldmatrix", "ldmatrix.trans"):
             bind(u, lang.render_ldmatrix(f"{r[id(vin[0])]}+{r[id(vin[1])]}", dt.count // 2, u.arg.endswith("trans")),
@@ -535,9 +536,10 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> ProgramSpec:
     names = [p[0] for p in kw.params]
     maps = []
     for u in tmaps:
-        _, pname, offset, elem, dims, strides, box, swizzle = u.arg
-        maps.append(TensorMapSpec(names.index(r[id(u.vin[0])]), offset, elem, dims, strides, box, swizzle))
-        kw.params.append((pname, "tmap", False))
+        m = u.arg
+        maps.append(TensorMapSpec(names.index(r[id(u.vin[0])]), m.offset, m.elem_bytes, m.dims, m.strides,
+                                  m.box, m.swizzle))
+        kw.params.append((m.name, "tmap", False))
     extra = {"cluster": cluster} if cluster > 1 else {}
     kernel = lang.render_kernel(name, body, kw.params, bounds, **extra)
     prelude = lang.prelude(dts) + (lang.bitcast_prelude if any(u.uop is UOps.BITCAST for u in uops) else "")

@@ -1,4 +1,4 @@
-# Declarations of the symbolic integer algebra, so view.pyx, shapetracker.pyx and linearizer.pyx can cimport the
+# Declarations of the symbolic integer algebra, so view.pyx and shapetracker.pyx can cimport the
 # node classes and reach their fields and cpdef methods without going through Python attribute lookup.
 
 cdef class Node:
