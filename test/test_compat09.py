@@ -189,3 +189,45 @@ def test_a_kernel_too_big_for_any_tile_still_runs():
     ref = np.concatenate([ref_rows[:, :, c:c + 1] + sum(ref_rows[:, :, j:j + 1] * (c - j) for j in range(6))
                           for c in range(6)], 2)
     np.testing.assert_allclose(cols[0].cat(*cols[1:], dim=2).numpy(), ref, rtol=1e-5, atol=1e-3)
+
+
+def _views():
+    # (tinygrad view, numpy view) pairs of a (4, 6) tensor: strided, permuted, flipped, shrunk, reshaped
+    return {
+        "stride": (lambda x: x[:, ::2], lambda n: n[:, ::2]),
+        "permute": (lambda x: x.permute(1, 0), lambda n: n.transpose(1, 0)),
+        "T": (lambda x: x.T, lambda n: n.T),
+        "negative_stride": (lambda x: x[:, ::-2], lambda n: n[:, ::-2]),
+        "shrink": (lambda x: x[1:3, 2:5], lambda n: n[1:3, 2:5]),
+        "reshape": (lambda x: x.reshape(2, 12), lambda n: n.reshape(2, 12)),
+    }
+
+
+@pytest.mark.parametrize("realized", [True, False])
+@pytest.mark.parametrize("view", list(_views()))
+@pytest.mark.parametrize("idx", [1, (slice(None), 1), (slice(0, 2),)])
+def test_setitem_through_a_view_updates_the_base_as_numpy(realized, view, idx):
+    # `t[:, ::2][1] = 5` writes t's memory in numpy and PyTorch; a lazy t (not realized yet) must see it too, not
+    # only the temporary view
+    tv, nv = _views()[view]
+    n = np.arange(24, dtype=np.float32).reshape(4, 6)
+    t = Tensor.arange(24).float().reshape(4, 6)
+    if realized:
+        t.realize()
+    other = t[::-1]  # a second view of the same memory, made before the write
+    sub_shape = nv(n)[idx].shape
+    val = np.arange(int(np.prod(sub_shape)), dtype=np.float32).reshape(sub_shape) + 100
+    v = tv(t)
+    v[idx] = Tensor(val)
+    nv(n)[idx] = val
+    np.testing.assert_array_equal(t.numpy(), n)
+    np.testing.assert_array_equal(v.numpy(), nv(n))
+    np.testing.assert_array_equal(other.numpy(), n[::-1])
+
+
+def test_setitem_scalar_into_a_strided_view_of_a_lazy_tensor():
+    n = np.arange(24).reshape(4, 6)
+    t = Tensor(n.copy())  # not realized yet: a copy from numpy is pending
+    t[:, ::2][1] = 5
+    n[:, ::2][1] = 5
+    np.testing.assert_array_equal(t.numpy(), n)
