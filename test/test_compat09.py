@@ -231,3 +231,12 @@ def test_setitem_scalar_into_a_strided_view_of_a_lazy_tensor():
     t[:, ::2][1] = 5
     n[:, ::2][1] = 5
     np.testing.assert_array_equal(t.numpy(), n)
+
+
+def test_dtype_np_is_the_numpy_scalar_type():
+    from tinygrad import dtypes
+    assert dtypes.float32.np is np.float32 and dtypes.uint8.np is np.uint8 and dtypes.bool.np is np.bool_
+    assert issubclass(dtypes.int16.np, np.integer) and dtypes.float16.np(1.5) == np.float16(1.5)
+    assert dtypes.bfloat16.np is None
+    assert dtypes.from_np(np.float64) == dtypes.float64 and dtypes.from_np(np.dtype("int8")) == dtypes.int8
+    assert Tensor([1, 2], dtype=dtypes.uint16).numpy().dtype == dtypes.uint16.np

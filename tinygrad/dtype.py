@@ -60,8 +60,10 @@ class DType:
         return self._scalar
 
     @property
-    def np(self) -> np.dtype | None:
-        """The numpy dtype with the same layout, or None (bfloat16 has none)."""
+    def np(self) -> type | None:
+        """The numpy scalar type with the same layout (np.float32 for dtypes.float32), or None (bfloat16 has none).
+        A type, as in tinygrad 0.9: code calls it (`dt.np(3)`), checks `issubclass(dt.np, np.floating)`, and passes
+        it wherever numpy takes a dtype."""
         return _NP.get(self.name)
 
 
@@ -159,7 +161,7 @@ class dtypes:  # noqa: N801 - the public name users import
     def from_np(x) -> DType:
         name = np.dtype(x).name
         for k, v in _NP.items():
-            if v.name == name:
+            if np.dtype(v).name == name:
                 return _BY_NAME[k]
         raise TypeError(f"numpy dtype {name} has no tinygrad dtype")
 
@@ -208,7 +210,7 @@ _UINTS = frozenset((dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64))
 _INTS = frozenset((dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)) | _UINTS
 _NP_NAMES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", None,
              "float32", "float64"]
-_NP = {d.name: np.dtype(n) for d, n in zip(_ALL, _NP_NAMES) if n is not None}
+_NP = {d.name: np.dtype(n).type for d, n in zip(_ALL, _NP_NAMES) if n is not None}
 DTYPES_DICT = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
                "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
