@@ -240,3 +240,25 @@ def test_dtype_np_is_the_numpy_scalar_type():
     assert dtypes.bfloat16.np is None
     assert dtypes.from_np(np.float64) == dtypes.float64 and dtypes.from_np(np.dtype("int8")) == dtypes.int8
     assert Tensor([1, 2], dtype=dtypes.uint16).numpy().dtype == dtypes.uint16.np
+
+
+def test_jit_keyword_arguments_in_any_order():
+    # a capture of f(second=b, first=a) must serve f(first=a, second=b): they are the same call
+    from tinygrad import TinyJit
+    div = TinyJit(lambda first, second: (first / second).realize())
+    for i in range(4):
+        a, b = Tensor.randn(3, 3).realize(), Tensor.randn(3, 3).realize()
+        c = div(second=b, first=a) if i < 2 else div(first=a, second=b)
+        np.testing.assert_allclose(c.numpy(), a.numpy() / b.numpy(), rtol=1e-5)
+
+
+def test_jit_of_a_function_that_only_copies():
+    from tinygrad import Device, TinyJit
+    d0, d1 = f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1"
+    jf = TinyJit(lambda a, b: (a.to(d1).realize(), b.to(d1).realize()))
+    for _ in range(4):
+        a, b = Tensor.randn(4, 4, device=d0).realize(), Tensor.randn(4, 4, device=d0).realize()
+        x, y = jf(a, b)
+        np.testing.assert_array_equal(x.numpy(), a.numpy())
+        np.testing.assert_array_equal(y.numpy(), b.numpy())
+    assert len(jf.jit_cache) == 2
