@@ -262,3 +262,21 @@ def test_jit_of_a_function_that_only_copies():
         np.testing.assert_array_equal(x.numpy(), a.numpy())
         np.testing.assert_array_equal(y.numpy(), b.numpy())
     assert len(jf.jit_cache) == 2
+
+
+def test_extra_gradcheck_jacobians_of_0_9():
+    from extra.gradcheck import gradcheck, jacobian, numerical_jacobian
+    w = Tensor([[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]])
+    x = Tensor([[0.3, -0.7, 1.1]], requires_grad=True)
+
+    def f(t):
+        return (t.dot(w) * t.sum()).tanh()
+    xs, ws = x.numpy()[0], w.numpy()
+    # d tanh(y_j * s) / d x_i, y = x W, s = sum(x): (1 - tanh^2) * (W[i, j] * s + y_j)
+    y, s = xs @ ws, xs.sum()
+    want = ((1 - np.tanh(y * s) ** 2)[:, None] * (ws.T * s + y[:, None]))
+    np.testing.assert_allclose(jacobian(f, x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(numerical_jacobian(f, x), want, atol=1e-3)
+    assert gradcheck(f, x)
+    # a detached term has no gradient, but the finite differences see it: the check must fail
+    assert not gradcheck(lambda t: f(t) + t.detach().sum(), x)
