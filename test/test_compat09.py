@@ -280,3 +280,18 @@ def test_extra_gradcheck_jacobians_of_0_9():
     assert gradcheck(f, x)
     # a detached term has no gradient, but the finite differences see it: the check must fail
     assert not gradcheck(lambda t: f(t) + t.detach().sum(), x)
+
+
+def test_multinomial_without_replacement_draws_distinct_categories():
+    from tinygrad.errors import ArgumentError
+    Tensor.manual_seed(1)
+    w = Tensor([[0.1, 0.2, 0.0, 0.3, 0.4], [1.0, 0.0, 1.0, 1.0, 1.0]])
+    for _ in range(5):
+        got = w.multinomial(4, replacement=False).numpy()
+        assert got.shape == (2, 4)
+        for row, weights in zip(got, w.numpy()):
+            assert len(set(row.tolist())) == 4 and all(weights[i] > 0 for i in row)
+    with pytest.raises(ArgumentError):  # also an AssertionError, as 0.9 raised
+        Tensor([0.1, 0.9]).multinomial(3, replacement=False)
+    with pytest.raises(AssertionError):
+        Tensor([1, 9]).multinomial(0)
