@@ -295,3 +295,13 @@ def test_multinomial_without_replacement_draws_distinct_categories():
         Tensor([0.1, 0.9]).multinomial(3, replacement=False)
     with pytest.raises(AssertionError):
         Tensor([1, 9]).multinomial(0)
+
+
+def test_pickle_a_realized_tensor_and_a_view_of_one():
+    import pickle
+    t = Tensor.rand(4, 5).realize()
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(t)).numpy(), t.numpy())
+    base = Tensor.arange(10).contiguous().realize()
+    assert pickle.loads(pickle.dumps(base[3:5])).tolist() == [3, 4]
+    # a pending op on a realized input pickles its input's bytes, and computes after loading
+    assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0]).realize() * 3)).tolist() == [3.0, 6.0]
