@@ -305,3 +305,18 @@ def test_pickle_a_realized_tensor_and_a_view_of_one():
     assert pickle.loads(pickle.dumps(base[3:5])).tolist() == [3, 4]
     # a pending op on a realized input pickles its input's bytes, and computes after loading
     assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0]).realize() * 3)).tolist() == [3.0, 6.0]
+
+
+def test_examples_gpt2_attention_cache_matches_the_whole_sequence():
+    from examples.gpt2 import Attention
+    from tinygrad import Variable
+    Tensor.manual_seed(0)
+    a = Attention(16, 2)
+    x = Tensor.randn(1, 4, 16).realize()
+    full = a(x, 0, Tensor.full((1, 1, 4, 4), float("-inf")).triu(1)).numpy()
+    b = Attention(16, 2)
+    b.c_attn, b.c_proj = a.c_attn, a.c_proj
+    # one token at a time through the cache, at a symbolic position
+    steps = [b(x[:, i:i + 1], Variable("start_pos", 0, 15).bind(i) if i else 0, None).numpy() for i in range(4)]
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, rtol=1e-4, atol=1e-5)
+    assert Attention(8, 2)(Tensor.ones(1, 0, 8), Variable("start_pos", 0, 8).bind(0), None).shape == (1, 0, 8)
