@@ -320,3 +320,26 @@ def test_examples_gpt2_attention_cache_matches_the_whole_sequence():
     steps = [b(x[:, i:i + 1], Variable("start_pos", 0, 15).bind(i) if i else 0, None).numpy() for i in range(4)]
     np.testing.assert_allclose(np.concatenate(steps, 1), full, rtol=1e-4, atol=1e-5)
     assert Attention(8, 2)(Tensor.ones(1, 0, 8), Variable("start_pos", 0, 8).bind(0), None).shape == (1, 0, 8)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("OneCycleLR", dict(max_lr=0.1, pct_start=0.3, div_factor=25, final_div_factor=1e4, total_steps=20)),
+    ("CosineAnnealingLR", dict(T_max=10, eta_min=0.001)),
+])
+def test_extra_lr_scheduler_follows_torch(name, kwargs):
+    import torch
+
+    import extra.lr_scheduler
+    from tinygrad import nn
+    opt = nn.optim.SGD([Tensor.ones(3, requires_grad=True)], lr=0.05)
+    sched = getattr(extra.lr_scheduler, name)(opt, **kwargs)
+    topt = torch.optim.SGD([torch.nn.Parameter(torch.ones(3))], lr=0.05)
+    tsched = getattr(torch.optim.lr_scheduler, name)(topt, **kwargs)
+    got, want = [], []
+    for _ in range(10):
+        got.append(float(opt.lr.numpy()[0]))
+        want.append(topt.param_groups[0]["lr"])
+        topt.step()
+        sched.step()
+        tsched.step()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
