@@ -343,3 +343,16 @@ def test_extra_lr_scheduler_follows_torch(name, kwargs):
         sched.step()
         tsched.step()
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_half_gradients_of_long_expands_and_max_ties_accumulate_wide():
+    # 10001 tied maxima: each gets 1/10001 and the expand's backward sums them; in half both the count and the sum
+    # stalled (2048 + 1 == 2048), giving 0.7 instead of 1
+    from tinygrad import dtypes
+    t = Tensor([5, -5], dtype=dtypes.half, requires_grad=True)
+    t.reshape(2, 1).expand(2, 10001).max().backward()
+    assert t.grad.dtype == dtypes.half
+    np.testing.assert_array_equal(t.grad.numpy(), [1, 0])
+    u = Tensor([1.0, 2.0], dtype=dtypes.half, requires_grad=True)
+    u.reshape(2, 1).expand(2, 3000).sum().backward()
+    np.testing.assert_array_equal(u.grad.numpy(), [3000, 3000])

@@ -301,6 +301,14 @@ class Where(Function):
 
 # ---- reduce ----
 
+def _sum_wide(x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+    """A sum of a gradient, accumulated in float32 where x is half or bfloat16 (as forward sums are: 2048 + 1 is
+    2048 in half, so a long sum there stalls) and cast back."""
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        return x.cast(dtypes.float32).r(ReduceOps.SUM, axis).cast(x.dtype)
+    return x.r(ReduceOps.SUM, axis)
+
+
 class Sum(Function):
     def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
         self.input_shape = x.shape
@@ -317,9 +325,15 @@ class Max(Function):
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
         # the gradient is split evenly between every position that holds the max
-        hit = self.x.e(BinaryOps.CMPEQ, self.ret.expand(self.x.shape)).cast(grad_output.dtype)
+        # NOTE: for half and bfloat16 the share is computed in float32: the count of ties may be beyond their range of
+        # exact integers (and 1/count beyond their precision)
+        dt = grad_output.dtype
+        wide = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+        hit = self.x.e(BinaryOps.CMPEQ, self.ret.expand(self.x.shape)).cast(wide)
         count = hit.r(ReduceOps.SUM, self.axis).expand(self.x.shape)
-        return hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad_output.expand(self.x.shape))
+        grad = grad_output.expand(self.x.shape)
+        share = hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad if wide == dt else grad.cast(wide))
+        return share if wide == dt else share.cast(dt)
 
 
 class Prod(Function):
@@ -353,7 +367,7 @@ class Expand(Function):
         return x.expand(shape)
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
-        return grad_output.r(ReduceOps.SUM, self.expanded_axis)
+        return _sum_wide(grad_output, self.expanded_axis)
 
 
 class Reshape(Function):
