@@ -356,3 +356,14 @@ def test_half_gradients_of_long_expands_and_max_ties_accumulate_wide():
     u = Tensor([1.0, 2.0], dtype=dtypes.half, requires_grad=True)
     u.reshape(2, 1).expand(2, 3000).sum().backward()
     np.testing.assert_array_equal(u.grad.numpy(), [3000, 3000])
+
+
+def test_dtypes_are_ordered_and_image_dtypes_vectorize_as_their_element():
+    from tinygrad.dtype import dtypes, least_upper_dtype
+    for a in (dtypes.int8, dtypes.uint16, dtypes.float16):
+        for b in (dtypes.bool, dtypes.int32, dtypes.float32):
+            r = least_upper_dtype(a, b)
+            assert r >= a and r >= b and not r < a
+    assert dtypes.float32 > dtypes.float16 and dtypes.int8 <= dtypes.int8
+    assert dtypes.imagef((10, 10)).vec(4) == dtypes.float32.vec(4)
+    assert dtypes.imageh((10, 10)).vec(4) == dtypes.float16.vec(4)

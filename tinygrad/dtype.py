@@ -40,8 +40,19 @@ class DType:
             return getattr, (dtypes, INVERSE_NAMES[self.name])
         return type(self), (self.priority, self.itemsize, self.name, self.fmt, self.count)
 
+    # ordered by (priority, itemsize, name, ...), as 0.9's dataclass(order=True) was: a promotion's result is >= its
+    # inputs
     def __lt__(self, other: DType) -> bool:
         return self._key < other._key
+
+    def __le__(self, other: DType) -> bool:
+        return self._key <= other._key
+
+    def __gt__(self, other: DType) -> bool:
+        return self._key > other._key
+
+    def __ge__(self, other: DType) -> bool:
+        return self._key >= other._key
 
     def vec(self, sz: int) -> DType:
         """The vector type of `sz` lanes of this scalar type (used by vectorizing renderers)."""
@@ -101,6 +112,10 @@ class ImageDType(DType):
 
     def scalar(self) -> DType:
         return self.base
+
+    def vec(self, sz: int) -> DType:
+        """The vector type of `sz` lanes of the image's element type (an image is read as float4 or half4)."""
+        return self.base.vec(sz)
 
 
 class dtypes:  # noqa: N801 - the public name users import
