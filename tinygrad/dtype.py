@@ -114,7 +114,7 @@ class ImageDType(DType):
         return self.base
 
     def vec(self, sz: int) -> DType:
-        """The vector type of `sz` lanes of the image's element type (an image is read as float4 or half4)."""
+        """The vector type of `sz` lanes of the image's element type (`base`, what its texels are read as)."""
         return self.base.vec(sz)
 
 
