@@ -367,3 +367,18 @@ def test_dtypes_are_ordered_and_image_dtypes_vectorize_as_their_element():
     assert dtypes.float32 > dtypes.float16 and dtypes.int8 <= dtypes.int8
     assert dtypes.imagef((10, 10)).vec(4) == dtypes.float32.vec(4)
     assert dtypes.imageh((10, 10)).vec(4) == dtypes.imageh((10, 10)).base.vec(4)
+
+
+def test_examples_gpt2_transformer_decodes_through_its_cache():
+    from examples.gpt2 import Transformer
+    from tinygrad import Variable
+    from tinygrad.nn.state import get_state_dict, load_state_dict
+    Tensor.manual_seed(0)
+    args = dict(dim=16, n_heads=2, n_layers=2, norm_eps=1e-5, vocab_size=11, max_seq_len=16)
+    m, m2 = Transformer(**args), Transformer(**args)
+    load_state_dict(m2, get_state_dict(m), verbose=False)
+    toks = Tensor([[1, 2, 3, 4]])
+    full = m.logits(toks, 0).numpy()
+    steps = [m2.logits(toks[:, i:i + 1], Variable("start_pos", 0, 15).bind(i) if i else 0).numpy() for i in range(4)]
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, rtol=1e-4, atol=1e-4)
+    assert m(toks, 0).tolist() == full[:, -1].argmax(-1).tolist()
