@@ -382,3 +382,9 @@ def test_examples_gpt2_transformer_decodes_through_its_cache():
     steps = [m2.logits(toks[:, i:i + 1], Variable("start_pos", 0, 15).bind(i) if i else 0).numpy() for i in range(4)]
     np.testing.assert_allclose(np.concatenate(steps, 1), full, rtol=1e-4, atol=1e-4)
     assert m(toks, 0).tolist() == full[:, -1].argmax(-1).tolist()
+
+
+def test_extra_models_llama_rmsnorm_is_nn_rmsnorm():
+    from extra.models.llama import RMSNorm
+    from tinygrad import nn
+    assert RMSNorm is nn.RMSNorm
