@@ -388,3 +388,14 @@ def test_extra_models_llama_rmsnorm_is_nn_rmsnorm():
     from extra.models.llama import RMSNorm
     from tinygrad import nn
     assert RMSNorm is nn.RMSNorm
+
+
+def test_gradient_flows_back_through_to_another_device():
+    from tinygrad import Device
+    d0, d1 = f"{Device.DEFAULT}:1", f"{Device.DEFAULT}:2"
+    x = Tensor.eye(3, requires_grad=True, device=d0)
+    y = Tensor([[2.0, 0, -2.0]], requires_grad=True, device=d0)
+    y.matmul(x).to(d1).sum().backward()
+    assert x.grad.device == x.device
+    np.testing.assert_array_equal(x.grad.numpy(), [[2, 2, 2], [0, 0, 0], [-2, -2, -2]])
+    np.testing.assert_array_equal(y.grad.numpy(), [[1, 1, 1]])

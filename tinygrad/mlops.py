@@ -427,6 +427,19 @@ class Flip(Function):
 
 # ---- placement on several devices ----
 
+class ToDevice(Function):
+    """The input copied to another single device: Tensor.to on a tensor that needs a gradient. The gradient is
+    copied back to the input's device."""
+    computes = False
+
+    def forward(self, x: LazyBuffer, device: str) -> LazyBuffer:
+        self.src_device = x.device
+        return x.copy_to_device(device)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.copy_to_device(self.src_device)
+
+
 class Shard(Function):
     """The input spread over `devices` (replicated, or split along `axis`): Tensor.shard on a tensor that needs a
     gradient. The gradient goes back to where the input was: gathered to its device, or placed as it was."""

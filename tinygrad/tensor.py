@@ -317,7 +317,12 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.canonicalize(device)
         if device == self.device:
             return self
-        ret = Tensor(self.lazydata, device, requires_grad=self.requires_grad)
+        if self.requires_grad and not Tensor.no_grad and type(device) is str and type(self.device) is str and \
+                not self.device.startswith("DISK") and not device.startswith("DISK"):
+            # in the middle of a graph: the gradient flows back to this tensor (on its device)
+            ret = F.ToDevice.apply(self, device=device)
+        else:
+            ret = Tensor(self.lazydata, device, requires_grad=self.requires_grad)
         if self.grad is not None:
             ret.grad = self.grad.to(device)
         return ret
