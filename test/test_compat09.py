@@ -399,3 +399,11 @@ def test_gradient_flows_back_through_to_another_device():
     assert x.grad.device == x.device
     np.testing.assert_array_equal(x.grad.numpy(), [[2, 2, 2], [0, 0, 0], [-2, -2, -2]])
     np.testing.assert_array_equal(y.grad.numpy(), [[1, 1, 1]])
+
+
+def test_a_list_of_floats_takes_a_bfloat16_default_float(monkeypatch):
+    from tinygrad import dtypes
+    monkeypatch.setattr(dtypes, "default_float", dtypes.bfloat16)
+    for t in (Tensor([1.5, 2.0]), Tensor([]), Tensor([[1, 2.5]])):
+        assert t.dtype == dtypes.bfloat16
+    assert Tensor([1.5, 2.0]).float().tolist() == [1.5, 2.0] and Tensor([1, 2]).dtype == dtypes.default_int

@@ -106,7 +106,10 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
         elif isinstance(data, (bytes, bytearray)):
             lb = LazyBuffer.fromcpu(np.frombuffer(bytes(data), np.uint8))
         elif isinstance(data, (list, tuple)):
-            lb = LazyBuffer.fromcpu(_np_from(data, dtype))
+            arr = _np_from(data, dtype)
+            lb = LazyBuffer.fromcpu(arr)
+            if dtype is None and arr.dtype.kind == "f" and dtypes.default_float.np is None:
+                dtype = dtypes.default_float  # a bfloat16 default: made in float32 by _np_from, cast below
         elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
             if arr.dtype.kind not in "biuf":
