@@ -407,3 +407,13 @@ def test_a_list_of_floats_takes_a_bfloat16_default_float(monkeypatch):
     for t in (Tensor([1.5, 2.0]), Tensor([]), Tensor([[1, 2.5]])):
         assert t.dtype == dtypes.bfloat16
     assert Tensor([1.5, 2.0]).float().tolist() == [1.5, 2.0] and Tensor([1, 2]).dtype == dtypes.default_int
+
+
+@pytest.mark.parametrize("name, want", [("HALF", "half"), ("bfloat16", "bfloat16"), ("DOUBLE", "double")])
+def test_default_float_from_the_environment(name, want):
+    import subprocess
+    import sys
+    code = "from tinygrad import dtypes, Tensor; print(dtypes.default_float, Tensor([1.5]).dtype)"
+    env = {**os.environ, "DEFAULT_FLOAT": name}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [f"dtypes.{want}"] * 2

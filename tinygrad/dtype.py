@@ -7,6 +7,7 @@ dtypes.short
 from __future__ import annotations
 
 import math
+import os
 from typing import Final, Union
 
 import numpy as np
@@ -263,6 +264,21 @@ def least_upper_dtype(*ds: DType) -> DType:
     """The smallest dtype that every one of `ds` promotes to."""
     common = set.intersection(*[_ancestors(d.scalar()) for d in ds])
     return min(common, key=lambda d: d.priority)
+
+
+def _env_default_float() -> None:
+    """DEFAULT_FLOAT=HALF (or FLOAT16, BFLOAT16, FLOAT, DOUBLE, ...) in the environment sets dtypes.default_float at
+    import, as in tinygrad 0.9."""
+    name = os.environ.get("DEFAULT_FLOAT", "")
+    if not name:
+        return
+    dt = getattr(dtypes, name.lower(), None)
+    if not isinstance(dt, DType) or not dtypes.is_float(dt):
+        raise ValueError(f"DEFAULT_FLOAT={name} is not a float dtype (half, bfloat16, float, double, ...)")
+    dtypes.default_float = dt
+
+
+_env_default_float()
 
 
 def least_upper_float(dt: DType) -> DType:
