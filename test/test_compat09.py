@@ -417,3 +417,26 @@ def test_default_float_from_the_environment(name, want):
     env = {**os.environ, "DEFAULT_FLOAT": name}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [f"dtypes.{want}"] * 2
+
+
+def test_examples_hlb_cifar10_unsynced_batchnorm_normalises_each_device_part():
+    from examples.hlb_cifar10 import UnsyncedBatchNorm
+    from tinygrad import Device
+    from tinygrad.nn import BatchNorm2d
+    x = Tensor.randn(4, 3, 2, 2).realize()
+    with Tensor.train():
+        bn = UnsyncedBatchNorm(3, num_devices=2)
+        out = bn(x).numpy()
+        # each half of the batch as an ordinary BatchNorm sees it
+        want = [BatchNorm2d(3)(x[i * 2:(i + 1) * 2]).numpy() for i in range(2)]
+        np.testing.assert_allclose(out, np.concatenate(want), rtol=1e-4, atol=1e-5)
+        xs = x.numpy().reshape(2, 2, 3, 2, 2)
+        np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * xs.mean(axis=(1, 3, 4)), rtol=1e-4, atol=1e-6)
+        # sharded over two devices along the batch, as in data-parallel training
+        devices = (f"{Device.DEFAULT}:1", f"{Device.DEFAULT}:2")
+        sbn = UnsyncedBatchNorm(3, num_devices=2)
+        sbn.running_mean.shard_(devices, axis=0)
+        sbn.running_var.shard_(devices, axis=0)
+        sbn.weight.to_(devices)
+        sbn.bias.to_(devices)
+        np.testing.assert_allclose(sbn(x.shard(devices, axis=0)).numpy(), out, rtol=1e-4, atol=1e-5)
