@@ -440,3 +440,16 @@ def test_examples_hlb_cifar10_unsynced_batchnorm_normalises_each_device_part():
         sbn.weight.to_(devices)
         sbn.bias.to_(devices)
         np.testing.assert_allclose(sbn(x.shard(devices, axis=0)).numpy(), out, rtol=1e-4, atol=1e-5)
+
+
+def test_comparisons_are_not_differentiable_and_cut_the_graph():
+    # as in PyTorch: a loss made only of a comparison does not require grad, and its backward raises
+    a, b = Tensor.ones(4, requires_grad=True), Tensor.ones(4, requires_grad=True)
+    for cmp in ((a == b), (a < b), (a != b), (a >= b)):
+        assert not cmp.requires_grad
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            cmp.sum().backward()
+    # a comparison used as a mask passes the gradient of what it multiplies
+    t = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    (t * (t < 1)).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [1, 1, 0])

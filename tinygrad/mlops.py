@@ -30,6 +30,9 @@ class Function:
     # False for the movement ops, which view a DISK tensor's bytes where they are; an op that computes moves its
     # DISK inputs to the default device first (a file is not a device that runs kernels, nor one to store results)
     computes = True
+    # False for comparisons: their result is a boolean with no gradient, cut from the graph as in PyTorch (a loss
+    # made only of it does not require grad, and its backward raises)
+    differentiable = True
 
     def forward(self, *args, **kwargs) -> LazyBuffer:
         raise NotImplementedError(f"forward not implemented for {type(self)}")
@@ -46,6 +49,8 @@ class Function:
         ctx = cls.__new__(cls)
         needs = [t.requires_grad for t in x]
         rg = True if True in needs else (None if None in needs else False)
+        if not cls.differentiable:
+            rg = False
         lbs = [t.lazydata for t in x]
         if cls.computes and not kwargs.get("bitcast"):
             for lb in lbs:
@@ -187,6 +192,8 @@ class Sigmoid(Function):
 # ---- binary ----
 
 class Less(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPLT, y)
 
@@ -195,6 +202,8 @@ class Less(Function):
 
 
 class Eq(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPEQ, y)
 
@@ -203,6 +212,8 @@ class Eq(Function):
 
 
 class Neq(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPNE, y)
 

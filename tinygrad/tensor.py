@@ -458,6 +458,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             return self._backward(gradient)
 
     def _backward(self, gradient: Tensor | None) -> Tensor:
+        if self._ctx is None and not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad: nothing it was computed from "
+                               "requires grad (comparisons are not differentiable and cut the graph)")
         if gradient is None:
             if self.shape not in ((), (1,)) and self.numel() != 1:
                 raise RuntimeError(f"backward() without a gradient needs a scalar, this tensor has shape {self.shape}")
