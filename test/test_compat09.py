@@ -453,3 +453,11 @@ def test_comparisons_are_not_differentiable_and_cut_the_graph():
     t = Tensor([-1.0, 0.0, 2.0], requires_grad=True)
     (t * (t < 1)).sum().backward()
     np.testing.assert_array_equal(t.grad.numpy(), [1, 1, 0])
+
+
+@pytest.mark.parametrize("idx", [[[0]], [[1, 0]], [[0], [1]], [[[0]]], [[0, 1], slice(None), [2, 3]]])
+def test_a_list_holding_lists_indexes_one_dim_per_item_as_torch(idx):
+    import torch
+    n = np.arange(2 * 5 * 6).reshape(2, 5, 6)
+    want = torch.tensor(n)[tuple(idx)].numpy()
+    np.testing.assert_array_equal(Tensor(n)[idx].numpy(), want)

@@ -503,10 +503,11 @@ class MovementMixin:
     # ---- indexing ----
     def _parse_index(self, idx) -> list[tuple[str, Any]]:
         """`idx` as a list of ("int" | "slice" | "none" | "tensor", value), Ellipsis expanded, one per real dim."""
-        # a list holding Tensors, slices, None or ... indexes one dim per item, as a tuple does (tinygrad 0.9 and
-        # older numpy read it so); a list of ints stays one index into the first dim
+        # a list holding Tensors, lists, tuples, slices, None or ... indexes one dim per item, as a tuple does
+        # (tinygrad 0.9, PyTorch and older numpy read it so: x[[[0]]] is x[[0]]); a list of ints stays one index
+        # into the first dim
         as_tuple = isinstance(idx, tuple) or isinstance(idx, list) and any(
-            isinstance(v, (MovementMixin, slice)) or v is None or v is Ellipsis for v in idx)
+            isinstance(v, (MovementMixin, slice, list, tuple)) or v is None or v is Ellipsis for v in idx)
         raw = list(idx) if as_tuple else [idx]
         entries: list[tuple[str, Any]] = []
         host: dict[int, tuple[np.ndarray, int | None]] = {}  # index values given on the host, checked here
