@@ -461,3 +461,8 @@ def test_a_list_holding_lists_indexes_one_dim_per_item_as_torch(idx):
     n = np.arange(2 * 5 * 6).reshape(2, 5, 6)
     want = torch.tensor(n)[tuple(idx)].numpy()
     np.testing.assert_array_equal(Tensor(n)[idx].numpy(), want)
+
+
+def test_backward_of_a_tensor_whose_requires_grad_was_never_set_is_allowed():
+    # 0.9's test_repr_with_grad: requires_grad None (the default) is not "does not require grad"
+    (Tensor([1]) + Tensor([1])).mean().backward()

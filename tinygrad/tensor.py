@@ -458,7 +458,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Proces
             return self._backward(gradient)
 
     def _backward(self, gradient: Tensor | None) -> Tensor:
-        if self._ctx is None and not self.requires_grad:
+        # NOTE: requires_grad None (never set, the default) is let through, as 0.9 did: only a tensor known not to
+        # require grad (made from comparisons, or set False) is refused, as PyTorch refuses it
+        if self._ctx is None and self.requires_grad is False:
             raise RuntimeError("backward() on a tensor that does not require grad: nothing it was computed from "
                                "requires grad (comparisons are not differentiable and cut the graph)")
         if gradient is None:
