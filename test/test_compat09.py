@@ -466,3 +466,9 @@ def test_a_list_holding_lists_indexes_one_dim_per_item_as_torch(idx):
 def test_backward_of_a_tensor_whose_requires_grad_was_never_set_is_allowed():
     # 0.9's test_repr_with_grad: requires_grad None (the default) is not "does not require grad"
     (Tensor([1]) + Tensor([1])).mean().backward()
+
+
+def test_buffer_base_is_the_buffer_itself():
+    t = Tensor.arange(10).contiguous().realize()[3:5].contiguous().realize()
+    buf = t.lazydata.buffer
+    assert buf.base is buf and t.tolist() == [3, 4]

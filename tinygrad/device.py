@@ -158,6 +158,12 @@ class Buffer:
     def nbytes(self) -> int:
         return self._nbytes
 
+    @property
+    def base(self) -> Buffer:
+        """The buffer whose memory this one is: itself (0.9 code reads `buf.base`, which for 0.9's sub-buffer views
+        was the buffer viewed; every Buffer here owns its memory)."""
+        return self
+
     def is_allocated(self) -> bool:
         return self._buf is not None
 
