@@ -1,10 +1,16 @@
 """Shared by every test under test/.
 
-Being here puts test/ on sys.path (pytest's default import mode), so tests anywhere below import the helper that
-builds and loads the C++ test doubles: `import native_doubles` (test/native_doubles.py).
+test/ is a package (test/__init__.py, so that `from test.helpers import ...` works), which means pytest puts the
+repository root on sys.path rather than test/; this file appends test/ itself, so tests anywhere below still import
+the helper that builds and loads the C++ test doubles: `import native_doubles` (test/native_doubles.py). Appended,
+not prepended, so a module there never shadows a test module of the same name elsewhere.
 """
 import os
 import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.append(_HERE)
 
 
 def pytest_sessionstart(session):

@@ -137,6 +137,10 @@ class BufferOptions:
         return hash((self.host, self.uncached, self.cpu_access))
 
 
+def _unpickle_buffer(device: str, size: int, dtype: DType, options: BufferOptions | None, data: bytes) -> Buffer:
+    return Buffer(device, size, dtype, options=options).copyin(memoryview(data))
+
+
 class Buffer:
     """`size` elements of `dtype` on `device`. Memory is allocated on first use (or given as `opaque`)."""
     # every eager op makes, allocates and frees one: slots and no property calls on those paths
@@ -157,6 +161,12 @@ class Buffer:
     @property
     def nbytes(self) -> int:
         return self._nbytes
+
+    @property
+    def base(self) -> Buffer:
+        """The buffer whose memory this one is: itself (0.9 code reads `buf.base`, which for 0.9's sub-buffer views
+        was the buffer viewed; every Buffer here owns its memory)."""
+        return self
 
     def is_allocated(self) -> bool:
         return self._buf is not None
@@ -192,6 +202,13 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype}>"
+
+    def __reduce__(self):
+        # pickled by value: an allocated buffer's bytes travel and are copied into a new buffer on the same device
+        # (device memory and allocators don't pickle); an unallocated one stays unallocated
+        if self._buf is None:
+            return Buffer, (self.device, self.size, self.dtype, None, self.options)
+        return _unpickle_buffer, (self.device, self.size, self.dtype, self.options, bytes(self.as_buffer()))
 
     def as_buffer(self, allow_zero_copy: bool = False) -> memoryview:
         """The bytes of this buffer on the host; zero-copy where the device's memory is host memory."""

@@ -7,6 +7,7 @@ dtypes.short
 from __future__ import annotations
 
 import math
+import os
 from typing import Final, Union
 
 import numpy as np
@@ -40,8 +41,19 @@ class DType:
             return getattr, (dtypes, INVERSE_NAMES[self.name])
         return type(self), (self.priority, self.itemsize, self.name, self.fmt, self.count)
 
+    # ordered by (priority, itemsize, name, ...), as 0.9's dataclass(order=True) was: a promotion's result is >= its
+    # inputs
     def __lt__(self, other: DType) -> bool:
         return self._key < other._key
+
+    def __le__(self, other: DType) -> bool:
+        return self._key <= other._key
+
+    def __gt__(self, other: DType) -> bool:
+        return self._key > other._key
+
+    def __ge__(self, other: DType) -> bool:
+        return self._key >= other._key
 
     def vec(self, sz: int) -> DType:
         """The vector type of `sz` lanes of this scalar type (used by vectorizing renderers)."""
@@ -60,8 +72,10 @@ class DType:
         return self._scalar
 
     @property
-    def np(self) -> np.dtype | None:
-        """The numpy dtype with the same layout, or None (bfloat16 has none)."""
+    def np(self) -> type | None:
+        """The numpy scalar type with the same layout (np.float32 for dtypes.float32), or None (bfloat16 has none).
+        A type, as in tinygrad 0.9: code calls it (`dt.np(3)`), checks `issubclass(dt.np, np.floating)`, and passes
+        it wherever numpy takes a dtype."""
         return _NP.get(self.name)
 
 
@@ -99,6 +113,10 @@ class ImageDType(DType):
 
     def scalar(self) -> DType:
         return self.base
+
+    def vec(self, sz: int) -> DType:
+        """The vector type of `sz` lanes of the image's element type (`base`, what its texels are read as)."""
+        return self.base.vec(sz)
 
 
 class dtypes:  # noqa: N801 - the public name users import
@@ -159,7 +177,7 @@ class dtypes:  # noqa: N801 - the public name users import
     def from_np(x) -> DType:
         name = np.dtype(x).name
         for k, v in _NP.items():
-            if v.name == name:
+            if np.dtype(v).name == name:
                 return _BY_NAME[k]
         raise TypeError(f"numpy dtype {name} has no tinygrad dtype")
 
@@ -208,7 +226,7 @@ _UINTS = frozenset((dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64))
 _INTS = frozenset((dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)) | _UINTS
 _NP_NAMES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", None,
              "float32", "float64"]
-_NP = {d.name: np.dtype(n) for d, n in zip(_ALL, _NP_NAMES) if n is not None}
+_NP = {d.name: np.dtype(n).type for d, n in zip(_ALL, _NP_NAMES) if n is not None}
 DTYPES_DICT = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
                "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
@@ -246,6 +264,21 @@ def least_upper_dtype(*ds: DType) -> DType:
     """The smallest dtype that every one of `ds` promotes to."""
     common = set.intersection(*[_ancestors(d.scalar()) for d in ds])
     return min(common, key=lambda d: d.priority)
+
+
+def _env_default_float() -> None:
+    """DEFAULT_FLOAT=HALF (or FLOAT16, BFLOAT16, FLOAT, DOUBLE, ...) in the environment sets dtypes.default_float at
+    import, as in tinygrad 0.9."""
+    name = os.environ.get("DEFAULT_FLOAT", "")
+    if not name:
+        return
+    dt = getattr(dtypes, name.lower(), None)
+    if not isinstance(dt, DType) or not dtypes.is_float(dt):
+        raise ValueError(f"DEFAULT_FLOAT={name} is not a float dtype (half, bfloat16, float, double, ...)")
+    dtypes.default_float = dt
+
+
+_env_default_float()
 
 
 def least_upper_float(dt: DType) -> DType:

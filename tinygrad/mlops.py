@@ -30,6 +30,9 @@ class Function:
     # False for the movement ops, which view a DISK tensor's bytes where they are; an op that computes moves its
     # DISK inputs to the default device first (a file is not a device that runs kernels, nor one to store results)
     computes = True
+    # False for comparisons: their result is a boolean with no gradient, cut from the graph as in PyTorch (a loss
+    # made only of it does not require grad, and its backward raises)
+    differentiable = True
 
     def forward(self, *args, **kwargs) -> LazyBuffer:
         raise NotImplementedError(f"forward not implemented for {type(self)}")
@@ -46,6 +49,8 @@ class Function:
         ctx = cls.__new__(cls)
         needs = [t.requires_grad for t in x]
         rg = True if True in needs else (None if None in needs else False)
+        if not cls.differentiable:
+            rg = False
         lbs = [t.lazydata for t in x]
         if cls.computes and not kwargs.get("bitcast"):
             for lb in lbs:
@@ -187,6 +192,8 @@ class Sigmoid(Function):
 # ---- binary ----
 
 class Less(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPLT, y)
 
@@ -195,6 +202,8 @@ class Less(Function):
 
 
 class Eq(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPEQ, y)
 
@@ -203,6 +212,8 @@ class Eq(Function):
 
 
 class Neq(Function):
+    differentiable = False
+
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
         return x.e(BinaryOps.CMPNE, y)
 
@@ -301,6 +312,14 @@ class Where(Function):
 
 # ---- reduce ----
 
+def _sum_wide(x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+    """A sum of a gradient, accumulated in float32 where x is half or bfloat16 (as forward sums are: 2048 + 1 is
+    2048 in half, so a long sum there stalls) and cast back."""
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        return x.cast(dtypes.float32).r(ReduceOps.SUM, axis).cast(x.dtype)
+    return x.r(ReduceOps.SUM, axis)
+
+
 class Sum(Function):
     def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
         self.input_shape = x.shape
@@ -317,9 +336,15 @@ class Max(Function):
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
         # the gradient is split evenly between every position that holds the max
-        hit = self.x.e(BinaryOps.CMPEQ, self.ret.expand(self.x.shape)).cast(grad_output.dtype)
+        # NOTE: for half and bfloat16 the share is computed in float32: the count of ties may be beyond their range of
+        # exact integers (and 1/count beyond their precision)
+        dt = grad_output.dtype
+        wide = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+        hit = self.x.e(BinaryOps.CMPEQ, self.ret.expand(self.x.shape)).cast(wide)
         count = hit.r(ReduceOps.SUM, self.axis).expand(self.x.shape)
-        return hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad_output.expand(self.x.shape))
+        grad = grad_output.expand(self.x.shape)
+        share = hit.e(BinaryOps.DIV, count).e(BinaryOps.MUL, grad if wide == dt else grad.cast(wide))
+        return share if wide == dt else share.cast(dt)
 
 
 class Prod(Function):
@@ -353,7 +378,7 @@ class Expand(Function):
         return x.expand(shape)
 
     def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
-        return grad_output.r(ReduceOps.SUM, self.expanded_axis)
+        return _sum_wide(grad_output, self.expanded_axis)
 
 
 class Reshape(Function):
@@ -412,6 +437,19 @@ class Flip(Function):
 
 
 # ---- placement on several devices ----
+
+class ToDevice(Function):
+    """The input copied to another single device: Tensor.to on a tensor that needs a gradient. The gradient is
+    copied back to the input's device."""
+    computes = False
+
+    def forward(self, x: LazyBuffer, device: str) -> LazyBuffer:
+        self.src_device = x.device
+        return x.copy_to_device(device)
+
+    def backward(self, grad_output: LazyBuffer) -> LazyBuffer:
+        return grad_output.copy_to_device(self.src_device)
+
 
 class Shard(Function):
     """The input spread over `devices` (replicated, or split along `axis`): Tensor.shard on a tensor that needs a

@@ -107,7 +107,10 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
         elif isinstance(data, (bytes, bytearray)):
             lb = LazyBuffer.fromcpu(np.frombuffer(bytes(data), np.uint8))
         elif isinstance(data, (list, tuple)):
-            lb = LazyBuffer.fromcpu(_np_from(data, dtype))
+            arr = _np_from(data, dtype)
+            lb = LazyBuffer.fromcpu(arr)
+            if dtype is None and arr.dtype.kind == "f" and dtypes.default_float.np is None:
+                dtype = dtypes.default_float  # a bfloat16 default: made in float32 by _np_from, cast below
         elif isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
             if arr.dtype.kind not in "biuf":
@@ -322,7 +325,12 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
         device = canonical_devices(device) if isinstance(device, (tuple, list)) else Device.canonicalize(device)
         if device == self.device:
             return self
-        ret = Tensor(self.lazydata, device, requires_grad=self.requires_grad)
+        if self.requires_grad and not Tensor.no_grad and type(device) is str and type(self.device) is str and \
+                not self.device.startswith("DISK") and not device.startswith("DISK"):
+            # in the middle of a graph: the gradient flows back to this tensor (on its device)
+            ret = F.ToDevice.apply(self, device=device)
+        else:
+            ret = Tensor(self.lazydata, device, requires_grad=self.requires_grad)
         if self.grad is not None:
             ret.grad = self.grad.to(device)
         return ret
@@ -455,6 +463,11 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
             return self._backward(gradient)
 
     def _backward(self, gradient: Tensor | None) -> Tensor:
+        # NOTE: requires_grad None (never set, the default) is let through, as 0.9 did: only a tensor known not to
+        # require grad (made from comparisons, or set False) is refused, as PyTorch refuses it
+        if self._ctx is None and self.requires_grad is False:
+            raise RuntimeError("backward() on a tensor that does not require grad: nothing it was computed from "
+                               "requires grad (comparisons are not differentiable and cut the graph)")
         if gradient is None:
             if self.shape not in ((), (1,)) and self.numel() != 1:
                 raise RuntimeError(f"backward() without a gradient needs a scalar, this tensor has shape {self.shape}")

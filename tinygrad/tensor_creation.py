@@ -410,16 +410,32 @@ class CreationMixin:
         return cls._leaf(t * scale, t.requires_grad)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
-        """Sample indices from the (unnormalised) weights of the last axis, as torch.multinomial with replacement:
-        inverse-CDF lookup of device uniforms (one fused comparison and sum)."""
+        """Sample indices from the (unnormalised) weights of the last axis, as torch.multinomial: with replacement,
+        inverse-CDF lookup of device uniforms (one fused comparison and sum); without, one draw at a time, each
+        drawn category's weight zeroed before the next (so at most as many samples as categories)."""
         if self.ndim not in (1, 2):
             raise ArgumentError(f"multinomial needs 1 or 2 dims, got shape {self.shape}")
-        if not replacement and num_samples != 1:
-            raise NotImplementedError("multinomial without replacement is only supported for one sample")
+        if num_samples < 1:
+            raise ArgumentError(f"multinomial needs at least one sample, got num_samples={num_samples}")
+        if not replacement and num_samples > self.shape[-1]:
+            raise ArgumentError(f"can't draw {num_samples} samples without replacement from {self.shape[-1]} "
+                                "categories")
         w = self.unsqueeze(0) if self.ndim == 1 else self
-        cdf = w.float().cumsum(1)
-        cdf = cdf / cdf[:, -1:]
-        u = type(self).rand(w.shape[0], num_samples, 1, device=self.device)
-        idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
-        idx = idx.minimum(w.shape[1] - 1)
+        if replacement or num_samples == 1:
+            idx = w._draw(num_samples)
+        else:
+            w, draws = w.float(), []
+            cats = type(self).arange(w.shape[1], device=self.device).reshape(1, -1)
+            for _ in range(num_samples):
+                draws.append(w._draw(1))
+                w = (cats == draws[-1]).where(0.0, w)
+            idx = draws[0].cat(*draws[1:], dim=1)
         return idx.squeeze(0) if self.ndim == 1 else idx
+
+    def _draw(self, num_samples: int) -> Tensor:
+        """`num_samples` indices per row of the 2-d weights, drawn with replacement (int32, rows x num_samples)."""
+        cdf = self.float().cumsum(1)
+        cdf = cdf / cdf[:, -1:]
+        u = type(self).rand(self.shape[0], num_samples, 1, device=self.device)
+        idx = (u >= cdf.unsqueeze(1)).sum(2).cast(dtypes.int32)
+        return idx.minimum(self.shape[1] - 1)

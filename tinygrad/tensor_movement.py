@@ -503,10 +503,11 @@ class MovementMixin:
     # ---- indexing ----
     def _parse_index(self, idx) -> list[tuple[str, Any]]:
         """`idx` as a list of ("int" | "slice" | "none" | "tensor", value), Ellipsis expanded, one per real dim."""
-        # a list holding Tensors, slices, None or ... indexes one dim per item, as a tuple does (tinygrad 0.9 and
-        # older numpy read it so); a list of ints stays one index into the first dim
+        # a list holding Tensors, lists, tuples, slices, None or ... indexes one dim per item, as a tuple does
+        # (tinygrad 0.9, PyTorch and older numpy read it so: x[[[0]]] is x[[0]]); a list of ints stays one index
+        # into the first dim
         as_tuple = isinstance(idx, tuple) or isinstance(idx, list) and any(
-            isinstance(v, (MovementMixin, slice)) or v is None or v is Ellipsis for v in idx)
+            isinstance(v, (MovementMixin, slice, list, tuple)) or v is None or v is Ellipsis for v in idx)
         raw = list(idx) if as_tuple else [idx]
         entries: list[tuple[str, Any]] = []
         host: dict[int, tuple[np.ndarray, int | None]] = {}  # index values given on the host, checked here
@@ -701,6 +702,7 @@ class MovementMixin:
                 raise TypeError(f"can't assign a {type(v).__name__} to a Tensor's items")
             v = type(self)(v, device=self.device, dtype=self.dtype)
         v = v.to(self.device).cast(self.dtype)
+        self._realize_base_for_write()
         entries = self._parse_index(idx)
         plan = self._basic_plan(entries)
         tensors = [val for k, val in entries if k == "tensor"]
@@ -756,6 +758,19 @@ class MovementMixin:
             return False  # on several devices: written whole, each device its piece (see _write)
         base = self.lazydata.base
         return base.realized is not None and base.op is not LoadOps.CONST and not base.shared_const
+
+    def _realize_base_for_write(self) -> None:
+        """Give this tensor's unrealized base its buffer now, as tinygrad 0.9's setitem did (`self.realize()` first),
+        so a write through a view (`t.T[1] = 5`, `t[:, ::2][1] = 5`) lands in the memory that `t` and every other
+        view of it read, as in numpy and PyTorch. Otherwise the view would get a new value of its own and `t` would
+        never see it. A constant or an arange that was never realized (`Tensor.zeros(n)`, `Tensor.arange(n)`) has no
+        memory to share: the tensor written is given the values, and other views of it keep the old ones (call
+        `.contiguous().realize()` on it first to write through views)."""
+        if type(self.device) is not str or self.device.startswith("DISK"):
+            return
+        base = self.lazydata.base
+        if base.realized is None and base.op is not LoadOps.CONST and not base.shared_const:
+            type(self)(base, device=self.device).realize()
 
     def _write(self, new: Tensor) -> None:
         """Store `new` as this tensor's value, now: assign writes into this tensor's own buffer when it has one (so

@@ -94,10 +94,10 @@ def test_dtype_argument_converts(dtype):
     vals = [[0.0, 1.7, -2.2], [3.9, 0.5, -0.5]]
     for data in (vals, np.array(vals, np.float64)):
         t = Tensor(data, dtype=dtype)
-        want = torch.tensor(vals, dtype=getattr(torch, str(t.dtype.np)))
+        want = torch.tensor(vals, dtype=getattr(torch, np.dtype(t.dtype.np).name))
         assert t.dtype.np == t.numpy().dtype
         np.testing.assert_array_equal(t.numpy(), want.numpy())
-    assert Tensor(1.9, dtype=dtype).item() == torch.tensor(1.9, dtype=getattr(torch, str(t.dtype.np))).item()
+    assert Tensor(1.9, dtype=dtype).item() == torch.tensor(1.9, dtype=getattr(torch, np.dtype(t.dtype.np).name)).item()
 
 
 def test_bfloat16_through_float32():
@@ -212,7 +212,7 @@ def test_arange(args):
 @pytest.mark.parametrize("dtype", [None, dtypes.float64, dtypes.int32])
 def test_linspace(args, dtype):
     t = Tensor.linspace(*args, dtype=dtype) if dtype else Tensor.linspace(*args)
-    want = torch.linspace(*args, dtype=getattr(torch, str(dtype.np)) if dtype else None)
+    want = torch.linspace(*args, dtype=getattr(torch, np.dtype(dtype.np).name) if dtype else None)
     assert t.shape == tuple(want.shape) and t.dtype == (dtype or dtypes.float32)
     np.testing.assert_allclose(t.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
 

@@ -49,7 +49,9 @@ _PLAIN = (int, float, str, bool, bytes, type(None))
 def _flatten_args(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """(name, value) for every argument, looking into lists, tuples and dicts; names say where the value was."""
     out: list[tuple[str, Any]] = []
-    todo = [(f"args[{i}]", a) for i, a in enumerate(args)] + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    # keyword arguments by name, not in the order of the call: f(a=x, b=y) and f(b=y, a=x) are the same call
+    todo = [(f"args[{i}]", a) for i, a in enumerate(args)] + \
+        [(f"kwargs[{k!r}]", kwargs[k]) for k in sorted(kwargs)]
     todo.reverse()
     while todo:
         name, v = todo.pop()
@@ -208,10 +210,11 @@ class TinyJit:
             _realize(cap.ret)
         finally:
             cap.jit_cache = CacheCollector.finish()
-        if not any(_is_kernel(ei) for ei in cap.jit_cache):
+        if not cap.jit_cache:
+            # NOTE: copies alone are worth capturing (a function moving tensors between devices, as in 0.9)
             self._threads.capture = _Capture()
-            raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels when "
-                           "captured: it must compute (and return) Tensors")
+            raise JitError(f"TinyJit: {getattr(self.fxn, '__name__', self.fxn)} launched no kernels (nor copies) "
+                           "when captured: it must compute (and return) Tensors")
         positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
         with ENGINE_LOCK:
             shared, devices = _share_buffers(cap.jit_cache, set(positions))
