@@ -472,3 +472,12 @@ def test_buffer_base_is_the_buffer_itself():
     t = Tensor.arange(10).contiguous().realize()[3:5].contiguous().realize()
     buf = t.lazydata.buffer
     assert buf.base is buf and t.tolist() == [3, 4]
+
+
+def test_an_assign_read_before_and_after_is_named_a_cycle():
+    # 0.9's test_assign_diamond_cycle matches "cycle": the graph reads a's old value (times_a) after assigning a
+    a = Tensor.ones(4).contiguous().realize()
+    times_a = a * 3
+    a.assign(Tensor.full((4,), 2.).contiguous())
+    with pytest.raises(RuntimeError, match="assign cycle"):
+        (a + (times_a - 1)).numpy()

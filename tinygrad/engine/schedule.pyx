@@ -311,8 +311,8 @@ cdef list _order_assigns(list items, list reads_of):
             if waiting[u] == 0:
                 heapq.heappush(ready, u)
     if len(out) != len(items):
-        raise RuntimeError("this graph reads a buffer both before and after assigning to it: realize the reads of "
-                           "the old value before the assign")
+        raise RuntimeError("assign cycle: this graph reads a buffer both before and after assigning to it: realize "
+                           "the reads of the old value before the assign")
     return out
 
 
