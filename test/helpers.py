@@ -1,9 +1,12 @@
 """Helpers that tinygrad 0.9's test files import as `from test.helpers import ...`, so those files run unchanged here.
 
 is_dtype_supported says whether a device computes with a dtype, assert_jit_cache_len counts the kernels a TinyJit
-captured, rand_for_dtype makes test data that fits a dtype.
+captured, rand_for_dtype makes test data that fits a dtype; default_sigint is this suite's own (a subprocess that
+Ctrl-C must reach).
 """
 from __future__ import annotations
+
+import signal
 
 import numpy as np
 
@@ -41,3 +44,10 @@ def rand_for_dtype(dt: DType, size: int) -> np.ndarray:
     if dtypes.is_int(dt):
         return np.random.randint(-100, 100, size=size).astype(dt.np)
     return np.random.uniform(-10, 10, size=size).astype(dt.np if dt.np is not None else np.float32)
+
+
+def default_sigint() -> None:
+    """A subprocess's `preexec_fn`: the child takes Ctrl-C as Python does by default, even where this run inherited
+    an ignored SIGINT (a job started in the background by a non-interactive shell; Python then installs no
+    KeyboardInterrupt handler, and a test that interrupts its child waits for ever)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

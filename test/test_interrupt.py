@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test.helpers import default_sigint
 from tinygrad import Tensor, dtypes
 from tinygrad.device import Buffer
 
@@ -51,7 +52,7 @@ def test_ctrl_c_stops_an_eager_loop():
     """)
     for _ in range(3):
         proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
         assert proc.stdout.readline().strip() == "running"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test.helpers import default_sigint
 from tinygrad import Tensor, TinyJit
 from tinygrad.device import Buffer, Device
 from tinygrad.dtype import dtypes
@@ -237,7 +238,7 @@ def test_ctrl_c_interrupts_a_main_thread_waiting_for_the_lock():
             sys.exit(3)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
     assert proc.stdout.readline().strip() == "waiting"
     time.sleep(0.3)  # blocked in the lock's wait by now
     proc.send_signal(signal.SIGINT)
