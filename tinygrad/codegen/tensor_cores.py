@@ -50,7 +50,7 @@ class TensorCore:
 
     `frag` says how a warp's fragments come from the staged slices:
       * "ldmatrix" (mma.sync): as above, by ldmatrix;
-      * "wgmma" (Hopper): none, the instruction reads the slices itself (see TCConfig.wgmma);
+      * "wgmma" (Hopper): none, the instruction reads the slices itself (see WgmmaConfig);
       * "lane" (RDNA3 WMMA, wave32): lane l holds row l % 16 of A and column l % 16 of B, all 16 K of each as one
         16-element vector (lanes 16-31 hold the same as lanes 0-15), read by plain loads, and 8 floats of C: rows
         2v + l // 16 (v = 0..7) of column l % 16;
@@ -86,7 +86,7 @@ TENSOR_CORES = {
     "simdgroup": (TensorCore("simdgroup_f16", 8, 8, 8, dtypes.float16, dtypes.float32, "simdgroup"),),
     # Hopper (sm_90a): wgmma.mma_async, a warpgroup (4 warps) multiplying a 64 x 16 slice of A by a 16 x BN slice of
     # B, both read by the tensor cores straight from shared memory; the accumulator is laid out as BN/8 m16n8 tiles
-    # per warp (warp w of the group holding rows 16w..16w+15). See TCConfig.wgmma.
+    # per warp (warp w of the group holding rows 16w..16w+15). See WgmmaConfig.
     "wgmma": (TensorCore("wgmma_f16", 64, 8, 16, dtypes.float16, dtypes.float32, "wgmma"),
               TensorCore("wgmma_bf16", 64, 8, 16, dtypes.bfloat16, dtypes.float32, "wgmma")),
 }
@@ -102,29 +102,55 @@ WGMMA_IN_FLIGHT_TMA = 0
 
 @dataclass(frozen=True)
 class TCConfig:
-    """A block tile: BM x BN outputs, K staged BK at a time, WM x WN warps (each a (BM/WM) x (BN/WN) tile)."""
+    """A block tile of warp-level matrix fragments (mma.sync on ldmatrix fragments, TF32, RDNA3 WMMA, Metal
+    simdgroup: which instruction is the device's, TCPlan.kind): BM x BN outputs, K staged BK at a time, WM x WN
+    warps (each a (BM/WM) x (BN/WN) tile)."""
     bm: int
     bn: int
     bk: int
     wm: int
     wn: int
     stages: int = 2  # slices in flight where both operands are copied asynchronously (else 2: see TCPlan)
-    # Hopper's wgmma: WM warpgroups (4 warps each) along M, each a 64 x BN tile; BK = 64, so that a staged row of K
-    # (or a 64-wide atom of a slice staged N-major) is the 128 bytes of the hardware's 128-byte swizzle
-    wgmma: bool = False
-    # wgmma slices copied by the TMA unit instead of cp.async (0: cp.async): a thread of the block issues each
-    # slice's copies (whole boxes of A and B, described by tensor maps the runtime encodes), and mbarriers say when a
-    # stage has landed and when every warp is done with it. `tma` blocks form a cluster along M whose members share
-    # B's slice: each copies 1/tma of it into all of them (multicast), so L2 serves B once per cluster
+    # what only a WgmmaConfig has: no warpgroups, no TMA, no producer warp
+    wgmma: ClassVar[bool] = False
+    tma: ClassVar[int] = 0
+    producer: ClassVar[bool] = False
+
+    @property
+    def threads(self) -> int:
+        """The threads that multiply and stage."""
+        return 32 * self.wm * self.wn
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """A block tile of Hopper's wgmma: WM x WN warpgroups (4 warps each) along M and N, each a (BM/WM) x (BN/WN)
+    tile; BK = 64, so that a staged row of K (or a 64-wide atom of a slice staged N-major) is the 128 bytes of the
+    hardware's 128-byte swizzle."""
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int = 2
+    # slices copied by the TMA unit instead of cp.async (0: cp.async): a thread of the block issues each slice's
+    # copies (whole boxes of A and B, described by tensor maps the runtime encodes), and mbarriers say when a stage
+    # has landed and when every warp is done with it. `tma` blocks form a cluster along M whose members share B's
+    # slice: each copies 1/tma of it into all of them (multicast), so L2 serves B once per cluster
     tma: int = 0
     # (TMA) one more warp, whose first thread only copies slices: the warps that multiply never wait for a stage to
     # be freed, nor for each other's steps
     producer: bool = False
+    wgmma: ClassVar[bool] = True
 
     @property
     def threads(self) -> int:
         """The threads that multiply (and stage, without TMA)."""
-        return 32 * self.wm * self.wn * (4 if self.wgmma else 1)
+        return 128 * self.wm * self.wn
 
     @property
     def block_threads(self) -> int:
@@ -156,20 +182,20 @@ TC_CONFIGS = (
     TCConfig(128, 128, 64, 2, 2, 3),
     TCConfig(128, 256, 64, 2, 4, 3),
     # Hopper: wgmma on slices staged by cp.async (dynamic shared memory; two 128x128 blocks fit a multiprocessor)
-    TCConfig(128, 128, 64, 2, 1, 3, wgmma=True),
-    TCConfig(128, 256, 64, 2, 1, 3, wgmma=True),
-    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True),
-    TCConfig(64, 256, 64, 1, 1, 4, wgmma=True),
-    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True),
+    WgmmaConfig(128, 128, 64, 2, 1, 3),
+    WgmmaConfig(128, 256, 64, 2, 1, 3),
+    WgmmaConfig(128, 256, 64, 2, 1, 4),
+    WgmmaConfig(64, 256, 64, 1, 1, 4),
+    WgmmaConfig(256, 128, 64, 4, 1, 4),
     # Hopper: wgmma on slices copied by TMA, alone or in clusters of 2 blocks sharing B's slices (multicast)
-    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=1),
-    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=2),
-    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=2),
-    TCConfig(128, 128, 64, 2, 1, 6, wgmma=True, tma=1),
-    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=1),
-    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=1, producer=True),
-    TCConfig(256, 128, 64, 4, 1, 4, wgmma=True, tma=1, producer=True),
-    TCConfig(128, 256, 64, 2, 1, 4, wgmma=True, tma=2, producer=True),
+    WgmmaConfig(128, 256, 64, 2, 1, 4, tma=1),
+    WgmmaConfig(128, 256, 64, 2, 1, 4, tma=2),
+    WgmmaConfig(256, 128, 64, 4, 1, 4, tma=2),
+    WgmmaConfig(128, 128, 64, 2, 1, 6, tma=1),
+    WgmmaConfig(256, 128, 64, 4, 1, 4, tma=1),
+    WgmmaConfig(128, 256, 64, 2, 1, 4, tma=1, producer=True),
+    WgmmaConfig(256, 128, 64, 4, 1, 4, tma=1, producer=True),
+    WgmmaConfig(128, 256, 64, 2, 1, 4, tma=2, producer=True),
 )
 @dataclass(frozen=True)
 class SimtConfig:
@@ -182,7 +208,7 @@ class SimtConfig:
     tm: int
     tn: int
     stages: int = 2
-    # what a TCConfig may ask for and a SIMT tile never does: no wgmma, no TMA, no producer warp
+    # what only a WgmmaConfig has: no warpgroups, no TMA, no producer warp
     wgmma: ClassVar[bool] = False
     tma: ClassVar[int] = 0
     producer: ClassVar[bool] = False
@@ -268,7 +294,7 @@ class TCPlan:
     b: object
     batch: tuple[int, ...]
     tc: TensorCore
-    config: TCConfig
+    config: TCConfig | WgmmaConfig | SimtConfig
     # per operand: staged with K contiguous (rows of BK), else with its M or N contiguous (BK rows)
     a_along_k: bool
     b_along_k: bool
