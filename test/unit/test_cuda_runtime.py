@@ -1193,7 +1193,7 @@ def test_grid_plan_details():
 
 def test_eager_grid_kernels_launch_from_the_plan_at_the_runners_sizes(cuda):
     # a kernel with fixed sizes and no variables is launched by the plan straight through the native launch bound to
-    # its sizes (CUDAProgram.launcher): same grid, block and arguments as the runner's own call
+    # its sizes (the runner binds the native Program's launch): same grid, block and arguments as the runner's own call
     from tinygrad import Tensor
     from tinygrad.engine.realize import lower_schedule_item
     from tinygrad.engine.schedule import create_schedule

@@ -7,6 +7,7 @@ compiled once per process, whichever path (eager or jitted) asks for it. Everyth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -72,15 +73,17 @@ class CompiledRunner(Runner):
         self.lib = lib if lib is not None else dev.compiler.compile_cached(spec.src)
         # the program reads its launch facts (the renderer's launch, shared memory, tensor maps) from the spec
         self.clprg = dev.runtime(spec.name, self.lib, spec)
-        # `fast_launch(*raw buffers)`: the program's direct call when it needs no variables and its sizes are fixed
-        # (host kernels and kernels that carry their launch: `direct`; grid kernels: `launcher(sizes)` where the
-        # runtime has one)
+        # `fast_launch(*raw buffers)`: the program's direct call when it needs no variables and its sizes are fixed:
+        # `direct` for host kernels and kernels that carry their launch; for a grid kernel of a C++ runtime, its
+        # `native` Program's launch bound to the sizes (csrc/pybind_runtime.h: launch(global, local, wait, *args))
         self.fast_launch = None
         if not self.vars and not self._symbolic_dims:
+            native = getattr(self.clprg, "native", None)
             if self.global_size is None:
                 self.fast_launch = getattr(self.clprg, "direct", None)
-            elif self.local_size is not None and hasattr(self.clprg, "launcher"):
-                self.fast_launch = self.clprg.launcher(self.global_size, self.local_size)
+            elif self.local_size is not None and native is not None:
+                self.fast_launch = functools.partial(native.launch, tuple(self.global_size), tuple(self.local_size),
+                                                     False)
 
     @property
     def src(self) -> str:

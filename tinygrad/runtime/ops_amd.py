@@ -48,10 +48,6 @@ class AMDProgram:
             global_size, local_size = self.default_dims
         return self._prg.launch(global_size, local_size, wait or DEBUG >= 2, *bufs, *vals)
 
-    def launcher(self, global_size, local_size):
-        """`launch(*buffers)` at these fixed sizes: the eager path's call of a grid kernel without variables."""
-        return functools.partial(self._prg.launch, tuple(global_size), tuple(local_size), False)
-
 
 class AMDAllocator(LRUAllocator):
     """GPU memory (`_amd.DeviceBuffer`), cached for reuse by LRUAllocator."""

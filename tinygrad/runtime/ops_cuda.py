@@ -165,11 +165,6 @@ class CUDAProgram:
             global_size, local_size = self.default_dims
         return self._prg.launch(global_size, local_size, wait or DEBUG >= 2, *bufs, *vals)
 
-    def launcher(self, global_size, local_size):
-        """`launch(*buffers)` at these fixed sizes, with no Python layer in between: the eager path's call of a grid
-        kernel that takes no variables (what `direct` is for kernels that carry their own launch)."""
-        return functools.partial(self._prg.launch, tuple(global_size), tuple(local_size), False)
-
 
 class CUDAAllocator(LRUAllocator):
     """Device memory (`_cuda.DeviceBuffer`), cached for reuse by LRUAllocator. Freed memory is reused right away:

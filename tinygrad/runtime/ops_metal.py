@@ -74,10 +74,6 @@ class MetalProgram:
             global_size, local_size = self.default_dims
         return self._prg.launch(global_size or (1, 1, 1), local_size or (1, 1, 1), wait or DEBUG >= 2, *bufs, *vals)
 
-    def launcher(self, global_size, local_size):
-        """`launch(*buffers)` at these fixed sizes: the eager path's call of a grid kernel without variables."""
-        return functools.partial(self._prg.launch, tuple(global_size), tuple(local_size), False)
-
 
 class MetalAllocator(LRUAllocator):
     """Shared-storage MTLBuffers (`_metal.DeviceBuffer`), cached for reuse by LRUAllocator. Apple GPUs share memory
