@@ -238,7 +238,7 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block, plane_bytes
     """The planes hold the values gguf's dequantization gives, bit for bit (on the host and in the device's kernel),
     in the bytes the type's layout says: fp16 scales where the file's are (Q8_0 takes exactly the file's bytes)."""
     from tinygrad import Device, Tensor
-    from tinygrad.apps.llm.model import PLANE_LAYOUT, Linear, _planes, plane_values
+    from tinygrad.apps.llm.linear import PLANE_LAYOUT, Linear, _planes, plane_values
     from tinygrad.nn.state_gguf import dequantize
     raw = _random_blocks(ttype, nbytes, 64, ttype)
     want = dequantize(ttype, Tensor(raw.reshape(-1)), (64 * block,)).numpy().reshape(64, block)
@@ -262,8 +262,8 @@ def test_planes_load_in_chunks_as_in_one_piece(monkeypatch):
     """Matrices larger than a load chunk are made and written chunk by chunk (the last chunk overlapping the one
     before), stacked ones too (a chunk spanning two of them): the device holds the same planes."""
     from tinygrad import Device
-    from tinygrad.apps.llm import model
-    from tinygrad.apps.llm.model import Linear, plane_values
+    from tinygrad.apps.llm import linear as model
+    from tinygrad.apps.llm.linear import Linear, plane_values
     q, k = _random_blocks(8, 34, 13 * 4, 1), _random_blocks(6, 22, 7 * 4, 2)  # 13 and 7 rows of 128 values
     want = np.concatenate([plane_values(*model._planes(8, q.reshape(-1))).reshape(13, 128),
                            plane_values(*model._planes(6, k.reshape(-1))).reshape(7, 128)])
@@ -625,6 +625,36 @@ def test_server_survives_its_model_file_truncated_or_rewritten(tmp_path):
     assert out["restored"] == out["first"]
     assert out["rewritten"][0] == 500 and "rewritten" in out["rewritten"][1]
     assert out["renamed"] == out["first"]
+
+
+TRUNCATED_DURING_READ = r"""
+import os, sys
+from tinygrad.apps.llm import Transformer
+from tinygrad.nn.state_file import CheckpointBytes, CheckpointChangedError
+from tinygrad.nn.state_gguf import gguf_tensors
+path = sys.argv[1]
+kv, tensors = gguf_tensors(path)
+model = Transformer(kv, tensors, max_context=32)
+before = model.embed([5, 6])
+# the file is cut short after the size check passed (the check skipped: the window between check and read)
+CheckpointBytes.check_unchanged = lambda *a: None
+os.truncate(path, 1000)
+try:
+    model.embed([5, 6])
+    print("no error")
+except CheckpointChangedError as e:
+    print("raised", "truncated" in str(e))
+"""
+
+
+def test_embedding_rows_truncated_during_the_read_raise(tmp_path):
+    """The embedding rows are read from the file with pread, not through the map: a file cut short between the
+    size check and the read is CheckpointChangedError, never a SIGBUS (-7)."""
+    path, _ = _model(tmp_path)
+    r = subprocess.run([sys.executable, "-c", TRUNCATED_DURING_READ, str(path)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    assert r.stdout.strip().splitlines()[-1] == "raised True"
 
 
 def test_chat_cli_survives_its_model_file_truncated(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import weakref
 import zlib
 
 import numpy as np
@@ -28,6 +29,10 @@ class CheckpointError(ValueError):
 
 class CheckpointChangedError(OSError):
     """A mapped checkpoint file was truncated or rewritten after it was loaded (see CheckpointBytes.check_unchanged)."""
+
+
+# bytes a pread takes at a time (a checksum of a whole table never holds more than this of it)
+READ_CHUNK = 8 << 20
 
 
 def _contiguous_range(t: Tensor) -> tuple[int, int] | None:
@@ -75,12 +80,35 @@ class CheckpointBytes:
             self.name, self.device, self.disk = path, f"DISK:{path}", True
             self.mv: memoryview = Device[self.device].map()
             self._stat_key = _stat_key(path)
+            # a descriptor of the same file for `read`: pread past the end of a truncated file is a short read, where
+            # a read through the map is a SIGBUS
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            weakref.finalize(self, os.close, self._fd)
         else:
             raise TypeError(f"a checkpoint is a file path or a uint8 Tensor of the file, not {type(src).__name__}")
 
+    def read(self, start: int, length: int) -> bytes:
+        """A copy of bytes start..start+length, read from the file itself (pread), never through the map, so a
+        file truncated or shortened meanwhile raises CheckpointChangedError where a mapped read would be a SIGBUS."""
+        fd = getattr(self, "_fd", None)
+        if fd is None:
+            return bytes(self.mv[start:start + length])
+        out = bytearray()
+        while len(out) < length:
+            piece = os.pread(fd, min(length - len(out), READ_CHUNK), start + len(out))
+            if not piece:
+                raise CheckpointChangedError(errno.EIO, f"{self.name}: the file was truncated after it was loaded "
+                                                        f"(bytes up to {start + length} are read from it): put it "
+                                                        "back or load it again")
+            out += piece
+        return bytes(out)
+
     def digest(self, start: int, length: int) -> int:
-        """A checksum of bytes start..start+length (read through the map: check_unchanged first)."""
-        return zlib.crc32(self.mv[start:start + length])
+        """A checksum of bytes start..start+length, read from the file a chunk at a time (see read)."""
+        crc = 0
+        for at in range(start, start + length, READ_CHUNK):
+            crc = zlib.crc32(self.read(at, min(READ_CHUNK, start + length - at)), crc)
+        return crc
 
     def check_unchanged(self, start: int, length: int, digest: int) -> None:
         """Raise CheckpointChangedError unless bytes start..start+length of the mapped file are still there and, if

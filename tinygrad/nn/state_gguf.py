@@ -251,6 +251,16 @@ def gguf_tensors(tensor_or_path: str | os.PathLike | Tensor) -> tuple[dict[str, 
     return kv, out
 
 
+def plain_values(ttype: int, raw: np.ndarray) -> np.ndarray:
+    """Host bytes `raw` (uint8) of an unquantized ggml type as float32 values."""
+    kind = GGML_TYPES[ttype][3]
+    if not isinstance(kind, DType):
+        raise ValueError(f"ggml type {GGML_TYPES[ttype][0]} is quantized: see dequantize")
+    if kind == dtypes.bfloat16:  # numpy has no bfloat16: its bits are a float32's top half
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return raw.view(np.dtype(kind.fmt if kind.fmt else "f4")).astype(np.float32)
+
+
 def dequantize(ttype: int, raw: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Bytes `raw` (uint8, whole blocks) of quantized ggml type `ttype` as a lazily computed float32 tensor of
     `shape`."""
