@@ -208,6 +208,8 @@ def test_raise_exception_strftime_now_and_tojson():
         t.render([{"role": "user", "content": "a"}] * 2)
     with pytest.raises(ChatTemplateError, match="parse"):
         ChatTemplate("{% for %}")
+    with pytest.raises(ChatTemplateError, match="TypeError"):  # a template's own mistake, not a traceback
+        ChatTemplate("{{ 'a' + 1 }}").render([])
 
 
 def test_without_jinja2_a_clear_error_and_the_rest_works():

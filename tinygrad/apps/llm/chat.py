@@ -129,12 +129,13 @@ class ChatTemplate:
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         """The conversation as the template writes it (BOS text included where the template writes it)."""
-        from jinja2.exceptions import TemplateError
         try:
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                          bos_token=self.bos_token, eos_token=self.eos_token, tools=None,
                                          documents=None)
-        except TemplateError as e:
+        except ChatTemplateError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Jinja's errors, and a template's own (`'a' + none`): one kind
             raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
     def segments(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[tuple[str, bool]]:
