@@ -44,6 +44,8 @@ BUILTIN = {"chatml": CHATML}
 MARKER_RANGES = ((0xF0000, 0xFFFE), (0x100000, 0xFFFE), (0xE000, 0x1900))
 # candidate ends of one message's text tried at most (a next piece that occurs very often: keep the search short)
 MAX_ENDS = 256
+# choices the reading of a render makes at most before giving up (each a candidate end tried; see _align)
+MAX_STEPS = 100_000
 
 
 class ChatTemplateError(ValueError):
@@ -247,11 +249,15 @@ def _align(real: str, pieces: list[str], contents: list[str]) -> list[tuple[str,
     # a depth-first search kept on a list (a conversation of thousands of messages must not recurse)
     stack = [(0, len(pieces[0]), _content_ends(real, len(pieces[0]), contents[0], pieces[1], len(contents) == 1))]
     chosen: list[int] = []  # chosen[k]: where contents[k]' ends
+    steps = 0
     while stack:
         k, pos, ends = stack[-1]
         if not ends:
             stack.pop()
             continue
+        steps += 1
+        if steps > MAX_STEPS:  # readings that fail late, over and over: give up rather than search for ever
+            return None
         end = ends.pop(0)
         del chosen[k:]
         chosen.append(end)
