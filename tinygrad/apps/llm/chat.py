@@ -22,6 +22,10 @@ raises ChatTemplateError naming the message rather than guess. Empty contents ne
 Raw text on either side of a boundary between template text and message text is tokenized as one run, as llama.cpp
 does when it tokenizes the whole rendered prompt, so a normal conversation's ids equal llama.cpp's exactly.
 
+What encode asks of the tokenizer: `encode(text, add_bos=False, special=False)` for raw text, `special_texts` (the
+texts of its control and user-defined tokens with their ids, longest first), `bos`, `eos`, `add_bos` (and `add_eos`
+where it has one) and `vocab.text(id)`.
+
 BOS follows llama.cpp's chat path: when the vocabulary adds BOS and the render starts with the BOS text (templates
 that write `{{ bos_token }}`), that text is dropped and the tokenizer's BOS is the one BOS; likewise EOS at the end
 for vocabularies that add EOS.
