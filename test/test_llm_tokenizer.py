@@ -123,6 +123,11 @@ def test_unknown_pre_tokenizer_is_a_clear_error():
           "tokenizer.ggml.merges": []}
     with pytest.raises(ValueError, match="no-such-pre"):
         Tokenizer.from_gguf(kv)
+    # llama.cpp knows GPT-2's splitting as "gpt-2" and refuses "gpt2" too
+    with pytest.raises(ValueError, match="'gpt2'"):
+        PreTokenizer("gpt2")
+    # a file without a pre-tokenizer gets llama.cpp's "default"
+    assert PreTokenizer(None).name == PreTokenizer("").name == "default"
     with pytest.raises(ValueError, match="'bert'.*'gpt2'"):
         Tokenizer.from_gguf({"tokenizer.ggml.model": "bert"})
 
