@@ -9,7 +9,7 @@ variant from the real file's metadata with the same overrides, so they run witho
 
 The JSON (gzip) has these keys:
   model     -- the real file's size, sha256, and the llama-cpp-python version that produced the ids
-  extra_tokens, extra_merges -- appended to the vocabulary and merges of every tiny file (`digit_merges`)
+  extra_tokens, extra_merges -- appended to the vocabulary and merges of every tiny file (`extra_vocab`)
   texts     -- the corpus
   variants  -- [{"name", "pre", "add_bos", "add_eos", "user_defined", "ids": [[ids special=False, ids special=True]
                per text]}]; add_bos/add_eos null where the file leaves them out (llama.cpp's default for the pre
@@ -91,21 +91,45 @@ def random_texts(rng: random.Random) -> list[str]:
 def variants() -> list[dict]:
     """The tiny files: one per pre-tokenizer family (add_bos/add_eos None: not written to the file)."""
     v = [dict(name=pre, pre=pre, add_bos=False, add_eos=False, user_defined=[])
-         for pre in ("default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "tekken", "gpt-4o", "dbrx")]
+         for pre in ("default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "qwen35", "tekken", "gpt-4o",
+                        "dbrx")]
     # the pre's own BOS default (llama-bpe: on), and EOS, and a control token that is user-defined instead
     v.append(dict(name="llama-bpe-defaults", pre="llama-bpe", add_bos=None, add_eos=None, user_defined=[]))
     v.append(dict(name="smollm-user-defined", pre="smollm", add_bos=True, add_eos=True, user_defined=[3, 5]))
     return v
 
 
-def digit_merges() -> tuple[list[str], list[str]]:
-    """Tokens and merges for every 2- and 3-digit string, ranked after all of SmolLM2's: its own pre-tokenizer
-    splits digits one by one, so its merges join none and the 1-3 digit groups of other pre-tokenizers would not
-    show in the ids without them."""
-    digits = "0123456789"
-    pairs = [a + b for a in digits for b in digits]
-    triples = [p + c for p in pairs for c in digits]
-    return pairs + triples, [f"{p[0]} {p[1]}" for p in pairs] + [f"{t[:2]} {t[2]}" for t in triples]
+def stand_ins(text: str) -> str:
+    """`text`'s UTF-8 bytes as GPT-2's printable stand-ins (how byte-level vocabularies spell tokens)."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {b: chr(b) for b in keep}
+    table.update({b: chr(0x100 + i) for i, b in enumerate(b for b in range(256) if b not in table)})
+    return "".join(table[b] for b in text.encode("utf-8"))
+
+
+# strings the tiny files spell as one token, built left to right one stand-in at a time: every 2- and 3-digit string
+# (SmolLM2's own pre-tokenizer splits digits one by one, so its merges join none, and the 1-3 digit groups of other
+# pre-tokenizers would not show in the ids) and letters with combining marks (Qwen 3.5 keeps marks in words, Qwen 2
+# does not, which SmolLM2's English merges would not show either)
+EXTRA_WORDS = ([f"{i:02d}" for i in range(100)] + [f"{i:03d}" for i in range(1000)] +
+               ["e\u0301", "a\u0308", "o\u0308", "नमस्ते", "हिंदी", "ไทย"])
+
+
+def extra_vocab(kv: dict) -> tuple[list[str], list[str]]:
+    """Tokens and merges for EXTRA_WORDS that SmolLM2 lacks, ranked after all of its own."""
+    have_tokens, have_merges = set(kv["tokens"]), set(kv["merges"])
+    tokens, merges = [], []
+    for word in EXTRA_WORDS:
+        u = stand_ins(word)
+        for i in range(2, len(u) + 1):
+            merge = f"{u[:i - 1]} {u[i - 1]}"
+            if u[:i] not in have_tokens:
+                have_tokens.add(u[:i])
+                tokens.append(u[:i])
+            if merge not in have_merges:
+                have_merges.add(merge)
+                merges.append(merge)
+    return tokens, merges
 
 
 def write_vocab(path: str, kv: dict, variant: dict) -> None:
@@ -117,7 +141,7 @@ def write_vocab(path: str, kv: dict, variant: dict) -> None:
     w.add_head_count(4)
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
-    extra_tokens, extra_merges = digit_merges()
+    extra_tokens, extra_merges = extra_vocab(kv)
     w.add_vocab_size(len(kv["tokens"]) + len(extra_tokens))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(variant["pre"])
@@ -177,7 +201,7 @@ def main() -> None:
             write_vocab(path, kv, v)
             out_variants.append(dict(v, ids=tokenize_all(path, texts)))
             print(f"{v['name']}: {sum(len(a) + len(b) for a, b in out_variants[-1]['ids'])} ids")
-    extra_tokens, extra_merges = digit_merges()
+    extra_tokens, extra_merges = extra_vocab(kv)
     doc = dict(model=dict(file=os.path.basename(args.model), size=os.path.getsize(args.model), sha256=sha,
                           llama_cpp_python=llama_cpp.__version__),
                extra_tokens=extra_tokens, extra_merges=extra_merges, texts=texts, variants=out_variants)

@@ -3,10 +3,10 @@
 Each pre-tokenizer is a cascade of rules, as llama.cpp runs it: the first rule cuts the text into pieces, the next
 cuts each of those pieces again, and so on (a piece never grows back across a cut). A rule is one of:
 
-- a hand-written scanner for a pattern llama.cpp itself scans by hand (`gpt2`, `llama3`, `qwen2`), with the same
-  quirks: `\\s+(?!\\S)` leaves the last space of a run to the word after it, digits go in groups of 1-3 from the
-  left (llama3) or one by one (qwen2), contractions are ASCII-only and case-insensitive for llama3/qwen2 (`'S`,
-  `'Ll`) but lower case only for gpt2;
+- a hand-written scanner for a pattern llama.cpp itself scans by hand (`gpt2`, `llama3`, `qwen2`, `qwen35`), with
+  the same quirks: `\\s+(?!\\S)` leaves the last space of a run to the word after it, digits go in groups of 1-3
+  from the left (llama3) or one by one (qwen2), contractions are ASCII-only and case-insensitive for llama3/qwen2
+  (`'S`, `'Ll`) but lower case only for gpt2, qwen35 keeps combining marks in words;
 - a regular expression llama.cpp hands to std::regex. Those use \\p{L}, \\p{N}, \\p{P}... which Python's `re`
   lacks, so, as llama.cpp does, the text is first "collapsed" to one character per code point (ASCII kept, every
   other code point a marker of its class: letters 0xD2, numbers 0xD1, punctuation 0xD3, marks 0xD4, symbols 0xD5,
@@ -27,6 +27,7 @@ from typing import Callable
 _WHITESPACE = frozenset(chr(c) for c in (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
                                          0x2028, 0x2029, 0x202F, 0x205F, 0x3000))
 _NOT_WORD = frozenset("WLN")  # the classes [^\s\p{L}\p{N}] excludes
+_NOT_WORD_MARKS = frozenset("WLNM")  # ... and [^\s\p{L}\p{M}\p{N}]
 _COLLAPSED = {"L": "\xd2", "N": "\xd1", "P": "\xd3", "M": "\xd4", "S": "\xd5", "W": "\x0b", "O": "\xd0"}
 
 
@@ -98,10 +99,12 @@ def _whitespace(k: str, n: int, pos: int, s: str, newlines: bool) -> int:
     return pos + max(num, 1)
 
 
-def _llama3(s: str, digits: int) -> list[int]:
+def _llama3(s: str, digits: int, marks: bool = False) -> list[int]:
     """Cut ends of (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,digits}|
-    ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+ in `s` (Llama 3: digits=3, Qwen 2: digits=1)."""
+    ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+ in `s` (Llama 3: digits=3, Qwen 2: digits=1);
+    with `marks` (Qwen 3.5) words are [\\p{L}\\p{M}]+ and marks are not punctuation."""
     k, n, pos, ends = classes(s), len(s), 0, []
+    word, not_word = ("LM", _NOT_WORD_MARKS) if marks else ("L", _NOT_WORD)
     while pos < n:
         c, f = s[pos], k[pos]
         if c == "'" and pos + 1 < n:
@@ -113,9 +116,9 @@ def _llama3(s: str, digits: int) -> list[int]:
                 pos += 3
                 ends.append(pos)
                 continue
-        if c not in "\r\n" and f != "N" and (f == "L" or (pos + 1 < n and k[pos + 1] == "L")):
+        if c not in "\r\n" and f != "N" and (f in word or (pos + 1 < n and k[pos + 1] in word)):
             pos += 1
-            while pos < n and k[pos] == "L":
+            while pos < n and k[pos] in word:
                 pos += 1
             ends.append(pos)
             continue
@@ -126,9 +129,9 @@ def _llama3(s: str, digits: int) -> list[int]:
             ends.append(pos)
             continue
         f2 = (k[pos + 1] if pos + 1 < n else "") if c == " " else f
-        if f2 not in _NOT_WORD:  # also a space that ends the piece: it is a word of its own either way
+        if f2 not in not_word:  # also a space that ends the piece: it is a word of its own either way
             pos += c == " "
-            while pos < n and k[pos] not in _NOT_WORD:
+            while pos < n and k[pos] not in not_word:
                 pos += 1
             while pos < n and s[pos] in "\r\n":
                 pos += 1
@@ -182,6 +185,8 @@ def _rules(kind: str) -> list[Callable[[str], list[int]]]:
         return [functools.partial(_llama3, digits=3)]
     if kind == "qwen2":
         return [functools.partial(_llama3, digits=1)]
+    if kind == "qwen35":
+        return [functools.partial(_llama3, digits=1, marks=True)]
     if kind == "tekken":
         return [_regex(_TEKKEN)]
     if kind == "gpt4o":
@@ -202,6 +207,7 @@ PRE_TOKENIZERS: dict[str, tuple[str, bool, bool]] = {
     "dbrx": ("llama3", False, False),
     "smaug-bpe": ("llama3", False, False),
     **{name: ("qwen2", False, False) for name in ("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "kormo")},
+    "qwen35": ("qwen35", False, False),
     "tekken": ("tekken", True, True),
     **{name: ("gpt4o", False, False) for name in ("gpt-4o", "llama4")},
 }
