@@ -21,6 +21,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+import numpy as np
+
 from tinygrad.apps.llm.pretokenize import PreTokenizer
 from tinygrad.apps.llm.tokenizer import BYTE, CONTROL, UNKNOWN, UNUSED, USER_DEFINED, Tokenizer
 
@@ -62,8 +64,8 @@ class BPETokenizer(Tokenizer):
         for rank, merge in enumerate(merges):
             self.ranks.setdefault(merge, rank)
         # llama.cpp's order for special texts: longest in UTF-8 bytes first; unknown tokens count as control ones
-        special = [(t, i) for t, i in ((self.vocab.text(i), i) for i in range(len(self.vocab))
-                                       if self.types[i] in (CONTROL, USER_DEFINED, UNKNOWN)) if t]
+        ids = np.flatnonzero(np.isin(self.types, (CONTROL, USER_DEFINED, UNKNOWN))).tolist()
+        special = [(t, i) for t, i in ((self.vocab.text(i), i) for i in ids) if t]
         special.sort(key=lambda ti: (-len(ti[0].encode("utf-8")), ti[1]))
         self.special_texts = special
         self.user_texts = [(t, i) for t, i in special if self.types[i] == USER_DEFINED]
