@@ -42,10 +42,10 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+# str.translate tables, so that encoding and decoding run in C: a byte (as a latin-1 character) to its stand-in,
+# and a stand-in back to its byte (as a latin-1 character)
 _BYTE_TO_CHAR = bytes_to_unicode()
-_CHAR_TO_BYTE = {c: b for b, c in _BYTE_TO_CHAR.items()}
-# str.translate over a latin-1 decoding: bytes to stand-ins in one C loop
-_ENCODE_TABLE = {b: c for b, c in _BYTE_TO_CHAR.items()}
+_CHAR_TO_BYTE = {ord(c): b for b, c in _BYTE_TO_CHAR.items()}
 
 
 class BPETokenizer(Tokenizer):
@@ -95,7 +95,7 @@ class BPETokenizer(Tokenizer):
                 if ids is None:
                     if len(self._words) >= _CACHE_WORDS:
                         self._words.clear()
-                    ids = self._words[word] = self._bpe(word.encode("utf-8").decode("latin-1").translate(_ENCODE_TABLE))
+                    ids = self._words[word] = self._bpe(word.encode("utf-8").decode("latin-1").translate(_BYTE_TO_CHAR))
                 out.extend(ids)
         if self.add_eos and add_bos is not False and self.eos is not None:
             out.append(self.eos)
@@ -160,9 +160,12 @@ class BPETokenizer(Tokenizer):
             return bytes([int(self.vocab.text(tid)[3:5], 16)])
         if ty == UNUSED:
             return b""
-        text = self.vocab.text(tid)
-        # a character with no byte behind it (not in a consistent vocabulary) is kept as its own UTF-8
-        return b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode("utf-8") for c in text)
+        text = self.vocab.text(tid).translate(_CHAR_TO_BYTE)
+        try:
+            return text.encode("latin-1")
+        except UnicodeEncodeError:
+            # a character above U+00FF that stands for no byte (not in a consistent vocabulary): its own UTF-8
+            return b"".join(c.encode("latin-1") if c < "\u0100" else c.encode("utf-8") for c in text)
 
     def decode(self, ids: list[int], special: bool = False) -> str:
         return b"".join(self.token_bytes(i, special) for i in ids).decode("utf-8", errors="replace")
