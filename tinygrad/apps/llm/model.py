@@ -18,6 +18,7 @@ head_dim, positions), up to the context length; a step writes its positions and 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -157,7 +158,7 @@ class Config:
                     factors=tuple(float(x) for x in freqs.load().numpy()) if freqs is not None else None)
         # sliding-window layers have their own base (gemma2: the global one), and no scaling but gemma2's
         local_base = float(get("rope.freq_base_swa", fam.local_rope_base or base))
-        local = Rope(local_base, rope_dims, scale if arch == "gemma2" else 1.0, factors=rope.factors)
+        local = dataclasses.replace(rope, base=local_base, scale=scale if arch == "gemma2" else 1.0)
         qscale = dim / heads if layers == fam.wide_query_scale_layers else head_dim
         return cls(arch, layers, dim, get("feed_forward_length"), heads, kv_heads, head_dim,
                    float(get("attention.layer_norm_rms_epsilon", 1e-6)), base, window, get("context_length"),

@@ -177,7 +177,8 @@ def _more_bits(i: int, n: int) -> bool:
 
 
 def family_tensors(s: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, ...], int, float]]:
-    """(name, shape outermost first, ggml type, the values' standard deviation; 0 for norm gains) of every tensor of
+    """(name, shape outermost first, ggml type, the values' standard deviation; 0 for norm gains near 1, -2 for
+    gains near 3, -1 for rope_freqs) of every tensor of
     a model of shape `s` with weights of type `quant`, in llama.cpp's names and order."""
     w = QUANTS[quant]
     q_dim, kv_dim = s.heads * s.head_dim, s.kv_heads * s.head_dim
@@ -205,17 +206,20 @@ def family_tensors(s: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, .
                                                     ("attn_v.bias", kv_dim))]
         if s.arch in ("qwen3", "gemma3"):
             m += [("attn_q_norm", (s.head_dim,), F32_, 0.0), ("attn_k_norm", (s.head_dim,), F32_, 0.0)]
-        m.append(("attn_output", (s.dim, q_dim), w, 1 / np.sqrt(q_dim)))
+        # a tied model's logits favour the input token (its embedding is in the residual): larger layer outputs (or
+        # post-norm gains) make the next token depend on the context
+        big = 3.0 if s.tied else 1.0
+        m.append(("attn_output", (s.dim, q_dim), w, big / np.sqrt(q_dim)))
         if s.arch in ("gemma2", "gemma3"):
-            m.append(("post_attention_norm", (s.dim,), F32_, 0.0))
+            m.append(("post_attention_norm", (s.dim,), F32_, -2.0))
         m.append(("ffn_norm", (s.dim,), F32_, 0.0))
         if s.arch == "phi3":
             m.append(("ffn_up", (2 * s.ffn, s.dim), w, 1 / np.sqrt(s.dim)))
         else:
             m += [(n, (s.ffn, s.dim), w, 1 / np.sqrt(s.dim)) for n in ("ffn_gate", "ffn_up")]
-        m.append(("ffn_down", (s.dim, s.ffn), Q6_K if more else w, 1 / np.sqrt(s.ffn)))
+        m.append(("ffn_down", (s.dim, s.ffn), Q6_K if more else w, big / np.sqrt(s.ffn)))
         if s.arch in ("gemma2", "gemma3"):
-            m.append(("post_ffw_norm", (s.dim,), F32_, 0.0))
+            m.append(("post_ffw_norm", (s.dim,), F32_, -2.0))
         out += [(f"blk.{i}.{n}" + ("" if n.endswith(".bias") else ".weight"), shape, t, sd) for n, shape, t, sd in m]
     return out
 
@@ -277,6 +281,8 @@ def _values(ttype: int, shape: tuple[int, ...], sd: float, rng: np.random.Genera
     n = int(np.prod(shape))
     if sd == 0.0:   # RMSNorm gains near 1 (gemma's files hold 1 + w too)
         return rng.uniform(0.8, 1.2, n).astype(np.float32).tobytes()
+    if sd == -2.0:  # larger gains
+        return rng.uniform(2.0, 4.0, n).astype(np.float32).tobytes()
     if sd < 0:      # rope_freqs: divisors 1 (fast pairs) to 8 (slow), as llama 3.1's
         return np.geomspace(1.0, 8.0, n).astype(np.float32).tobytes()
     if ttype in (F32_, F16):
