@@ -1,5 +1,8 @@
-"""A decoder-only transformer built from a GGUF file's metadata alone: Gemma 3, and the llama/qwen2/qwen3 family
-through a table of the few things in which they differ (FAMILIES).
+"""A decoder-only transformer built from a GGUF file's metadata alone: the llama (Llama 2 and 3.x, Mistral,
+TinyLlama, SmolLM), qwen2, qwen3, gemma2, gemma3 and phi3 architectures, through a table of the few things in which
+they differ (FAMILIES) and the numbers the metadata gives (Config): grouped-query attention at any ratio, RoPE with
+normal or neox pairs, partial rotary, linear or YaRN scaling and llama 3's per-pair frequency factors, sliding-window
+layers, soft-capping, tied or separate output embeddings, fused or separate q/k/v and gate/up matrices.
 
 Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). Q4_0, Q5_0, Q8_0, Q4_K and
 Q6_K matrices are split at load into planes, int8 values and a scale (and offset) per group of 16 or 32, so a
