@@ -264,7 +264,9 @@ def _vocab_kv(s: Shape) -> list:
 def family_kv(s: Shape, quant: str, name: str) -> list:
     """The metadata of a model of shape `s`."""
     a = s.arch
-    kv = [("general.architecture", STRING, a), ("general.name", STRING, f"{name} {quant} (synthetic)"),
+    # NOTE: the name must not hold the architecture's: llama.cpp gives files named "phi3" Phi-3's special tokens
+    kv = [("general.architecture", STRING, a), ("general.name", STRING, f"Synthetic {quant}"),
+          ("general.size_label", STRING, name),
           (f"{a}.context_length", U32, s.context), (f"{a}.embedding_length", U32, s.dim),
           (f"{a}.block_count", U32, s.layers), (f"{a}.feed_forward_length", U32, s.ffn),
           (f"{a}.attention.head_count", U32, s.heads), (f"{a}.attention.head_count_kv", U32, s.kv_heads),
