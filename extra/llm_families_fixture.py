@@ -23,7 +23,7 @@ import tempfile
 
 # (synthetic size, weight type): every family in float32, and each again in F16 or Q8_0
 CASES = [(s, "F32") for s in ("llama-tiny", "llama-tiny-spm", "qwen2-tiny", "qwen3-tiny", "gemma2-tiny",
-                              "gemma3-tiny", "phi3-tiny")] + \
+                              "gemma3-tiny", "phi3-tiny", "phi3-tiny-long")] + \
     [("llama-tiny", "F16"), ("llama-tiny-spm", "Q8_0"), ("qwen2-tiny", "Q8_0"), ("qwen3-tiny", "Q8_0"),
      ("gemma2-tiny", "F16"), ("gemma3-tiny", "Q8_0"), ("phi3-tiny", "F16")]
 # token ids below every tiny vocabulary's size (384); the second prompt is longer than a prefill chunk and than

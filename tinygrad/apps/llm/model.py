@@ -122,6 +122,7 @@ class Config:
     attn_scale: float = 0.0
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
+    rope_long_factors: tuple[float, ...] | None = None  # Phi-3's rope_factors_long
 
     @classmethod
     def from_gguf(cls, kv: dict, tensors: dict[str, GGUFTensor]) -> Config:
@@ -150,15 +151,21 @@ class Config:
         base = float(get("rope.freq_base", 10000.0))
         rope_dims = int(get("rope.dimension_count", head_dim))
         kind = get("rope.scaling.type", "linear")
-        if kind not in ("none", "linear", "yarn"):
-            raise ValueError(f"RoPE scaling {kind!r} is not supported (supported: none, linear, yarn)")
+        if kind not in ("none", "linear", "yarn", "longrope"):
+            raise ValueError(f"RoPE scaling {kind!r} is not supported (supported: none, linear, yarn, longrope)")
         factor = float(get("rope.scaling.factor", get("rope.scale_linear", 0.0)))
-        scale = 1.0 / factor if factor and kind != "none" else 1.0
-        freqs = tensors.get("rope_freqs.weight")
+        scale = 1.0 / factor if factor and kind in ("linear", "yarn") else 1.0
+
+        def factors(name: str) -> tuple[float, ...] | None:
+            t = tensors.get(name)
+            return tuple(float(x) for x in t.load().numpy()) if t is not None else None
+        # per-pair frequency divisors: llama 3.1's rope_freqs, else Phi-3's long-context ones, short by default
+        # (the long ones where the context used passes the original one, see for_context)
+        freqs, long = factors("rope_freqs.weight"), factors("rope_factors_long.weight")
         rope = Rope(base, rope_dims, scale, kind == "yarn" and scale != 1.0,
                     int(get("rope.scaling.original_context_length", get("context_length"))),
                     attn_factor=float(get("rope.scaling.attn_factor", 1.0)),
-                    factors=tuple(float(x) for x in freqs.load().numpy()) if freqs is not None else None)
+                    factors=freqs or factors("rope_factors_short.weight"))
         # sliding-window layers have their own base (gemma2: the global one), and no scaling but gemma2's
         local_base = float(get("rope.freq_base_swa", fam.local_rope_base or base))
         local = dataclasses.replace(rope, base=local_base, scale=scale if arch == "gemma2" else 1.0)
@@ -168,7 +175,17 @@ class Config:
                    tensors["token_embd.weight"].shape[0], fam, rope_dims, rope, local, sliding,
                    1.0 / math.sqrt(qscale),
                    float(get("attn_logit_softcapping", 50.0)) if fam.softcap else 0.0,
-                   float(kv.get(f"{arch}.final_logit_softcapping", 30.0 if fam.softcap else 0.0)))
+                   float(kv.get(f"{arch}.final_logit_softcapping", 30.0 if fam.softcap else 0.0)),
+                   long if freqs is None else None)
+
+    def for_context(self, n: int) -> Config:
+        """This config for a run of up to `n` positions: past the original context, RoPE takes the long-context
+        factors where the file has them (llama.cpp's choice by its context size)."""
+        if self.rope_long_factors is None or n <= self.rope.orig_context:
+            return self
+        long = self.rope_long_factors
+        return dataclasses.replace(self, rope=dataclasses.replace(self.rope, factors=long),
+                                   local_rope=dataclasses.replace(self.local_rope, factors=long))
 
     def is_global(self, layer: int) -> bool:
         return not self.sliding[layer] if self.sliding else True
@@ -266,8 +283,9 @@ class Transformer:
                  slots: int = 1):
         from tinygrad.device import Device
         self.device = device or Device.DEFAULT
-        self.cfg = cfg = Config.from_gguf(kv, tensors)
+        cfg = Config.from_gguf(kv, tensors)
         self.max_context = min(max_context, cfg.context)
+        self.cfg = cfg = cfg.for_context(self.max_context)
         fam = cfg.family
         self.embd = tensors["token_embd.weight"]
         # the embedding rows are read from the mapped file for as long as the model runs: its checksum tells a file

@@ -139,6 +139,7 @@ class Shape:
     bpe: bool = True                # byte-level BPE ("gpt2") vocabulary, else SentencePiece ("llama")
     pre: str = "default"            # tokenizer.ggml.pre of a BPE vocabulary
     rope_freqs: bool = False        # llama 3.1's rope_freqs.weight (per-pair frequency divisors)
+    long_rope: bool = False         # Phi-3's rope_factors_short and rope_factors_long (divisors of each length)
     extra: tuple = ()               # more (key without the arch, GGUF value type, value)
 
 
@@ -166,6 +167,9 @@ SIZES = {
                          extra=(("attention.sliding_window", U32, 5),)),
     "phi3-tiny": Shape("phi3", 2, 64, 128, 4, 4, 16, 400, 256, tied=False, bpe=False,
                        extra=((_ROPE_DIMS, U32, 8),)),
+    # Phi-3's long-context RoPE: the runs (64 and llama.cpp's 128 positions) pass the original context of 32
+    "phi3-tiny-long": Shape("phi3", 2, 64, 128, 4, 4, 16, 400, 256, tied=False, bpe=False, long_rope=True,
+                            extra=((_ORIG, U32, 32), ("rope.scaling.attn_factor", F32, 1.19))),
 }
 QUANTS = {"F32": F32_, "F16": F16, "Q8_0": Q8_0, "Q4_K_M": Q4_K}
 _FILE_TYPE = {"F32": 0, "F16": 1, "Q8_0": 7, "Q4_K_M": 15}
@@ -178,7 +182,7 @@ def _more_bits(i: int, n: int) -> bool:
 
 def family_tensors(s: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, ...], int, float]]:
     """(name, shape outermost first, ggml type, the values' standard deviation; 0 for norm gains near 1, -2 for
-    gains near 3, -1 for rope_freqs) of every tensor of
+    gains near 3, -1, -3 and -4 for RoPE factors) of every tensor of
     a model of shape `s` with weights of type `quant`, in llama.cpp's names and order."""
     w = QUANTS[quant]
     q_dim, kv_dim = s.heads * s.head_dim, s.kv_heads * s.head_dim
@@ -187,9 +191,11 @@ def family_tensors(s: Shape, quant: str = "F32") -> list[tuple[str, tuple[int, .
     # embedding rows of about unit size and an output projection with logits a few units apart, so greedy tokens
     # are clear-cut
     out = [("token_embd.weight", (s.vocab, s.dim), embd_type, 0.5 if s.tied else 1.0)]
+    pairs = int(dict((k, v) for k, _, v in s.extra).get(_ROPE_DIMS, s.head_dim)) // 2
     if s.rope_freqs:
-        out.append(("rope_freqs.weight", (int(dict((k, v) for k, _, v in s.extra).get(_ROPE_DIMS, s.head_dim)) // 2,),
-                    F32_, -1.0))
+        out.append(("rope_freqs.weight", (pairs,), F32_, -1.0))
+    if s.long_rope:
+        out += [("rope_factors_long.weight", (pairs,), F32_, -4.0), ("rope_factors_short.weight", (pairs,), F32_, -3.0)]
     out.append(("output_norm.weight", (s.dim,), F32_, 0.0))
     if not s.tied:
         out.append(("output.weight", (s.vocab, s.dim), Q6_K if k_quant else w, 3.0 / np.sqrt(s.dim)))
@@ -285,8 +291,8 @@ def _values(ttype: int, shape: tuple[int, ...], sd: float, rng: np.random.Genera
         return rng.uniform(0.8, 1.2, n).astype(np.float32).tobytes()
     if sd == -2.0:  # larger gains
         return rng.uniform(2.0, 4.0, n).astype(np.float32).tobytes()
-    if sd < 0:      # rope_freqs: divisors 1 (fast pairs) to 8 (slow), as llama 3.1's
-        return np.geomspace(1.0, 8.0, n).astype(np.float32).tobytes()
+    if sd < 0:      # rope factors: divisors from 1 (fast pairs) to 8 (rope_freqs, as llama 3.1's), 2 (short), 16 (long)
+        return np.geomspace(1.0, {-1.0: 8.0, -3.0: 2.0, -4.0: 16.0}[sd], n).astype(np.float32).tobytes()
     if ttype in (F32_, F16):
         return (rng.standard_normal(n) * sd).astype(np.float32 if ttype == F32_ else np.float16).tobytes()
     if ttype == Q8_0:
