@@ -144,6 +144,10 @@ def test_synthetic_writer_is_deterministic_and_sized(tmp_path):
     assert 4.7e9 < data_bytes("llama-3.1-8b", "Q4_K_M") < 5.0e9
     assert 0.7e9 < data_bytes("llama-3.2-1b", "Q4_K_M") < 0.9e9
     assert 4.8e9 < data_bytes("qwen3-8b", "Q4_K_M") < 5.2e9
+    for size in ("llama-3.1-8b", "qwen3-8b", "gemma2-tiny"):  # a token for every embedding row, each distinct
+        kv = dict((k, v) for k, _, v in synthetic.family_kv(SIZES[size], "Q4_K_M", size))
+        tokens = kv["tokenizer.ggml.tokens"][1]
+        assert len(tokens) == len(set(tokens)) == SIZES[size].vocab, size
 
 
 def test_gqa_batched_decode_equals_one_at_a_time(tmp_path):

@@ -239,15 +239,26 @@ def _byte_chars() -> list[str]:
 
 def bpe_vocab(n: int) -> tuple[list[str], list[int], list[str]]:
     """tokens, types and merges of a byte-level BPE vocabulary of `n` tokens: the 256 bytes, then merges of a letter
-    after a letter or after a space (U+0120 in GPT-2's byte chars), then two control tokens (BOS, EOS) last."""
+    after a letter or after a space (U+0120 in GPT-2's byte chars), then of those tokens and a letter, longer and
+    longer (each token made one way only), then two control tokens (BOS, EOS) last."""
     chars = _byte_chars()
     tokens, merges = list(chars), []
     letters, space = string.ascii_lowercase, chars[32]
-    pairs = ((a, b) for a in (space,) + tuple(letters) for b in letters)
-    for a, b in itertools.islice(pairs, n - 2 - len(tokens)):
-        tokens.append(a + b)
+    made: list[str] = []
+
+    def pieces():
+        for a in (space,) + tuple(letters):
+            for b in letters:
+                yield a, b
+        k = 0
+        while True:  # breadth first: every token made so far, one letter longer
+            for b in letters:
+                yield made[k], b
+            k += 1
+    for a, b in itertools.islice(pieces(), max(0, n - 2 - len(tokens))):
+        made.append(a + b)
         merges.append(f"{a} {b}")
-    tokens += ["<|begin_of_text|>", "<|end_of_text|>"]
+    tokens += made + ["<|begin_of_text|>", "<|end_of_text|>"]
     return tokens, [1] * (len(tokens) - 2) + [3, 3], merges
 
 
