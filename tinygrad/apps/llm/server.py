@@ -198,8 +198,8 @@ class LLMServer(ThreadingHTTPServer):
         # that can't fit, and is refused before tokenizing it (which takes seconds for a megabyte)
         longest = max((len(tok.vocab.raw(i)) for i in range(len(tok.vocab))), default=1)
         self.max_prompt_chars = model.max_context * max(longest, 1)
+        super().__init__(address, _Handler)  # binds first: a port in use starts no engine
         self.engine = BatchEngine(model, tok, buffer=stream_buffer)
-        super().__init__(address, _Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -415,6 +415,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": [choice],
                          "usage": usage})
 
+    def _send(self, data: bytes) -> None:
+        """Writes one server-sent event; the socket's timeout is the write timeout, so a reader that stopped raises."""
+        self.wfile.write(data)
+        self.wfile.flush()
+
     def _stream(self, job: Job, rid: str, created: int, chat: bool, kind: str, n_prompt: int,
                 include_usage: bool) -> None:
         """Writes a job's text as server-sent events from this thread, as the engine makes it."""
@@ -438,20 +443,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            if chat:  # the first chunk carries the role, as OpenAI's does
-                self.wfile.write(event([choice(None, role=True)]))
             self.wfile.flush()
+            if chat:  # the first chunk carries the role, as OpenAI's does
+                self._send(event([choice(None, role=True)]))
             while True:
                 try:
                     text = job.events.get(timeout=0.1)
                 except queue.Empty:
                     if self._client_gone():
                         raise ConnectionResetError("the client disconnected") from None
+                    if job.done.is_set() and job.events.empty():
+                        break
                     continue
                 if text is None:
                     break
-                self.wfile.write(event([choice(text)]))  # the socket's timeout is the write timeout
-                self.wfile.flush()
+                self._send(event([choice(text)]))
         except (ConnectionError, TimeoutError) as e:  # gone, or not reading for write_timeout: its generation ends
             job.cancel(f"the client is gone ({type(e).__name__})")
             self._note = " cancelled: the client is gone or too slow"
