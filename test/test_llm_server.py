@@ -13,6 +13,7 @@ import pytest
 
 from test.test_llm import _model
 from tinygrad.apps.llm import Tokenizer, Transformer
+from tinygrad.apps.llm.__main__ import main as llm_main
 from tinygrad.apps.llm.chat import BUILTIN, ChatTemplate
 from tinygrad.apps.llm.generate import generate
 from tinygrad.apps.llm.sampling import SamplingParams
@@ -373,3 +374,8 @@ def test_a_port_in_use_is_a_clear_error(tiny, served, capsys):
     assert serve(model, tok, served.port, "127.0.0.1") == 1
     err = capsys.readouterr().err
     assert f"port {served.port} is in use" in err and "Traceback" not in err
+    # the CLI's --serve, --host and --max-tokens-cap: it loads the model, then says the same and exits 1
+    argv = ["--model", str(path), "--context", "16", "--serve", str(served.port), "--host", "127.0.0.1",
+            "--max-tokens-cap", "8", "--api-key", "k"]
+    assert llm_main(argv) == 1
+    assert f"port {served.port} is in use on 127.0.0.1" in capsys.readouterr().err

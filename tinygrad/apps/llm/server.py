@@ -134,7 +134,7 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
         if body.get(key) not in (None, False, {}, []) and not (key == "response_format" and
                                                                body[key] == {"type": "text"}):
             raise RequestError(400, f"'{key}' is not supported by this server", key, "unsupported_parameter")
-    if body.get("logprobs") not in (None, False) and not (not chat and body.get("logprobs") == 0):
+    if body.get("logprobs") not in (None, False):
         raise RequestError(400, "'logprobs' is not supported by this server", "logprobs", "unsupported_parameter")
 
     def num(key, default, kind=float):
@@ -379,8 +379,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         """Whether the client closed its end (its next bytes, if any, are left for the next request)."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            if hasattr(select, "poll"):  # poll, not select: select fails for descriptors past 1023
+                p = select.poll()
+                p.register(self.connection, select.POLLIN)
+                readable = bool(p.poll(0))
+            else:
+                readable = bool(select.select([self.connection], [], [], 0)[0])
+            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
 
