@@ -259,6 +259,32 @@ def test_requests_beyond_the_slots_wait_and_batch_beside_a_client_that_left(tiny
     assert model.batched_steps > steps  # and they ran together
 
 
+def test_each_sampler_has_its_own_generator_and_the_openai_penalties():
+    import numpy as np
+
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.sampling import Sampler
+    logits = Tensor((np.random.default_rng(1).standard_normal(200) * 2).astype(np.float32))
+    alone = Sampler(SamplingParams(temperature=1.0, seed=9))
+    want = [alone(logits, []) for _ in range(6)]
+    # the same seed, its draws interleaved with another sampler's: the same tokens (one global RNG shifted them)
+    a, other = Sampler(SamplingParams(temperature=1.0, seed=9)), Sampler(SamplingParams(temperature=1.0, seed=None))
+    got = []
+    for _ in range(6):
+        other(logits, [])
+        got.append(a(logits, []))
+    assert got == want and a.seed == 9 and other.seed != Sampler(SamplingParams(seed=None)).seed
+    # presence and frequency penalties count generated tokens only, and move even the greedy pick
+    two = Tensor(np.array([1.0, 0.0, -5.0], np.float32))
+    assert Sampler(SamplingParams(presence_penalty=1.5))(two, [0], [0]) == 1
+    assert Sampler(SamplingParams(presence_penalty=1.5))(two, [0], []) == 0  # in the prompt only: no penalty
+    assert Sampler(SamplingParams(frequency_penalty=0.4))(two, [0, 0], [0, 0]) == 0  # 0.8 off: still ahead
+    assert Sampler(SamplingParams(frequency_penalty=0.4))(two, [0] * 3, [0] * 3) == 1  # 1.2 off
+    for bad in ({"temperature": float("nan")}, {"presence_penalty": 3.0}, {"seed": -1}):
+        with pytest.raises(ValueError):
+            Sampler(SamplingParams(**bad))
+
+
 # ---- isolation --------------------------------------------------------------------------------------------------
 def test_a_stalled_stream_is_dropped_and_never_stalls_the_others(tiny, monkeypatch):
     gate = threading.Event()
