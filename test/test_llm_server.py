@@ -314,6 +314,25 @@ def test_a_stalled_stream_is_dropped_and_never_stalls_the_others(tiny, monkeypat
         s.close()
 
 
+def test_a_reader_stopped_past_the_write_timeout_loses_its_request(tiny, monkeypatch):
+    def timed_out(self, data):  # what sendall raises once the socket's write timeout has passed unread
+        raise TimeoutError("timed out")
+    monkeypatch.setattr(_Handler, "_send", timed_out)
+    s = Served(tiny, write_timeout=0.2)
+    try:
+        sock = s.raw(_http("/v1/chat/completions", json.dumps(_chat("t4", stream=True)).encode()))
+        deadline = time.monotonic() + 10
+        while s.srv.engine.cancelled < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.srv.engine.cancelled == 1 and not s.srv.engine.active
+        sock.close()
+        while not s.log and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "too slow" in s.log[0], s.log
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_hangs_up_cancels_its_generation(tiny, monkeypatch, stream):
     model = tiny[0]
