@@ -390,6 +390,11 @@ def test_a_rejected_body_is_never_read_as_the_next_request(served):
     sock.shutdown(socket.SHUT_WR)
     out = _read_all(sock)
     assert out.startswith(b"HTTP/1.1 400") and b"HTTP/1.1 200" in out
+    # what http.server refuses itself (a method it has no handler for) is answered in OpenAI's shape too
+    sock = served.raw(b"PUT /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, body = _read_all(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 501") and json.loads(body)["error"]["type"] == "server_error"
+    assert any('"PUT /v1/completions" 501' in ln for ln in served.log), served.log
 
 
 # ---- operations -------------------------------------------------------------------------------------------------

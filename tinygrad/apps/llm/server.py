@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
@@ -42,9 +43,7 @@ from tinygrad.apps.llm.tokenizer import Tokenizer
 
 MAX_BODY = 1 << 20
 COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 408: "invalid_request_error", 411: "invalid_request_error",
-          413: "invalid_request_error"}
+_TYPES = {401: "authentication_error"}  # the rest: invalid_request_error below 500, server_error from 500
 # fields a client may send that this server does not act on: refused, since ignoring them changes the answer's meaning
 _UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
                 "logit_bias", "audio", "modalities", "prediction", "suffix", "echo", "best_of", "top_logprobs")
@@ -214,7 +213,8 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         """One request, its line and headers read under the header deadline (a slow sender is cut off, as is an idle
         keep-alive connection)."""
-        self._status, self._t0, self._note = 0, time.monotonic(), ""
+        self._status, self._t0, self._note, self._logged = 0, time.monotonic(), "", False
+        self.command, self.path, self.raw_requestline = None, "", b""
         self._timer = threading.Timer(self.server.header_timeout, self._cut_off)
         self._timer.daemon = True
         self._timer.start()
@@ -222,6 +222,15 @@ class _Handler(BaseHTTPRequestHandler):
             super().handle_one_request()
         finally:
             self._timer.cancel()
+            if self.raw_requestline and not self._logged:  # refused by http.server itself (a malformed request)
+                self._log()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line or headers, an unknown method), in OpenAI's shape."""
+        try:
+            self._error(RequestError(code, message or explain or HTTPStatus(code).phrase), close=True)
+        except OSError:
+            self.close_connection = True
 
     def _cut_off(self) -> None:
         self.close_connection = True
@@ -242,6 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # http.server's own lines are replaced by one access-log line a request (_log)
 
     def _log(self) -> None:
+        self._logged = True
         if self.server.access_log is not None:
             dt = time.monotonic() - self._t0
             self.server.access_log(f'{self.client_address[0]} "{self.command} {self.path}" {self._status or "-"} '
