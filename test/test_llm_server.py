@@ -137,7 +137,7 @@ def test_greedy_answers_equal_generate_plain_streamed_and_batched(tiny, served):
 
 
 def test_no_seed_is_random_and_a_seed_repeats_whatever_runs_beside_it(served):
-    body = {"prompt": "t1", "max_tokens": 12, "temperature": 2.0}
+    body = {"prompt": "t2 t3", "max_tokens": 12, "temperature": 2.0}
     texts = {json.loads(served.post("/v1/completions", body)[1])["choices"][0]["text"] for _ in range(3)}
     assert len(texts) > 1  # no seed: a fresh one each time (seed 0 every time gave one text)
     alone = json.loads(served.post("/v1/completions", {**body, "seed": 5})[1])["choices"][0]["text"]
@@ -377,6 +377,24 @@ def test_slow_and_oversized_requests_are_cut_off(tiny):
             served.close()
     finally:
         s.close()
+
+
+def test_a_prompt_past_the_context_is_refused_after_tokenizing_about_a_context_of_it(tiny):
+    from tinygrad.apps.llm.server import RequestError, _check_tokens
+    tok = tiny[1]
+    seen = []
+
+    class Counting:  # the tokenizer, counting the characters it is given
+        def encode(self, text, **kw):
+            seen.append(len(text))
+            return tok.encode(text, **kw)
+    for text in ("t1 t2 " * 20, "t3" * 50, "t1\u00e9 " * 30):
+        n = len(tok.encode(text))
+        _check_tokens(Counting(), text, n, "prompt")  # exactly the context: taken
+    seen.clear()
+    with pytest.raises(RequestError, match="context") as e:
+        _check_tokens(Counting(), "t1 t2 " * 100_000, 4096, "prompt", piece=2048)
+    assert e.value.param == "prompt" and sum(seen) < 40_000  # of 600,000 characters
 
 
 def test_a_rejected_body_is_never_read_as_the_next_request(served):

@@ -92,14 +92,17 @@ def _messages(messages: Any) -> list[dict[str, str]]:
     return out
 
 
-def chat_ids(template: ChatTemplate | None, tok: Tokenizer, messages: Any, max_chars: int | None = None) -> list[int]:
-    """The prompt ids of a chat request's messages, written out by the model's chat template; `max_chars` refuses a
-    conversation too long to fit before tokenizing it."""
+def chat_ids(template: ChatTemplate | None, tok: Tokenizer, messages: Any, max_chars: int | None = None,
+             context: int | None = None) -> list[int]:
+    """The prompt ids of a chat request's messages, written out by the model's chat template; `max_chars` and
+    `context` refuse a conversation too long to fit before all of it is tokenized."""
     if template is None:
         raise RequestError(400, "this model has no chat template (its file has no tokenizer.chat_template, as a base "
                                 "model's hasn't): use /v1/completions, or start the server with --chat-template")
     msgs = _messages(messages)
     _check_chars(sum(len(m["content"]) for m in msgs), max_chars, "messages")
+    if context is not None:
+        _check_tokens(tok, "\n".join(m["content"] for m in msgs), context, "messages")
     try:
         return template.encode(tok, msgs)
     except ChatTemplateError as e:  # the template refused the conversation (roles that don't alternate, ...)
@@ -110,6 +113,26 @@ def _check_chars(n: int, max_chars: int | None, param: str) -> None:
     if max_chars is not None and n > max_chars:
         raise RequestError(400, f"the {param} hold {n} characters, more than the context's tokens can hold "
                                 f"({max_chars} characters at most)", param, "context_length_exceeded")
+
+
+def _check_tokens(tok: Tokenizer, text: str, context: int, param: str, piece: int = 2048) -> None:
+    """Refuses text that could not fit the context, tokenizing only about a context's worth of it: pieces cut before
+    a space are tokenized in turn until their count passes the context by a margin (a cut adds a token or two, never
+    more than the margin allows for). The whole text is tokenized afterwards only if it passed, so a megabyte
+    prompt costs what a context's worth does, not seconds of a thread that holds the GIL beside the engine."""
+    if len(text.encode("utf-8", "surrogatepass")) + 2 <= context:  # a byte is one token at most: it fits
+        return
+    limit, n, start = context + context // 4 + 16, 0, 0
+    while start < len(text):
+        end = min(start + piece, len(text))
+        if end < len(text):
+            cut = text.rfind(" ", start + piece // 2, end)
+            end = cut if cut > start else end
+        n += len(tok.encode(text[start:end], add_bos=False))
+        if n > limit:
+            raise RequestError(400, f"the {param} hold more than {context} tokens, the context's size", param,
+                               "context_length_exceeded")
+        start = end
 
 
 class Ask:
@@ -356,7 +379,8 @@ class _Handler(BaseHTTPRequestHandler):
             ask = parse_options(body, chat, self.server.name, self.server.max_tokens_cap)
             limit = self.server.max_prompt_chars
             if chat:
-                ids = chat_ids(self.server.chat_template, self.server.tok, body.get("messages"), limit)
+                ids = chat_ids(self.server.chat_template, self.server.tok, body.get("messages"), limit,
+                               self.server.model.max_context)
             else:
                 prompt = body.get("prompt")
                 if isinstance(prompt, list) and len(prompt) == 1:  # the client library's batch of one
@@ -364,6 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if not isinstance(prompt, str):
                     raise RequestError(400, "'prompt' must be a string", "prompt")
                 _check_chars(len(prompt), limit, "prompt")
+                _check_tokens(self.server.tok, prompt, self.server.model.max_context, "prompt")
                 ids = self.server.tok.encode(prompt)
             if len(ids) + 1 > self.server.model.max_context:
                 raise RequestError(400, f"the prompt's {len(ids)} tokens fill the context of "
