@@ -397,6 +397,24 @@ def test_a_prompt_past_the_context_is_refused_after_tokenizing_about_a_context_o
     assert e.value.param == "prompt" and sum(seen) < 40_000  # of 600,000 characters
 
 
+def test_connections_past_the_limit_get_a_503_at_once(tiny):
+    s = Served(tiny, max_connections=2, header_timeout=5)
+    try:
+        idle = [s.raw(b"") for _ in range(2)]  # two connections that send nothing hold both places
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        out = _read_all(s.raw(b""))
+        assert out.startswith(b"HTTP/1.1 503") and time.monotonic() - t0 < 3
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while s.srv.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.post("/v1/completions", {"prompt": "t1", "max_tokens": 1})[0] == 200
+    finally:
+        s.close()
+
+
 def test_a_rejected_body_is_never_read_as_the_next_request(served):
     smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     # refused before its body is read (no such endpoint): the connection closes, the body is never parsed

@@ -16,7 +16,8 @@ on the client's own thread: reading and parsing the request (under a header dead
 size limit), tokenizing (after a check that the text could fit the context at all), and writing the answer (a stream
 is fed from a bounded queue; a reader that falls behind or stops for `write_timeout` loses its request). A client
 that hangs up, streaming or not, cancels its generation. A rejected request's connection is closed unless its body
-was read, so the body can't be taken for the next request. Each request gets one access-log line.
+was read, so the body can't be taken for the next request. Connections past `max_connections` get a 503 at once.
+Each request gets one access-log line.
 """
 from __future__ import annotations
 
@@ -211,6 +212,7 @@ class LLMServer(ThreadingHTTPServer):
                  chat_template: ChatTemplate | None = None, *, api_key: str | None = None,
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
+                 max_connections: int = 256,
                  access_log: Callable[[str], None] | None = _stderr_log):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
@@ -220,8 +222,36 @@ class LLMServer(ThreadingHTTPServer):
         # that can't fit, and is refused before tokenizing it (which takes seconds for a megabyte)
         longest = max((len(tok.vocab.raw(i)) for i in range(len(tok.vocab))), default=1)
         self.max_prompt_chars = model.max_context * max(longest, 1)
+        self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
         self.engine = BatchEngine(model, tok, buffer=stream_buffer)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for each connection, up to `max_connections` at once; past that a connection gets a 503 and is
+        closed at once, so a flood of idle connections can't pile up threads (each is cut after header_timeout)."""
+        with self._count_lock:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if not full:
+            super().process_request(request, client_address)
+            return
+        body = json.dumps({"error": {"message": f"the server has {self.max_connections} connections open: retry "
+                                                "later", "type": "server_error", "param": None, "code": None}})
+        try:
+            request.settimeout(1.0)
+            request.sendall(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
+                            f"{len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n{body}".encode())
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._count_lock:
+                self.connections -= 1
 
 
 class _Handler(BaseHTTPRequestHandler):
