@@ -63,6 +63,10 @@ KNOBS: dict[str, tuple[Any, str]] = {
                 "all-reduce algorithm by it); collectives pick theirs by device, with the same results"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
                             "default: the CPUs this process may use, at most 8"),
+    "DEFAULT_FLOAT": ("float", "the dtype of float data given without one (dtypes.default_float), read at import: any "
+                               "float dtype's name, as in tinygrad 0.9"),
+    "TINYGRAD_API_KEY": ("", "the LLM server's key where --api-key is not given (python -m tinygrad.apps.llm --serve): "
+                             "requests must send 'Authorization: Bearer KEY'; empty: no key"),
 }
 
 

@@ -19,6 +19,8 @@ import json
 import os
 import sys
 
+from tinygrad.helpers import getenv
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tinygrad.apps.llm", description=__doc__.split("\n\n")[0])
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve", type=int, metavar="PORT", help="an OpenAI-style HTTP server on this port")
     ap.add_argument("--slots", type=int, default=4, help="--serve: requests generated together (default 4)")
     ap.add_argument("--host", default="127.0.0.1", help="--serve: the address to listen on (0.0.0.0: every one)")
-    ap.add_argument("--api-key", default=os.environ.get("TINYGRAD_API_KEY"),
+    ap.add_argument("--api-key", default=getenv("TINYGRAD_API_KEY", "") or None,
                     help="--serve: require 'Authorization: Bearer KEY' (default: $TINYGRAD_API_KEY, else none)")
     ap.add_argument("--max-tokens-cap", type=int, default=None,
                     help="--serve: the most tokens one answer may have (default: up to the context's end)")
