@@ -7,6 +7,7 @@ from tinygrad.device import Buffer as Buffer
 from tinygrad.dtype import ConstType, DType
 from tinygrad.dtype import dtypes as dtypes
 from tinygrad.errors import ArgumentError as ArgumentError
+from tinygrad.helpers import prod as prod
 from tinygrad.helpers import toposort as toposort
 from tinygrad.ops import BinaryOps as BinaryOps
 from tinygrad.ops import LoadOps as LoadOps

@@ -17,7 +17,7 @@ from tinygrad.const_fold import cast as _const_cast, evaluate as _const_evaluate
 from tinygrad.device import Buffer
 from tinygrad.dtype import dtypes
 from tinygrad.errors import ArgumentError
-from tinygrad.helpers import toposort
+from tinygrad.helpers import prod, toposort
 from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.shapetracker cimport ShapeTracker
 from tinygrad.shape.symbolic import Node
@@ -75,7 +75,6 @@ cdef LazyBuffer _scalar(double val, object dtype, str device):
     return ret
 
 
-_CMP_OPS = frozenset((BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE))
 _CONST = LoadOps.CONST
 _IOTA = LoadOps.IOTA
 _CONTIGUOUS = LoadOps.CONTIGUOUS
@@ -382,7 +381,7 @@ cdef class LazyBuffer:
             for s in srcs:
                 if s.dtype is not self.dtype and s.dtype != self.dtype:
                     raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
-            # identity, not `op in _CMP_OPS`: hashing an Enum member runs Python code, on every eager op
+            # identity, not membership in a set: hashing an Enum member runs Python code, on every eager op
             out_dtype = dtypes.bool if op is _CMPLT or op is _CMPEQ or op is _CMPNE else self.dtype
         cdef LazyBuffer b
         cdef int consts = 0
@@ -398,10 +397,11 @@ cdef class LazyBuffer:
                     folded = _fold(op, srcs)
                     if folded is not None:
                         return folded
-            elif (op is _NEG or op is BinaryOps.MUL) and b.srcs:
-                folded = _fold_negations(op, srcs)
-                if folded is not None:
-                    return folded
+        if op is _NEG or (op is BinaryOps.MUL and consts == 1):
+            # -(-x): a negation of a negation (x * -1 has its one constant)
+            folded = _fold_negations(op, srcs)
+            if folded is not None:
+                return folded
         if consts == len(srcs):
             folded = _fold_consts(op, srcs, out_dtype)
             if folded is not None:
@@ -450,11 +450,16 @@ cdef class LazyBuffer:
 
 
 # ---- constant folding: ops whose result is known without running a kernel ----
+cdef inline bint _foldable(LazyBuffer b):
+    """Whether base `b` is a constant folding may use: unrealized, and not kept as an operand by realize()."""
+    return b.op is _CONST and b._buffer is None and not b.kept
+
+
 cdef object _const_value(LazyBuffer s):
     """The value of `s` when it is a constant everywhere (an unrealized CONST read through unmasked views), else
     None."""
     cdef LazyBuffer b = s._base if s._base is not None else s
-    if b.op is not _CONST or b._buffer is not None or b.kept:
+    if not _foldable(b):
         return None
     for v in s.st.views:
         if v.mask is not None:
@@ -574,7 +579,7 @@ cdef object _fold_cast(LazyBuffer x, object dtype):
     """A cast of a constant as the constant of the new dtype; a cast of a padded or otherwise masked view of one as
     that view of the cast constant (the padding's 0 casts to 0) when the new dtype is no wider, else None."""
     cdef LazyBuffer b = x._base if x._base is not None else x
-    if b.op is not _CONST or b._buffer is not None or b.kept:
+    if not _foldable(b):
         return None
     val = _const_cast(b.arg, b.dtype, dtype)
     if val is None:
@@ -594,10 +599,7 @@ cdef object _fold_reduce(LazyBuffer x, object op, tuple axis, tuple new_shape):
     if op is ReduceOps.MAX:
         out = val
     else:
-        count = 1
-        for a in axis:
-            count *= x.shape[a]
-        out = _const_sum(val, count, x.dtype)
+        out = _const_sum(val, prod([x.shape[a] for a in axis]), x.dtype)
         if out is None:
             return None
     return _const_of(x.device, x.dtype, out, new_shape)
