@@ -50,20 +50,29 @@ def collapse(text: str) -> str:
     return "".join(c if c < "\x80" else _COLLAPSED[char_class(c)] for c in text)
 
 
+def _contraction(s: str, n: int, pos: int, any_case: bool) -> int:
+    """The end of the contraction ('s 't 're 've 'm 'll 'd) starting at the apostrophe at `pos`, else 0; with
+    `any_case` its letters may be upper case (ASCII only), as (?i:...) matches them."""
+    if pos + 1 >= n:
+        return 0
+    if s[pos + 1] in ("sStTmMdD" if any_case else "stmd"):
+        return pos + 2
+    two = s[pos + 1:pos + 3]
+    if any_case and two.isascii():
+        two = two.lower()
+    return pos + 3 if pos + 2 < n and two in ("re", "ve", "ll") else 0
+
+
 def _gpt2(s: str) -> list[int]:
     """Cut ends of 's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+ in `s`."""
     k, n, pos, ends = classes(s), len(s), 0, []
     while pos < n:
         c = s[pos]
-        if c == "'" and pos + 1 < n:
-            if s[pos + 1] in "stmd":
-                pos += 2
-                ends.append(pos)
-                continue
-            if pos + 2 < n and s[pos + 1:pos + 3] in ("re", "ve", "ll"):
-                pos += 3
-                ends.append(pos)
-                continue
+        end = _contraction(s, n, pos, any_case=False) if c == "'" else 0
+        if end:
+            pos = end
+            ends.append(pos)
+            continue
         # a leading space joins the run after it; a space at the very end has no class after it ("")
         f2 = (k[pos + 1] if pos + 1 < n else "") if c == " " else k[pos]
         if f2 in ("L", "N"):
@@ -107,15 +116,11 @@ def _llama3(s: str, digits: int, marks: bool = False) -> list[int]:
     word, not_word = ("LM", _NOT_WORD_MARKS) if marks else ("L", _NOT_WORD)
     while pos < n:
         c, f = s[pos], k[pos]
-        if c == "'" and pos + 1 < n:
-            if s[pos + 1] in "sStTmMdD":
-                pos += 2
-                ends.append(pos)
-                continue
-            if pos + 2 < n and s[pos + 1:pos + 3].lower() in ("re", "ve", "ll") and s[pos + 1:pos + 3].isascii():
-                pos += 3
-                ends.append(pos)
-                continue
+        end = _contraction(s, n, pos, any_case=True) if c == "'" else 0
+        if end:
+            pos = end
+            ends.append(pos)
+            continue
         if c not in "\r\n" and f != "N" and (f in word or (pos + 1 < n and k[pos + 1] in word)):
             pos += 1
             while pos < n and k[pos] in word:
