@@ -367,8 +367,8 @@ class Transformer:
         _return_freed_memory(self.device)
 
     def embed(self, ids: list[int]) -> np.ndarray:
-        """The embedding rows of `ids` (n, dim) on the host, each dequantized from its own blocks (from the mapped
-        file, for the types with planes: a few rows of a 262,144-row table are not worth a kernel)."""
+        """The embedding rows of `ids` (n, dim) on the host, each dequantized from its own blocks, read from the file
+        (for the types with planes on the host: a few rows of a 262,144-row table are not worth a kernel)."""
         cfg, t = self.cfg, self.embd
         if any(not 0 <= i < cfg.vocab for i in ids):
             raise ValueError(f"token ids must be below the vocabulary's {cfg.vocab}, got {ids}")
