@@ -68,6 +68,22 @@ def d2h(device: str, s: W.Sizes) -> float:
     return s.copy_bytes / wall(lambda: buf.copyout(memoryview(host)), _sync(device), reps=3) / 1e9
 
 
+def numpy_out(device: str, s: W.Sizes) -> float:
+    """Tensor.numpy() of a realized device tensor, end to end: what a user waits for (a new array each call)."""
+    if not device.startswith("CUDA"):
+        raise NotImplementedError("a host device copies within host memory")
+    t = Tensor(np.ones(s.copy_bytes // 4, np.float32), device=device).realize()
+    return s.copy_bytes / wall(t.numpy, _sync(device), reps=3) / 1e9
+
+
+def numpy_in(device: str, s: W.Sizes) -> float:
+    """Tensor(ndarray, device=...).realize() from a pageable numpy array, end to end."""
+    if not device.startswith("CUDA"):
+        raise NotImplementedError("a host device copies within host memory")
+    host = np.ones(s.copy_bytes // 4, np.float32)
+    return s.copy_bytes / wall(lambda: Tensor(host, device=device).realize(), _sync(device), reps=3) / 1e9
+
+
 def _pinned(device: str):
     """The CUDA runtime module, which has pinned host buffers; host devices need none."""
     if not device.startswith("CUDA"):
@@ -180,6 +196,8 @@ ROWS: list[tuple[str, str, Callable[[str, W.Sizes], float]]] = [
     ("launch latency, device", "us", launch_device),
     ("host->device pageable", "GB/s", h2d),
     ("device->host pageable", "GB/s", d2h),
+    ("Tensor(ndarray) to device", "GB/s", numpy_in),
+    ("Tensor.numpy() from device", "GB/s", numpy_out),
     ("host->device pinned", "GB/s", h2d_pinned),
     ("device->host pinned", "GB/s", d2h_pinned),
     ("device->device copy", "GB/s", d2d),

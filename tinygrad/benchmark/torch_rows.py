@@ -74,6 +74,21 @@ def _copy(to_device: bool, pinned: bool) -> Callable:
     return measure
 
 
+def _numpy_copy(to_device: bool) -> Callable:
+    """torch.tensor(ndarray, device=...) and .cpu().numpy(): the user-level counterparts of tinygrad's rows."""
+    def measure(device: str, s: W.Sizes) -> float:
+        import numpy as np
+        import torch
+        dev = _dev(device)
+        if dev != "cuda":
+            raise NotImplementedError("a host device copies within host memory")
+        host = np.ones(s.copy_bytes // 4, np.float32)
+        gpu = torch.ones(s.copy_bytes // 4, dtype=torch.float32, device=dev)
+        fn = (lambda: torch.tensor(host, device=dev)) if to_device else (lambda: gpu.cpu().numpy())
+        return s.copy_bytes / _wall(dev, fn, 3) / 1e9
+    return measure
+
+
 def d2d(device: str, s: W.Sizes) -> float:
     import torch
     dev = _dev(device)
@@ -182,6 +197,8 @@ ROWS: dict[str, Callable[[str, W.Sizes], float]] = {
     "launch latency, device": launch_device,
     "host->device pageable": _copy(True, False),
     "device->host pageable": _copy(False, False),
+    "Tensor(ndarray) to device": _numpy_copy(True),
+    "Tensor.numpy() from device": _numpy_copy(False),
     "host->device pinned": _copy(True, True),
     "device->host pinned": _copy(False, True),
     "device->device copy": d2d,
