@@ -176,8 +176,14 @@ class TestServer(unittest.TestCase):
 class TestVizAtExit(unittest.TestCase):
     def test_env_serves_at_exit(self):
         """VIZ=1 in the environment: the script runs, then its page is served until Ctrl-C."""
-        env = dict(os.environ, VIZ="1", PYTHONPATH=str(ROOT))
-        code = "from tinygrad import Tensor\nprint((Tensor([1.0, 2.0]) + 1).numpy().tolist(), flush=True)\n"
+        tmp = tempfile.mkdtemp(prefix="tinygrad-viz-")
+        trace = os.path.join(tmp, "trace.json")
+        env = dict(os.environ, VIZ="1", VIZ_TRACE=trace, PYTHONPATH=str(ROOT))
+        # a stand-in for the profiler: an exit handler registered before tinygrad's (so due after it), writing the
+        # trace at exit
+        code = ("import atexit, json\n"
+                f"atexit.register(lambda: json.dump({TRACE!r}, open({trace!r}, 'w')))\n"
+                "from tinygrad import Tensor\nprint((Tensor([1.0, 2.0]) + 1).numpy().tolist(), flush=True)\n")
         p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
         try:
             self.assertEqual(p.stdout.readline().strip(), "[2.0, 3.0]")
@@ -186,12 +192,14 @@ class TestVizAtExit(unittest.TestCase):
             url = line.split()[-1]
             data = json.loads(_get(url + "api/data")[2])
             self.assertEqual(sum(i["kind"] == "kernel" for i in data["items"]), 1)
+            self.assertEqual(len(data["trace"]["events"]), 4)
             p.send_signal(signal.SIGINT)
             self.assertEqual(p.wait(timeout=20), 0)
         finally:
             if p.poll() is None:
                 p.kill()
             p.stdout.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- a WebSocket client (RFC 6455), just enough for the DevTools protocol ----

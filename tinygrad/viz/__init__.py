@@ -62,7 +62,20 @@ def serve_at_exit() -> None:
         atexit.register(_at_exit)
 
 
+_exiting = False
+
+
 def _at_exit() -> None:
+    global _exiting
+    if _exiting:
+        return
+    _exiting = True
+    # serving blocks until Ctrl-C: every other exit handler runs first, those registered before this one (due after
+    # it) too, as a profiler's may be that writes the trace the page draws; cleared then, none runs twice
+    run_others, clear = getattr(atexit, "_run_exitfuncs", None), getattr(atexit, "_clear", None)
+    if run_others is not None and clear is not None:
+        run_others()
+        clear()
     if not RUN_LOG.entries:
         print("tinygrad viz: nothing was realized while VIZ was on", flush=True)
         return
