@@ -24,11 +24,12 @@ import time
 import unittest
 import urllib.request
 
-from tinygrad import Tensor
+from tinygrad import Device, Tensor
 from tinygrad.engine.runlog import RUN_LOG
 from tinygrad.helpers import Context
 from tinygrad.viz import serve, snapshot
 from tinygrad.viz.__main__ import main as viz_main
+from tinygrad.viz.snapshot import relinearize
 from tinygrad.viz.trace import load_trace, parse_trace
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -91,6 +92,22 @@ class TestSnapshot(unittest.TestCase):
         out = data["buffers"][second["outputs"][0]]
         self.assertEqual((out["size"], out["dtype"], out["version"]), (1, "float", 0))
         json.dumps(data, allow_nan=False)
+
+    def test_uops_are_the_sources(self):
+        """The uops shown are the ones the source was rendered from: linearized again with the kernel's Opts, they
+        render to its source byte for byte (a conv, a matmul, a softmax and their gradients)."""
+        RUN_LOG.clear()
+        w, w2 = Tensor.rand(4, 3, 3, 3, requires_grad=True), Tensor.rand(36, 5, requires_grad=True)
+        with Context(VIZ=1):
+            x = Tensor.rand(2, 3, 5, 5, requires_grad=True)
+            loss = (x.conv2d(w).relu().flatten(1) @ w2).softmax().sum()
+            loss.backward()
+            Tensor.realize(loss, w.grad, w2.grad, x.grad)
+        kernels = [e for e in RUN_LOG.entries if getattr(e.runner, "spec", None) is not None]
+        self.assertGreater(len(kernels), 5)
+        for e in kernels:
+            lin = relinearize(e.runner.dname, e.ast, e.runner.spec.applied_opts)
+            self.assertEqual(Device[e.runner.dname].renderer(lin.name, lin.uops).src, e.runner.spec.src)
 
     def test_nothing_recorded_when_off(self):
         RUN_LOG.clear()

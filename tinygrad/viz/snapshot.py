@@ -21,19 +21,25 @@ from tinygrad.helpers import Context
 from tinygrad.ops import print_ast
 
 
-def uops_text(dname: str, ast: tuple, opts: tuple) -> str:
-    """The uops listing (DEBUG=6's) of a kernel linearized with exactly the Opts it was compiled with: the renderer
-    keeps only the source, so the kernel is linearized again here (once per program, when the page is built)."""
+def relinearize(dname: str, ast: tuple, opts: tuple):
+    """The kernel `ast` linearized for device `dname` with exactly the Opts `opts` it was compiled with: the
+    renderer keeps only the source, so the page's uops come from linearizing again (test_viz checks that these
+    uops render to the kernel's source)."""
     from tinygrad.codegen.linearizer import Linearizer
+    lin = Linearizer(ast, Device[dname].linearizer_opts)
+    for o in opts:
+        lin.apply_opt(o)
+    # NOOPT: the Opts applied are all of them (the heuristic already chose these when the kernel was compiled)
+    with Context(NOOPT=1):
+        lin.linearize()
+    return lin
+
+
+def uops_text(dname: str, ast: tuple, opts: tuple) -> str:
+    """The uops listing (DEBUG=6's) of a compiled kernel (once per program, when the page's data is built)."""
     from tinygrad.codegen.uops import print_uops
     try:
-        lin = Linearizer(ast, Device[dname].linearizer_opts)
-        for o in opts:
-            lin.apply_opt(o)
-        # NOOPT: the Opts applied are all of them (the heuristic already chose these when the kernel was compiled)
-        with Context(NOOPT=1):
-            lin.linearize()
-        return print_uops(lin.uops)
+        return print_uops(relinearize(dname, ast, opts).uops)
     except Exception as e:  # a view for people: say what went wrong instead of failing the whole page
         return f"(uops unavailable: {type(e).__name__}: {e})"
 
