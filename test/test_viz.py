@@ -179,15 +179,27 @@ class TestServer(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             script, out, trace = (os.path.join(d, n) for n in ("s.py", "out.json", "trace.json"))
             with open(script, "w") as f:
-                f.write("from tinygrad import Tensor\n(Tensor([1.0, 2.0]) * 5).realize()\n")
+                f.write("from tinygrad import Tensor\n(Tensor([1.0, 2.0]) * 5).realize()\nraise SystemExit(3)\n")
             with open(trace, "w") as f:
                 json.dump(TRACE, f)
             RUN_LOG.clear()
-            self.assertEqual(viz_main(["--trace", trace, "--save", out, script]), 0)
+            argv, path = sys.argv, list(sys.path)
+            try:
+                # the script's exit code comes back, after the page's data is written
+                self.assertEqual(viz_main(["--trace", trace, "--save", out, script]), 3)
+            finally:
+                sys.argv, sys.path[:] = argv, path
             with open(out) as f:
                 saved = json.load(f)
             self.assertEqual(sum(i["kind"] == "kernel" for i in saved["items"]), 1)
             self.assertEqual(saved["trace"]["events"], load_trace(trace)["events"])
+            # what --load serves: the saved data as it was
+            srv = serve(data=saved, block=False)
+            try:
+                self.assertEqual(json.loads(_get(srv.url + "api/data")[2]), saved)
+            finally:
+                srv.shutdown()
+                srv.server_close()
 
 
 class TestVizAtExit(unittest.TestCase):

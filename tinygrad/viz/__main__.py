@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
+import traceback
 
 import tinygrad.viz as viz
 from tinygrad.helpers import Context
@@ -24,10 +26,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--load serves a saved page: no script, no --save")
     # a VIZ=1 environment would also serve at exit: this command serves once, here
     viz._registered = True
+    rc = 0
     if a.script:
+        # as `python script.py` would: its arguments, and its folder first on the import path
         sys.argv = [a.script, *a.args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
         with Context(VIZ=1):
-            runpy.run_path(a.script, run_name="__main__")
+            try:
+                runpy.run_path(a.script, run_name="__main__")
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            except Exception:  # what ran up to the error is worth a look: show it, then the page
+                traceback.print_exc()
+                rc = 1
     data = None
     if a.load:
         with open(a.load) as f:
@@ -37,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.save, "w") as f:
             json.dump(out, f)
         print(f"tinygrad viz: wrote {len(out['items'])} items to {a.save}")
-        return 0
+        return rc
     viz.serve(trace=a.trace, port=a.port, data=data)
-    return 0
+    return rc
 
 
 if __name__ == "__main__":
