@@ -35,18 +35,24 @@ from tinygrad.viz.trace import load_trace, parse_trace
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-# a trace in the profiler's format: a host lane and a device lane, named by metadata events
-TRACE = {"traceEvents": [
-    {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "host"}},
-    {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "CLANG"}},
-    {"ph": "M", "name": "thread_name", "pid": 2, "tid": 0, "args": {"name": "stream 0"}},
-    {"ph": "X", "name": "compile E_4", "cat": "host", "ts": 0, "dur": 300, "pid": 1, "tid": 0, "args": {}},
-    {"ph": "X", "name": "linearize E_4", "cat": "host", "ts": 10, "dur": 100, "pid": 1, "tid": 0, "args": {}},
-    {"ph": "X", "name": "E_4", "cat": "kernel", "ts": 310, "dur": 40.5, "pid": 2, "tid": 0,
-     "args": {"global_size": [4], "flops": 8}},
-    {"ph": "X", "name": "r_4", "cat": "kernel", "ts": 400, "dur": 20, "pid": 2, "tid": 0, "args": {}},
-    {"ph": "i", "name": "ignored instant", "ts": 5, "pid": 1, "tid": 0},
-]}
+def make_trace(first: str = "E_4", second: str = "r_4") -> dict:
+    """A trace in the profiler's format: a host lane (a span nested in another) and a device lane, named by metadata
+    events, with kernels `first` and `second`."""
+    return {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "host"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "CLANG"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 0, "args": {"name": "stream 0"}},
+        {"ph": "X", "name": f"compile {first}", "cat": "host", "ts": 0, "dur": 300, "pid": 1, "tid": 0, "args": {}},
+        {"ph": "X", "name": f"linearize {first}", "cat": "host", "ts": 10, "dur": 100, "pid": 1, "tid": 0,
+         "args": {}},
+        {"ph": "X", "name": first, "cat": "kernel", "ts": 310, "dur": 40.5, "pid": 2, "tid": 0,
+         "args": {"global_size": [4], "flops": 8}},
+        {"ph": "X", "name": second, "cat": "kernel", "ts": 400, "dur": 20, "pid": 2, "tid": 0, "args": {}},
+        {"ph": "i", "name": "ignored instant", "ts": 5, "pid": 1, "tid": 0},
+    ]}
+
+
+TRACE = make_trace()
 
 
 def _realize_small_graph():
@@ -400,10 +406,11 @@ class TestVizBrowser(unittest.TestCase):
 
     def test_click_into_a_kernel(self):
         _realize_small_graph()
+        names = [p["name"] for p in snapshot()["programs"]]
         with tempfile.TemporaryDirectory() as d:
             trace = os.path.join(d, "trace.json")
             with open(trace, "w") as f:
-                json.dump(TRACE, f)
+                json.dump(make_trace(*names), f)
             srv = serve(trace=trace, block=False)
             try:
                 data = json.loads(_get(srv.url + "api/data")[2])
@@ -432,8 +439,15 @@ class TestVizBrowser(unittest.TestCase):
                                   ".map((r) => +r.getAttribute('y'))")
                 self.assertEqual(ys[1] - ys[0], 20)
                 self._click("#timeline rect.event")
-                self.assertIn("compile E_4", self.dt.eval("document.getElementById('tl-info').textContent"))
+                self.assertIn(f"compile {names[0]}", self.dt.eval("document.getElementById('tl-info').textContent"))
                 self._screenshot("viz-timeline.png")
+                # a kernel's event links to the kernel: back in the schedule, with its source shown
+                first = data["programs"][kernels[0]["program"]]
+                self._click(f"#timeline rect[data-name=\"{first['name']}\"]")
+                self._click("#tl-open-kernel")
+                _wait(lambda: self.dt.eval("(document.getElementById('pane-src') || {}).textContent") == first["src"],
+                      5, "the timeline's link did not open the kernel")
+                self.assertTrue(self.dt.eval("document.getElementById('view-graph').classList.contains('on')"))
                 self.assertEqual(self.dt.errors(), [])
             finally:
                 srv.shutdown()
