@@ -49,6 +49,10 @@ KNOBS: dict[str, tuple[Any, str]] = {
                       "and later"),
     "CUDA_MULTIGRAPH": (1, "0: TinyJit replays a capture spanning several CUDA GPUs (kernels, NCCL collectives, "
                            "copies) item by item instead of as one CUDA graph"),
+    "VIZ": (0, "1: record every kernel, copy and buffer realized (the schedule, each kernel's AST, Opts, uops and "
+                "source) and, at exit, serve them as a web page on 127.0.0.1 (python -m tinygrad.viz)"),
+    "VIZ_TRACE": ("", "with VIZ=1: a Chrome trace JSON the page draws as its timeline (PROFILE=1 writes "
+                      "profile.json)"),
     "BEAM": (0, "n >= 1: search each kernel's optimisations by timing candidates on the device, a beam of n "
                  "(engine/search.py); the winners are kept in the disk cache"),
     "CI": ("", "exported as helpers.CI (true when set and not empty), as tinygrad 0.9 did, for scripts and test suites "
@@ -152,6 +156,7 @@ IMAGE = ContextVar("IMAGE", 0)
 THREEFRY = ContextVar("THREEFRY", 0)
 WINO = ContextVar("WINO", 0)
 RING = ContextVar("RING", 1)
+VIZ = ContextVar("VIZ", 0)
 CI = getenv("CI", "") != ""
 
 

@@ -18,7 +18,7 @@ from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.helpers import CACHELEVEL, DEBUG, GlobalCounters, raise_pending_interrupt
+from tinygrad.helpers import CACHELEVEL, DEBUG, VIZ, GlobalCounters, raise_pending_interrupt
 from tinygrad.lazy cimport LazyBuffer
 from tinygrad.locks cimport ReentrantLock
 from tinygrad.locks import ENGINE_LOCK
@@ -285,8 +285,8 @@ cdef _realize(list outs):
     global plan_hits, plan_misses, plan_disk_hits
     cdef list nodes = []
     cdef list leaves = []
-    if DEBUG.value >= 1 or CacheCollector.active and CacheCollector.cache is not None:
-        # the slow path prints and records what it runs
+    if DEBUG.value >= 1 or VIZ.value or CacheCollector.active and CacheCollector.cache is not None:
+        # the slow path prints and records what it runs (for the JIT's capture and the visualizer)
         run_schedule(*create_schedule_with_vars(outs))
         return
     key = _walk(outs, nodes, leaves)

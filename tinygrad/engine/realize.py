@@ -20,12 +20,14 @@ from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
+from tinygrad.engine.runlog import RUN_LOG
 from tinygrad.engine.search import beam_search
 from tinygrad.helpers import (
     BEAM,
     CACHELEVEL,
     DEBUG,
     NOOPT,
+    VIZ,
     Context,
     GlobalCounters,
     colored,
@@ -362,8 +364,10 @@ def _run_schedule(schedule: list, var_vals: dict | None) -> None:
         for b in si.outputs:
             b.ensure_allocated()
         ei = lower_schedule_item(si)
-        ei.run(var_vals)
+        et = ei.run(var_vals)
         CacheCollector.add(ei, var_vals)
+        if VIZ.value:
+            RUN_LOG.record(si.ast, ei.prg, ei.bufs, si.n_outputs, et)
         # a realized base no longer needs the graph that produced it
         for lb in si.lbs:
             lb.srcs, lb.pending = (), False
