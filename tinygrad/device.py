@@ -187,6 +187,16 @@ class Buffer:
             GlobalCounters.mem_used += self._nbytes
         return self
 
+    def adopt(self, opaque: Any, allocator: Allocator) -> Buffer:
+        """Make memory another owner allocated this buffer's: `allocator` (not the device's) copies in and out of
+        it and is handed it back when the buffer is freed (tinygrad/dlpack.py wraps a producer's memory so)."""
+        if self._buf is not None:
+            raise RuntimeError(f"{self} is already allocated")
+        self.allocator, self._buf = allocator, opaque
+        if allocator.counts_memory:
+            GlobalCounters.mem_used += self._nbytes
+        return self
+
     def ensure_allocated(self) -> Buffer:
         return self if self._buf is not None else self.allocate()
 
