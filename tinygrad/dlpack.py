@@ -29,6 +29,8 @@ import numpy as np
 from tinygrad.device import Allocator, Buffer, Device
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import prod
+from tinygrad.lazy import LazyBuffer
+from tinygrad.ops import LoadOps
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -397,16 +399,13 @@ def _compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def from_dlpack(obj: Any) -> Tensor:
-    """`Tensor.from_dlpack`: a Tensor over the memory of any DLPack producer (a torch tensor, a numpy array, a
-    capsule), without a copy: writes through either side are seen by the other. The producer's memory stays alive
-    while the Tensor's buffer does. Host memory lands on the CLANG device, CUDA memory on its CUDA device.
+def from_dlpack(obj: Any) -> LazyBuffer:
+    """`Tensor.from_dlpack`'s data: a realized LazyBuffer over the memory of any DLPack producer (a torch tensor, a
+    numpy array, a capsule), without a copy: writes through either side are seen by the other. The producer's memory
+    stays alive while the buffer does. Host memory lands on the CLANG device, CUDA memory on its CUDA device.
 
     Only row-major compact layouts are shared (BufferError otherwise: make it contiguous on the producer's side).
     A read-only export (a numpy array that isn't writeable) is copied, since tinygrad may write into its buffers."""
-    from tinygrad.lazy import LazyBuffer
-    from tinygrad.ops import LoadOps
-    from tinygrad.tensor import Tensor
     device = tuple(obj.__dlpack_device__()) if hasattr(obj, "__dlpack_device__") else None
     if device is not None and device[0] not in (kDLCPU, kDLCUDA, kDLCUDAHost):
         raise BufferError(f"DLPack device type {device[0]} is not supported (host and CUDA only)")
@@ -435,10 +434,9 @@ def from_dlpack(obj: Any) -> Tensor:
         else:
             raise BufferError(f"DLPack device type {kind} is not supported (host and CUDA only)")
         if read_only:
-            out = Tensor(np.frombuffer(opaque, dtype=dt.np).reshape(shape).copy(), device=tdev) \
-                if dt.np is not None and kind != kDLCUDA else None
-            if out is None:
+            if dt.np is None or kind == kDLCUDA:
                 raise BufferError("a read-only DLPack tensor of this dtype/device can't be imported without a copy")
+            out = LazyBuffer.fromcpu(np.frombuffer(opaque, dtype=dt.np).reshape(shape).copy()).copy_to_device(tdev)
             release()
             return out
     except BaseException:
@@ -446,5 +444,5 @@ def from_dlpack(obj: Any) -> Tensor:
         raise
     lb = LazyBuffer.loadop(LoadOps.EMPTY, shape, dt, tdev)
     lb.buffer = Buffer(tdev, n, dt).adopt(opaque, _Borrowed(release, tdev))
-    return Tensor(lb, device=tdev)
+    return lb
 

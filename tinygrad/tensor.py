@@ -313,7 +313,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
         [7.0, 1.0, 2.0]
         """
         from tinygrad.dlpack import from_dlpack
-        return from_dlpack(obj)
+        lb = from_dlpack(obj)
+        return Tensor(lb, device=lb.device)
 
     def item(self) -> ConstType:
         """The single element of a one-element tensor, as a Python bool, int or float.
