@@ -208,14 +208,22 @@ class TestProgress(unittest.TestCase):
         import io
 
         from tinygrad.profile.progress import _Progress
+        class Terminal(io.StringIO):
+            def isatty(self):
+                return True
         p = _Progress()
-        buf = io.StringIO()
+        buf = Terminal()
         with contextlib.redirect_stderr(buf):
             p.add(0.5)
             p.after = 1.0
             p.add(0.4)
             p.add(0.4)
-        self.assertEqual(buf.getvalue(), "compiled 3 kernels (1.3 s)\n")
+        self.assertEqual(buf.getvalue(), "\rcompiled 3 kernels (1.3 s)\033[K")
+        # a log file gets nothing below DEBUG=1
+        log = io.StringIO()
+        with contextlib.redirect_stderr(log):
+            p.add(1.0)
+        self.assertEqual(log.getvalue(), "")
 
 
 if __name__ == "__main__":
