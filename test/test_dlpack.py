@@ -10,7 +10,7 @@ import unittest
 
 import numpy as np
 
-from tinygrad import Tensor, dtypes
+from tinygrad import Tensor, TinyJit, dtypes
 from tinygrad.dlpack import live_exports
 
 try:
@@ -122,6 +122,13 @@ class TestExport(unittest.TestCase):
         with self.assertRaises(BufferError):
             t.__dlpack__(dl_device=(2, 0))
 
+    def test_cpu_device(self):
+        # the CPU device's buffers are numpy arrays: their data pointer is exported
+        t = Tensor([1.0, 2.0], device="CPU").realize()
+        a = np.from_dlpack(t)
+        a[1] = -3
+        self.assertEqual(t.tolist(), [1.0, -3.0])
+
     def test_every_dtype_to_torch(self):
         for dt, tdt in TORCH_DTYPES.items():
             with self.subTest(dtype=dt):
@@ -210,6 +217,13 @@ class TestImport(unittest.TestCase):
         a.flags.writeable = False
         t = Tensor.from_dlpack(a)
         self.assertEqual(t.tolist(), [0, 1, 2])
+
+    def test_jit_input(self):
+        @TinyJit
+        def f(x):
+            return (x * 2).sum()
+        arrays = [np.full(16, i, dtype=np.float32) for i in range(4)]
+        self.assertEqual([f(Tensor.from_dlpack(a)).item() for a in arrays], [0.0, 32.0, 64.0, 96.0])
 
     def test_round_trip(self):
         t = Tensor([[1.5, 2.5]]).realize()

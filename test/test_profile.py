@@ -3,18 +3,15 @@ holds the host and kernel spans it promises, times kernels as timing them direct
 PROFILE knob and the compile progress line work."""
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import numpy as np
 
 import tinygrad.profile as profile
 from tinygrad import Tensor, TinyJit
-from tinygrad.engine.realize import CompiledRunner, method_cache
 from tinygrad.profile import Profile
 from tinygrad.profile.summary import format_summary, summary
 
@@ -64,6 +61,31 @@ def check_trace(trace) -> list[str]:
         if "cat" in ev and not isinstance(ev["cat"], str):
             errs.append(f"event {i}: cat must be a string")
     return errs
+
+
+_TIMING = """
+import json, time
+import numpy as np
+from tinygrad import Tensor
+from tinygrad.engine.realize import CompiledRunner, method_cache
+from tinygrad.profile import Profile
+n = 256
+a = Tensor(np.random.default_rng(1).random((n, n), dtype=np.float32)).realize()
+b = Tensor(np.random.default_rng(2).random((n, n), dtype=np.float32)).realize()
+c = (a @ b).realize()
+runner = next(r for r in method_cache.values() if isinstance(r, CompiledRunner) and r.op_estimate >= 2 * n ** 3)
+bufs = [c.lazydata.base.realized, a.lazydata.base.realized, b.lazydata.base.realized]
+direct = []
+with Profile() as p:
+    for _ in range(15):
+        (a @ b).realize()
+        st = time.perf_counter()
+        runner(bufs, {}, wait=True)
+        direct.append(time.perf_counter() - st)
+prof = [ev["dur"] * 1e-6 for ev in p.profiler.trace()["traceEvents"]
+        if ev.get("cat") == "kernel" and ev["args"]["kernel"] == runner.name]
+print(json.dumps({"profiled": min(prof), "direct": min(direct), "n": len(prof)}))
+"""
 
 
 def _workload(n: int = 128) -> Tensor:
@@ -125,29 +147,16 @@ class TestTrace(unittest.TestCase):
         self.assertGreaterEqual(len(kernels), 1)
 
     def test_kernel_times_agree_with_direct_timing(self):
-        n, reps = 256, 15
-        a = Tensor(np.random.default_rng(1).random((n, n), dtype=np.float32)).realize()
-        b = Tensor(np.random.default_rng(2).random((n, n), dtype=np.float32)).realize()
-        (a @ b).realize()  # compiled before profiling
-        with Profile() as p:
-            for _ in range(reps):
-                (a @ b).realize()
-        kernels = [ev for ev in p.profiler.trace()["traceEvents"] if ev.get("cat") == "kernel"]
-        name = max(kernels, key=lambda ev: ev["args"]["flops"])["args"]["kernel"]
-        profiled = statistics.median(ev["dur"] for ev in kernels if ev["args"]["kernel"] == name) * 1e-6
-        # the same kernel, called directly on buffers of its own
-        runner = next(r for r in method_cache.values() if isinstance(r, CompiledRunner) and r.name == name)
-        c = (a @ b).realize()
-        bufs = [c.lazydata.base.realized, a.lazydata.base.realized, b.lazydata.base.realized]
-        direct = []
-        for _ in range(reps):
-            st = time.perf_counter()
-            runner(bufs, {}, wait=True)
-            direct.append(time.perf_counter() - st)
-        direct_s = statistics.median(direct)
-        # loose: two cores shared with other work
-        self.assertLess(profiled / direct_s, 3.0, (profiled, direct_s))
-        self.assertGreater(profiled / direct_s, 1 / 3.0, (profiled, direct_s))
+        # one thread (OMP_NUM_THREADS=1): a threaded kernel on two cores other processes share waits for a descheduled
+        # thread now and then, by 10 ms and more, which no bound survives; the fastest of 15 calls each, profiled
+        # calls and direct calls of the same compiled kernel interleaved
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+        out = subprocess.run([sys.executable, "-c", _TIMING], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(got["n"], 15)
+        ratio = got["profiled"] / got["direct"]
+        self.assertTrue(0.8 < ratio < 1.25, got)
 
     def test_off_by_default(self):
         self.assertIsNone(profile.current)

@@ -44,6 +44,8 @@ class Profiler:
         self._lock = threading.Lock()
         # device name -> its pid in the trace (the host is pid 0)
         self._pids: dict[str, int] = {}
+        # host threads named in the trace so far
+        self._threads: set[int] = set()
 
     def _us(self, t: float) -> float:
         return round((t - self.t0) * 1e6, 3)
@@ -61,9 +63,14 @@ class Profiler:
 
     def host(self, name: str, start: float, end: float, args: dict[str, Any] | None = None) -> None:
         """A host span `name` from perf_counter time `start` to `end`, on the calling thread's track."""
-        ev = {"name": name, "cat": "host", "ph": "X", "pid": 0, "tid": threading.get_ident() % 1000003,
-              "ts": self._us(start), "dur": round((end - start) * 1e6, 3), "args": args or {}}
+        tid = threading.get_ident() % 1000003  # the format wants a small int; idents are addresses
+        ev = {"name": name, "cat": "host", "ph": "X", "pid": 0, "tid": tid, "ts": self._us(start),
+              "dur": round((end - start) * 1e6, 3), "args": args or {}}
         with self._lock:
+            if tid not in self._threads:
+                # the track's name: the thread's (MainThread, or a compile worker of precompile's pool)
+                self._threads.add(tid)
+                self._meta(0, tid, "thread_name", threading.current_thread().name)
             self.events.append(ev)
 
     def kernel(self, device: str, name: str, start: float, seconds: float, args: dict[str, Any]) -> None:
