@@ -424,6 +424,11 @@ def from_dlpack(obj: Any) -> LazyBuffer:
         kind, ordinal = dlt.device.device_type, dlt.device.device_id
         if kind == kDLCUDA:
             tdev = f"CUDA:{ordinal}" if ordinal else "CUDA"
+            if ptr % 16:
+                # the GPU kernels' tiled paths (tensor maps, shared-memory staging) take buffers as allocations are:
+                # aligned to at least 16 bytes
+                raise BufferError(f"a CUDA pointer that isn't 16-byte aligned (0x{ptr:x}: a slice of a larger tensor) "
+                                  "can't be shared: clone it on the producer's side first")
             if device is not None and getattr(Device[tdev].native, "stream", None) is None:
                 _cuda_context_sync(tdev)
             opaque: Any = ptr
