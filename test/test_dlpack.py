@@ -263,6 +263,12 @@ class TestCUDA(unittest.TestCase):
         gc.collect()
         self.assertEqual(t.numpy()[1], 2)
 
+    def test_misaligned_slice_is_refused(self):
+        x = torch.arange(9, device="cuda", dtype=torch.float32)
+        with self.assertRaisesRegex(BufferError, "aligned"):
+            Tensor.from_dlpack(x[1:])
+        self.assertEqual(Tensor.from_dlpack(x[1:].clone()).tolist(), list(range(1, 9)))
+
     def test_every_dtype(self):
         for dt, tdt in TORCH_DTYPES.items():
             with self.subTest(dtype=dt):

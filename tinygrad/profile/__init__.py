@@ -107,8 +107,8 @@ def span(name: str, **args: Any) -> Iterator[None]:
 
 class Profile(contextlib.ContextDecorator):
     """`with Profile("trace.json"):` records a trace of the block and writes it there (nothing written for None);
-    the Profiler is `.profiler` (its events in `.profiler.trace()`). Nested profiles record into the outer one too
-    only through their own file: the innermost is the one recording."""
+    the Profiler is `.profiler` (its events in `.profiler.trace()`). Profiles nest: the innermost records, and the
+    outer one misses what ran inside it."""
 
     def __init__(self, path: str | None = None):
         self.path = path
@@ -133,6 +133,9 @@ def _profile_process(path: str) -> None:
     prof = current = Profiler()
 
     def write() -> None:
+        if not prof.events:
+            # nothing ran (`python -m tinygrad.profile profile.json` with PROFILE=1 still set must not overwrite it)
+            return
         prof.dump(path)
         print(f"tinygrad: profile written to {path} (python -m tinygrad.profile {path})", file=sys.stderr)
     atexit.register(write)
