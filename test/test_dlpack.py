@@ -206,11 +206,26 @@ class TestImport(unittest.TestCase):
                 self.assertEqual(t.dtype, dt)
                 self.assertEqual(t.tolist(), x.tolist())
 
-    def test_non_contiguous_is_refused(self):
-        x = torch.arange(6).reshape(2, 3).T
+    def test_permuted_layouts_are_shared(self):
+        x = torch.arange(6, dtype=torch.float32).reshape(2, 3).T
+        t = Tensor.from_dlpack(x)
+        self.assertEqual(t.tolist(), x.tolist())
+        x[2, 1] = -1
+        self.assertEqual(t.numpy()[2, 1], -1)
+        # channels-last: NHWC memory seen as NCHW
+        y = torch.arange(24, dtype=torch.int32).reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
+        self.assertEqual(Tensor.from_dlpack(y).tolist(), y.tolist())
+        a = np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4))
+        self.assertEqual((Tensor.from_dlpack(a) + 0).tolist(), a.tolist())
+
+    def test_gaps_are_refused(self):
+        x = torch.arange(12).reshape(3, 4)[:, ::2]
         with self.assertRaisesRegex(BufferError, "contiguous"):
             Tensor.from_dlpack(x)
         self.assertEqual(Tensor.from_dlpack(x.contiguous()).tolist(), x.tolist())
+        # a negative stride (numpy may refuse to export it itself)
+        with self.assertRaises(BufferError):
+            Tensor.from_dlpack(np.arange(4)[::-1])
 
     def test_readonly_numpy_is_copied(self):
         a = np.arange(3, dtype=np.int64)

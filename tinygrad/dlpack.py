@@ -391,12 +391,27 @@ def _consume(capsule: Any) -> tuple[int, DLTensor, Callable[[], None], bool]:
     raise BufferError("not a DLPack capsule, or one already consumed")
 
 
-def _compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
+def _memory_order(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The dims of a DLPack tensor from the slowest-varying in memory to the fastest, where its memory is one
+    compact array in some dim order (row-major, or a permute of it: a transpose, channels-last); BufferError for
+    anything else (gaps, overlaps, negative strides), which only a copy could share."""
+    ident = tuple(range(len(shape)))
+
+    def compact(order: tuple[int, ...]) -> bool:
+        # dims of size 1 may have any stride: they don't move through memory
+        acc = 1
+        for d in reversed(order):
+            if shape[d] != 1 and strides[d] != acc:
+                return False
+            acc *= shape[d]
+        return True
+    if strides is None or 0 in shape or compact(ident):
+        return ident
+    order = tuple(sorted(ident, key=lambda d: -strides[d]))
+    if not compact(order):
+        raise BufferError(f"a DLPack tensor of shape {shape} and strides {strides} has no compact layout: make it "
+                          "contiguous before handing it to tinygrad")
+    return order
 
 
 def from_dlpack(obj: Any) -> LazyBuffer:
@@ -404,7 +419,8 @@ def from_dlpack(obj: Any) -> LazyBuffer:
     numpy array, a capsule), without a copy: writes through either side are seen by the other. The producer's memory
     stays alive while the buffer does. Host memory lands on the CLANG device, CUDA memory on its CUDA device.
 
-    Only row-major compact layouts are shared (BufferError otherwise: make it contiguous on the producer's side).
+    Memory that is one compact array in some dim order is shared (row-major, or permuted: a transpose, channels-last,
+    seen through a permute); BufferError otherwise (gaps, negative strides: make it contiguous on the producer's side).
     A read-only export (a numpy array that isn't writeable) is copied, since tinygrad may write into its buffers."""
     device = tuple(obj.__dlpack_device__()) if hasattr(obj, "__dlpack_device__") else None
     if device is not None and device[0] not in (kDLCPU, kDLCUDA, kDLCUDAHost):
@@ -414,11 +430,7 @@ def from_dlpack(obj: Any) -> LazyBuffer:
     try:
         dt = from_dl_dtype(dlt.dtype.code, dlt.dtype.bits, dlt.dtype.lanes)
         shape = tuple(dlt.shape[i] for i in range(dlt.ndim))
-        if dlt.strides and 0 not in shape and any(s != 1 and dlt.strides[i] != c for i, (s, c) in enumerate(zip(shape,
-                                                                                           _compact_strides(shape)))):
-            strides = tuple(dlt.strides[i] for i in range(dlt.ndim))
-            raise BufferError(f"a DLPack tensor of shape {shape} and strides {strides} is not row-major compact: "
-                              "make it contiguous before handing it to tinygrad")
+        order = _memory_order(shape, tuple(dlt.strides[i] for i in range(dlt.ndim)) if dlt.strides else None)
         ptr = (dlt.data or 0) + dlt.byte_offset
         n = prod(shape)
         kind, ordinal = dlt.device.device_type, dlt.device.device_id
@@ -447,7 +459,8 @@ def from_dlpack(obj: Any) -> LazyBuffer:
     except BaseException:
         release()
         raise
-    lb = LazyBuffer.loadop(LoadOps.EMPTY, shape, dt, tdev)
+    # the memory as the compact array it is, in its own dim order, then viewed in the producer's order
+    lb = LazyBuffer.loadop(LoadOps.EMPTY, tuple(shape[d] for d in order), dt, tdev)
     lb.buffer = Buffer(tdev, n, dt).adopt(opaque, _Borrowed(release, tdev))
-    return lb
+    return lb if order == tuple(range(len(shape))) else lb.permute(tuple(order.index(d) for d in range(len(shape))))
 
