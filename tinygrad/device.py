@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
+import tinygrad.profile as _profile
 from tinygrad.diskcache import diskcache_get, diskcache_put
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import DEBUG, GlobalCounters, defer_interrupt, getenv, guard_finalizers, trim_heap
@@ -184,6 +186,16 @@ class Buffer:
         self.allocator = (dev if dev is not None else Device[self.device]).allocator
         self._buf = opaque if opaque is not None else self.allocator.alloc(self._nbytes, self.options)
         if self.allocator.counts_memory:
+            GlobalCounters.mem_used += self._nbytes
+        return self
+
+    def adopt(self, opaque: Any, allocator: Allocator) -> Buffer:
+        """Make memory another owner allocated this buffer's: `allocator` (not the device's) copies in and out of
+        it and is handed it back when the buffer is freed (tinygrad/dlpack.py wraps a producer's memory so)."""
+        if self._buf is not None:
+            raise RuntimeError(f"{self} is already allocated")
+        self.allocator, self._buf = allocator, opaque
+        if allocator.counts_memory:
             GlobalCounters.mem_used += self._nbytes
         return self
 
@@ -436,7 +448,13 @@ class Compiler:
             return lib
         lib = diskcache_get(self.cachekey, src) if self.cachekey else None
         if lib is None:
+            st = time.perf_counter()
             lib = self.compile(src)
+            et = time.perf_counter()
+            # a cold start's progress line (DEBUG>=1, or a CLI's after 2 s) and the profiler's compile span
+            _profile.compiled(et - st)
+            if _profile.current is not None:
+                _profile.current.host("compile", st, et, {"compiler": type(self).__name__, "source_bytes": len(src)})
             if self.cachekey:
                 diskcache_put(self.cachekey, src, lib)
         self._mem[src] = lib

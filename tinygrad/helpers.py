@@ -69,6 +69,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
                             "default: the CPUs this process may use, at most 8"),
     "DEFAULT_FLOAT": ("float", "the dtype of float data given without one (dtypes.default_float), read at import: any "
                                "float dtype's name, as in tinygrad 0.9"),
+    "PROFILE": ("", "1: record a Chrome/Perfetto trace of the whole process (host spans, one span per kernel) and "
+                    "write it to profile.json at exit; a path: write it there (python -m tinygrad.profile FILE)"),
     "TINYGRAD_API_KEY": ("", "the LLM server's key where --api-key is not given (python -m tinygrad.apps.llm --serve): "
                              "requests must send 'Authorization: Bearer KEY'; empty: no key"),
 }

@@ -297,6 +297,34 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
                     return out
         return np.frombuffer(self._data(), dtype=self.dtype.np).reshape(self.shape).copy()
 
+    def __dlpack__(self, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule over this tensor's memory, for `torch.from_dlpack(t)` or `np.from_dlpack(t)`: shared,
+        not copied (realized first; see tinygrad/dlpack.py)."""
+        from tinygrad.dlpack import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLDeviceType, device ordinal): (1, 0) for host tensors, (2, n) for CUDA:n."""
+        from tinygrad.dlpack import dlpack_device
+        return dlpack_device(self)
+
+    @staticmethod
+    def from_dlpack(obj: Any) -> Tensor:
+        """A Tensor sharing the memory of a DLPack producer (a torch tensor, a numpy array, a capsule): writes through
+        one are read through the other, and the producer's memory stays alive while this tensor's buffer does.
+
+        >>> import numpy as np
+        >>> a = np.arange(3, dtype=np.float32)
+        >>> t = Tensor.from_dlpack(a)
+        >>> a[0] = 7
+        >>> t.tolist()
+        [7.0, 1.0, 2.0]
+        """
+        from tinygrad.dlpack import from_dlpack
+        lb = from_dlpack(obj)
+        return Tensor(lb, device=lb.device)
+
     def item(self) -> ConstType:
         """The single element of a one-element tensor, as a Python bool, int or float.
 

@@ -20,6 +20,7 @@ from tinygrad import Tensor, TinyJit
 from tinygrad.nn import BatchNorm2d, Conv2d, Linear
 from tinygrad.nn.optim import Adam
 from tinygrad.nn.state import get_parameters
+from tinygrad.profile import show_compile_progress
 
 
 def load_data(seed: int, n_test: int = 360) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -123,6 +124,8 @@ def main() -> int:
     parser.add_argument("--min-accuracy", type=float, default=0.97, help="exit with status 1 below this")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args()
+    if not args.quiet:
+        show_compile_progress(2.0)  # a cold start compiles for a while: say so once it takes over 2 s
     if args.epochs < 1 or args.batch < 2:
         parser.error("--epochs must be >= 1 and --batch >= 2 (batch norm needs 2 images)")
     st = time.perf_counter()

@@ -89,6 +89,9 @@ PYBIND11_MODULE(_cuda, m) {
       .def_property_readonly("total_memory", [](const CudaDevice& d) { return d.context()->total_memory(); })
       .def_property_readonly("driver_version", [](const CudaDevice& d) { return d.context()->api().version; })
       .def_property_readonly("driver_source", [](const CudaDevice& d) { return d.context()->api().source; })
+      .def_property_readonly(
+          "stream", [](const CudaDevice& d) { return reinterpret_cast<uintptr_t>(d.context()->stream()); },
+          "The CUstream all of the device's work is queued on, as an int (DLPack's stream handshake).")
       .def("attribute", [](const CudaDevice& d, int attr) { return d.context()->attribute(attr); }, py::arg("attr"),
            "A CU_DEVICE_ATTRIBUTE_* value read at open.")
       .def("free_cache", [](const CudaDevice& d) { return d.cuda_allocator()->free_cache(); },

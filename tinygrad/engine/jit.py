@@ -27,6 +27,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Callable
 
+import tinygrad.profile as _profile
 from tinygrad.device import Device
 from tinygrad.engine.realize import CacheCollector, CompiledRunner
 from tinygrad.helpers import DEBUG, JIT, raise_pending_interrupt
@@ -187,7 +188,8 @@ class TinyJit:
         bufs = [lb.base.realized for lb in inputs]
         # the capture's buffers are this thread's; the devices' queues and graphs are everyone's
         with ENGINE_LOCK:
-            if cap.graph is not None:
+            # profiled: item by item, so each kernel is timed on its own
+            if cap.graph is not None and _profile.current is None:
                 cap.graph(bufs, var_vals)
             else:
                 for (j, i), k in cap.input_replace.items():

@@ -13,7 +13,9 @@ memory; which nodes are outputs. Graphs with bound symbolic variables are not pl
 """
 from libc.math cimport copysign
 
+import time
 
+import tinygrad.profile as _profile
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
@@ -281,17 +283,29 @@ def realize_lazybuffers(list outs):
         _engine_lock.leave()
 
 
+cdef tuple _schedule(list outs):
+    """create_schedule_with_vars(outs), recorded as a "schedule" span when profiling."""
+    prof = _profile.current
+    if prof is None:
+        return create_schedule_with_vars(outs)
+    st = time.perf_counter()
+    ret = create_schedule_with_vars(outs)
+    prof.host("schedule", st, time.perf_counter(), {"items": len(ret[0])})
+    return ret
+
+
 cdef _realize(list outs):
     global plan_hits, plan_misses, plan_disk_hits
     cdef list nodes = []
     cdef list leaves = []
-    if DEBUG.value >= 1 or VIZ.value or CacheCollector.active and CacheCollector.cache is not None:
-        # the slow path prints and records what it runs (for the JIT's capture and the visualizer)
-        run_schedule(*create_schedule_with_vars(outs))
+    if DEBUG.value >= 1 or VIZ.value or _profile.current is not None or \
+            CacheCollector.active and CacheCollector.cache is not None:
+        # the slow path prints, profiles and records what it runs (for the JIT's capture and the visualizer)
+        run_schedule(*_schedule(outs))
         return
     key = _walk(outs, nodes, leaves)
     if key is None:
-        run_schedule(*create_schedule_with_vars(outs))
+        run_schedule(*_schedule(outs))
         return
     if not nodes:
         return
@@ -301,7 +315,7 @@ cdef _realize(list outs):
         skey = _stable_key(key) if CACHELEVEL.value >= 2 else None
         items = _load_items(skey, len(nodes), len(leaves)) if skey is not None else None
         if items is None:
-            schedule, var_vals = create_schedule_with_vars(outs)
+            schedule, var_vals = _schedule(outs)
             items = _items_of(schedule, nodes, leaves) if not var_vals else None
             if items is None:
                 run_schedule(schedule, var_vals)

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
+import tinygrad.profile as _profile
 from tinygrad.codegen.gpu_dims import resolve_launch, symbolic_launch
 from tinygrad.codegen.kernel import opts_text
 from tinygrad.codegen.program import ProgramSpec
@@ -112,6 +113,17 @@ class BufferCopy(Runner):
         if dest.nbytes != src.nbytes:
             raise RuntimeError(f"copy size mismatch: {src} -> {dest}")
         st = time.perf_counter()
+        self._copy(dest, src)
+        # NOTE: not _profile.span: a copy runs for every host array made a tensor, and a generator costs a microsecond
+        prof = _profile.current
+        if prof is not None:
+            prof.host("copy", st, time.perf_counter(), {"bytes": dest.nbytes, "src": src.device, "dest": dest.device})
+        self.dname = dest.device
+        self.display_name = f"copy {dest.nbytes:8d}, {dest.device[:7]:>7s} <- {src.device[:7]:7s}"
+        return time.perf_counter() - st
+
+    @staticmethod
+    def _copy(dest: Buffer, src: Buffer) -> None:
         dest.ensure_allocated()
         src.ensure_allocated()
         if dest.allocator.can_transfer(src.allocator):
@@ -120,9 +132,6 @@ class BufferCopy(Runner):
                                     dest_dev=Device[dest.device])
         else:
             dest.copyin(src.as_buffer())
-        self.dname = dest.device
-        self.display_name = f"copy {dest.nbytes:8d}, {dest.device[:7]:>7s} <- {src.device[:7]:7s}"
-        return time.perf_counter() - st
 
 
 class EmptyOp(Runner):
@@ -189,7 +198,10 @@ class ExecItem:
     def run(self, var_vals: dict | None = None, wait: bool = False) -> float | None:
         for b in self.bufs:
             b.ensure_allocated()
-        et = self.prg(self.bufs, var_vals or {}, wait=wait)
+        prof = _profile.current
+        # profiled: a kernel waits for its end, so the device's own time is known (an asynchronous device's events)
+        st = time.perf_counter() if prof is not None else 0.0
+        et = self.prg(self.bufs, var_vals or {}, wait=wait or prof is not None)
         GlobalCounters.kernel_count += isinstance(self.prg, CompiledRunner)
         if et is not None:
             GlobalCounters.time_sum_s += et
@@ -200,6 +212,12 @@ class ExecItem:
         mem = sum(b.nbytes for b in self.bufs) if isinstance(self.prg, CompiledRunner) else 0
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
+        if prof is not None and isinstance(self.prg, CompiledRunner):
+            gs, ls = self.prg.global_size, self.prg.local_size
+            if self.prg._symbolic_dims:
+                gs, ls = resolve_launch(gs, var_vals or {}), resolve_launch(ls, var_vals or {})
+            prof.kernel(self.prg.dname, self.prg.display_name, st, et or 0.0,
+                        _profile.kernel_args(self.prg.name, gs, ls, ops, mem, et or 0.0))
         if DEBUG >= 2:
             ms = f"{et * 1e3:9.3f} ms" if et is not None else " " * 12
             rate = f" ({ops / et * 1e-9:9.2f} GFLOPS {mem / et * 1e-9:8.2f} GB/s)" if et and mem else ""
@@ -238,19 +256,22 @@ def _render(dname: str, ast: tuple) -> ProgramSpec:
             except records.RecordError:  # not a kernel of this build: render anew (and overwrite it)
                 pass
     from tinygrad.codegen.linearizer import Linearizer
-    lin = Linearizer(ast, dev.linearizer_opts)
-    if BEAM >= 1 and not NOOPT:
-        # the Opts a search timed fastest on this device (engine/search.py), applied exactly
-        opts = beam_search(dname, ast, BEAM.value)
-        if opts is not None:
-            for o in opts:
-                lin.apply_opt(o)
-            with Context(NOOPT=1):
-                lin.linearize()
-    lin.linearize()
+    with _profile.span("linearize", device=dname):
+        lin = Linearizer(ast, dev.linearizer_opts)
+        if BEAM >= 1 and not NOOPT:
+            # the Opts a search timed fastest on this device (engine/search.py), applied exactly
+            opts = beam_search(dname, ast, BEAM.value)
+            if opts is not None:
+                for o in opts:
+                    lin.apply_opt(o)
+                with Context(NOOPT=1):
+                    lin.linearize()
+        lin.linearize()
     # the source names the kernel by its shape alone, so equal kernels are equal text (and share compiled binaries)
-    ret = dataclasses.replace(dev.renderer(lin.name, lin.uops), global_size=lin.global_size,
-                              local_size=lin.local_size, vars=tuple(lin.vars), applied_opts=tuple(lin.applied_opts))
+    with _profile.span("render", device=dname, kernel=lin.name):
+        spec = dev.renderer(lin.name, lin.uops)
+    ret = dataclasses.replace(spec, global_size=lin.global_size, local_size=lin.local_size, vars=tuple(lin.vars),
+                              applied_opts=tuple(lin.applied_opts))
     if key is not None:
         try:
             diskcache_put("program", key, records.dumps(ret))

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens-cap", type=int, default=None,
                     help="--serve: the most tokens one answer may have (default: up to the context's end)")
     args = ap.parse_args(argv)
+    from tinygrad.profile import show_compile_progress
+    show_compile_progress(2.0)  # a cold start compiles for several seconds: say so once it takes over 2 s
 
     from tinygrad.apps.llm.generate import generate
     from tinygrad.apps.llm.model import Transformer
