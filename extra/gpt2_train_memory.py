@@ -6,7 +6,7 @@ live at one kernel, in schedule order. Beside it, PyTorch's theoretical for the 
 parameters, gradients, AdamW's two moments, and the activations autograd saves for the backward.
 
     PYTHONPATH=. python extra/gpt2_train_memory.py                  # GPT-2 small, batch 8, seq 1024
-    PYTHONPATH=. python extra/gpt2_train_memory.py --batch 8 --seq 512 --top 5
+    PYTHONPATH=. python extra/gpt2_train_memory.py --batch 8 --seq 512 --init --top 5
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from tinygrad.nn.state import get_parameters
 GB = 1e9
 
 
-def step_schedule(cfg: GPT2Config, batch: int, seq: int) -> tuple[list, list[Tensor]]:
-    """The schedule of one training step and the tensors it realizes. The parameters are empty buffers, so their
-    initialisation is not part of it."""
+def step_schedule(cfg: GPT2Config, batch: int, seq: int, init: bool = False) -> tuple[list, list[Tensor]]:
+    """The schedule of one training step and the tensors it realizes. The parameters are empty buffers, or with
+    `init` their random initialisation is part of the step (a training script's first step)."""
     model = GPT2(cfg)
     params = get_parameters(model)
-    for p in params:
+    for p in params if not init else ():
         p.lazydata = Tensor.empty(*p.shape, dtype=p.dtype).lazydata
     opt = AdamW(params, lr=1e-4)
     tokens = Tensor.empty(batch, seq, dtype=dtypes.int32)
@@ -93,11 +93,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--init", action="store_true", help="the parameters' initialisation is part of the step")
     ap.add_argument("--top", type=int, default=0, help="also list the N largest kernel outputs")
     args = ap.parse_args()
     cfg = GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq))
     t0 = time.perf_counter()
-    schedule, outs = step_schedule(cfg, args.batch, args.seq)
+    schedule, outs = step_schedule(cfg, args.batch, args.seq, args.init)
     peak, at, resident = peak_bytes(schedule, outs)
     print(f"GPT-2 ({cfg.n_layer} layers, d {cfg.n_embd}) training step, AdamW, float32, batch {args.batch}, "
           f"seq {args.seq}: {len(schedule)} kernels, scheduled in {time.perf_counter() - t0:.1f} s")
