@@ -18,6 +18,7 @@ from tinygrad.dtype import dtypes
 from tinygrad.engine.realize import run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
 from tinygrad.helpers import Context
+from tinygrad.ops import ReduceOps
 from tinygrad.renderer.cstyle import ClangRenderer
 from tinygrad.runtime.ops_clang import ClangCompiler, ClangProgram, host_renderer
 from tinygrad.shape.symbolic import Variable
@@ -141,6 +142,22 @@ def test_small_kernels_and_plain_devices_get_no_opts():
         assert all(u.dtype is None or u.dtype.count == 1 for u in lin.uops)
     with Context(NOOPT=1):
         assert lin_for(si, AVX512).applied_opts == []
+
+
+def test_a_kernel_no_tile_fits_gets_the_untiled_plan(monkeypatch):
+    # issue 30: a GPT-2 training step crashed unpacking the best of no candidates for a (2, 64, 128) SUM whose body
+    # was past the limit even untiled; such a kernel gets no opts and runs plain (the limit is lowered to 0 here)
+    import tinygrad.codegen.opt as opt_mod
+    x = rand(2, 64, 128)
+    si, var_vals = last_kernel((x * 2 + 1).sum(axis=1))
+    assert choose_opts(Linearizer(si.ast, AVX512)) != []
+    monkeypatch.setattr(opt_mod, "MAX_BODY", 0)
+    lin = Linearizer(si.ast, AVX512)
+    assert lin.full_shape == (2, 64, 128) and lin.reduceop.op is ReduceOps.SUM
+    assert choose_opts(lin) == []
+    got, lin = run(si, var_vals)
+    assert lin.applied_opts == []
+    np.testing.assert_allclose(got.reshape(2, 128), (x.numpy() * 2 + 1).sum(axis=1), rtol=1e-5, atol=1e-4)
 
 
 def test_opts_keep_the_kernel_name():

@@ -141,6 +141,22 @@ def test_wide_graphs_are_split_into_kernels_the_runtime_can_launch():
     np.testing.assert_array_equal(total.numpy(), np.sum(arrs, axis=0))
 
 
+def test_a_wide_matmul_stores_its_operand_not_its_product():
+    # a matmul whose operand is a sum of 60 buffers (a deep model's residual stream) reads too many buffers for one
+    # kernel: the sum gets a buffer, never the (M, K, N) product before the reduce (38.6 GB in GPT-2 small)
+    rng = np.random.default_rng(0)
+    arrs = [rng.standard_normal((8, 16), dtype=np.float32) for _ in range(60)]
+    x = Tensor(arrs[0]).realize()
+    for a in arrs[1:]:
+        x = x + Tensor(a).realize()
+    w = Tensor(rng.standard_normal((16, 32), dtype=np.float32)).realize()
+    y = x @ w
+    sched = kernels(y)
+    assert len(sched) > 1 and all(len(si.bufs) <= 49 for si in sched)
+    assert max(si.bufs[0].size for si in sched) == 8 * 32
+    np.testing.assert_allclose(y.numpy(), np.sum(arrs, axis=0) @ w.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_costly_results_read_by_a_matmul_are_stored_once():
     # exp fused into the matmul would be recomputed for every output column: it gets a kernel of its own
     a = Tensor(np.random.default_rng(0).standard_normal((8, 16), dtype=np.float32)).realize()

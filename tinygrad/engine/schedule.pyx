@@ -235,10 +235,12 @@ cdef void _realize_expanded_inputs(list order, set realizes) except *:
                     stack.append(sb)
 
 
-cdef int _count_inputs(object b, set realizes) except -1:
-    """How many buffers the kernel storing base `b` reads."""
+cdef int _count_inputs(object b, set realizes, list largest=None) except -1:
+    """How many buffers the kernel storing base `b` reads; with `largest`, the most elements of one of them is
+    appended to it."""
     cdef set inputs = set()
     cdef set seen = set()
+    most = 0
     stack = [b]
     while stack:
         x = stack.pop()
@@ -251,6 +253,10 @@ cdef int _count_inputs(object b, set realizes) except -1:
                 stack.append(sb)
             elif sb.op is not LoadOps.CONST and sb.op is not LoadOps.IOTA or sb.realized is not None:
                 inputs.add(id(sb))
+                if isinstance(sb.size, int) and sb.size > most:
+                    most = sb.size
+    if largest is not None:
+        largest.append(most)
     return len(inputs)
 
 
@@ -263,12 +269,37 @@ cdef void _split_wide_kernels(list order, set realizes, dict fused_reduce) excep
         for b in order:
             if id(b) not in realizes or isinstance(b.op, LoadOps) and b.op is not LoadOps.ASSIGN:
                 continue
-            if _count_inputs(b, realizes) <= MAX_KERNEL_INPUTS:
+            largest = []
+            if _count_inputs(b, realizes, largest) <= MAX_KERNEL_INPUTS:
                 continue
-            for s in (b.srcs[:1] if b.op is LoadOps.ASSIGN else b.srcs):
-                if _computes(s.base, realizes):
-                    _unfuse(s.base, realizes, fused_reduce)
-                    changed = True
+            for sb in _parts_to_store(b, realizes, max(largest[0], b.size) if isinstance(b.size, int) else None):
+                _unfuse(sb, realizes, fused_reduce)
+                changed = True
+
+
+cdef list _parts_to_store(object b, set realizes, object limit):
+    """The fused bases that a kernel too wide stores first: its sources, except that one larger than `limit`
+    elements (larger than the kernel's output and every buffer it reads) is passed through for its own sources.
+    NOTE: that is a matmul's product before its sum, as large as tokens x in x out (38.6 GB in a GPT-2-small
+    layer at 4096 tokens, where the residual stream it is computed from made the kernel too wide): storing the
+    residual stream is cheap and the product is never materialized. Where only such bases are found, they are
+    stored after all, so the kernel still gets narrower."""
+    direct = [s.base for s in (b.srcs[:1] if b.op is LoadOps.ASSIGN else b.srcs) if _computes(s.base, realizes)]
+    if limit is None:
+        return direct
+    cdef list found = []
+    cdef set seen = set()
+    stack = list(direct)
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x.size, int) and x.size > limit and _is_elementwise(x.op):
+            stack.extend(s.base for s in x.srcs if _computes(s.base, realizes))
+        else:
+            found.append(x)
+    return found if found else direct
 
 
 cdef list _order_assigns(list items, list reads_of):

@@ -1,0 +1,118 @@
+"""Peak memory of a GPT-2 training step (forward, backward, AdamW), from its schedule alone: nothing runs.
+
+The buffers the step keeps (parameters, optimizer state, the loss) and those it reads without writing are live all
+along; every other buffer is live from the first kernel that touches it to the last. The peak is the most bytes
+live at one kernel, in schedule order. Beside it, PyTorch's theoretical for the same model in float32 eager mode:
+parameters, gradients, AdamW's two moments, and the activations autograd saves for the backward.
+
+    PYTHONPATH=. python extra/gpt2_train_memory.py                  # GPT-2 small, batch 8, seq 1024
+    PYTHONPATH=. python extra/gpt2_train_memory.py --batch 8 --seq 512 --init --top 5
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from extra.models.gpt2 import GPT2, GPT2Config
+from tinygrad import Tensor, dtypes
+from tinygrad.engine.schedule import create_schedule
+from tinygrad.nn.optim import AdamW
+from tinygrad.nn.state import get_parameters
+
+GB = 1e9
+
+
+def step_schedule(cfg: GPT2Config, batch: int, seq: int, init: bool = False) -> tuple[list, list[Tensor]]:
+    """The schedule of one training step and the tensors it realizes. The parameters are empty buffers, or with
+    `init` their random initialisation is part of the step (a training script's first step)."""
+    model = GPT2(cfg)
+    params = get_parameters(model)
+    for p in params if not init else ():
+        p.lazydata = Tensor.empty(*p.shape, dtype=p.dtype).lazydata
+    opt = AdamW(params, lr=1e-4)
+    tokens = Tensor.empty(batch, seq, dtype=dtypes.int32)
+    targets = Tensor.empty(batch, seq, dtype=dtypes.int32)
+    prev, Tensor.training = Tensor.training, True
+    try:
+        loss = model.loss(tokens, targets)
+        loss.backward()
+        outs = [loss, *opt.schedule_step()]
+    finally:
+        Tensor.training = prev
+    return create_schedule([t.lazydata for t in outs]), outs
+
+
+def peak_bytes(schedule: list, keep: list[Tensor]) -> tuple[int, int, int]:
+    """(peak bytes live, the kernel at the peak, bytes live all along) over `schedule`; the buffers of `keep` and
+    every buffer read before any kernel writes it stay live from start to end."""
+    first, last, bufs = {}, {}, {}
+    written = set()
+    resident = {id(t.lazydata.base.buffer): t.lazydata.base.buffer for t in keep}
+    for i, si in enumerate(schedule):
+        for j, b in enumerate(si.bufs):
+            key = id(b)
+            bufs[key] = b
+            if j >= si.n_outputs and key not in written:
+                resident[key] = b
+            if j < si.n_outputs:
+                written.add(key)
+            first.setdefault(key, i)
+            last[key] = i
+    base = sum(b.nbytes for b in resident.values())
+    # a sweep over start and end events: +bytes at a buffer's first kernel, -bytes after its last
+    delta = [0] * (len(schedule) + 1)
+    for key, b in bufs.items():
+        if key in resident:
+            continue
+        delta[first[key]] += b.nbytes
+        delta[last[key] + 1] -= b.nbytes
+    live, peak, at = 0, 0, 0
+    for i in range(len(schedule)):
+        live += delta[i]
+        if live > peak:
+            peak, at = live, i
+    return base + peak, at, base
+
+
+def torch_theoretical(cfg: GPT2Config, batch: int, seq: int) -> dict[str, int]:
+    """Bytes PyTorch float32 eager needs for the step: parameters, gradients, two AdamW moments, and the tensors
+    autograd saves. Per layer and token: the block input, ln_1's output, q/k/v, the attention output, the second
+    residual, ln_2's output, c_fc's output (gelu's input) and gelu's output (16 * d floats), plus each head's row
+    of softmax output (n_head * seq floats) and the causal mask; after the layers the final norm's input and output,
+    the logits and their log-softmax."""
+    d, n_tok = cfg.n_embd, batch * seq
+    n_params = (cfg.vocab_size * d + cfg.n_positions * d + 2 * d +
+                cfg.n_layer * (4 * d + d * 3 * d + 3 * d + d * d + d + d * 4 * d + 4 * d + 4 * d * d + d))
+    per_layer = 4 * (n_tok * 16 * d + batch * cfg.n_head * seq * seq) + seq * seq
+    activations = cfg.n_layer * per_layer + 4 * (2 * n_tok * d + 2 * n_tok * cfg.vocab_size)
+    return {"params": 4 * n_params, "grads": 4 * n_params, "adam": 8 * n_params, "activations": activations}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--init", action="store_true", help="the parameters' initialisation is part of the step")
+    ap.add_argument("--top", type=int, default=0, help="also list the N largest kernel outputs")
+    args = ap.parse_args()
+    cfg = GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq))
+    t0 = time.perf_counter()
+    schedule, outs = step_schedule(cfg, args.batch, args.seq, args.init)
+    peak, at, resident = peak_bytes(schedule, outs)
+    print(f"GPT-2 ({cfg.n_layer} layers, d {cfg.n_embd}) training step, AdamW, float32, batch {args.batch}, "
+          f"seq {args.seq}: {len(schedule)} kernels, scheduled in {time.perf_counter() - t0:.1f} s")
+    print(f"tinygrad peak (schedule order):  {peak / GB:7.2f} GB at kernel {at} "
+          f"({resident / GB:.2f} GB held all step)")
+    th = torch_theoretical(cfg, args.batch, args.seq)
+    parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in th.items())
+    print(f"PyTorch theoretical:             {sum(th.values()) / GB:7.2f} GB ({parts})")
+    if args.top:
+        sizes = sorted(((max(b.nbytes for b in si.outputs), i) for i, si in enumerate(schedule)), reverse=True)
+        for nbytes, i in sizes[:args.top]:
+            print(f"  kernel {i}: output {nbytes / GB:.3f} GB, inputs "
+                  f"{[round(b.nbytes / GB, 3) for b in schedule[i].inputs]} GB")
+
+
+if __name__ == "__main__":
+    main()
