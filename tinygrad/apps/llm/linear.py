@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.nn.state_gguf import GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
@@ -144,6 +145,11 @@ class Linear:
         out, inner = self.shape
         group, scale_dtype, offsets = PLANE_LAYOUT[ts[0].ttype]
         self.groups = inner // group
+        # on a CPU (no local dims) a product with offsets takes them apart (see __call__): its loop over the values
+        # is bound by instructions there, where on a GPU, bound by memory, the two more small kernels would only add
+        # their launches
+        opts = getattr(Device[device], "linearizer_opts", None)
+        self.split_offsets = offsets and opts is not None and not opts.has_local
         step = max(1, LOAD_CHUNK_BYTES // inner)
         if out <= step:
             planes = [Tensor(p, device=device).realize() if p is not None else None for p in _rows_planes(ts, 0, out)]
@@ -184,10 +190,10 @@ class Linear:
         out, inner = self.shape
         g = self.groups
         w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * self.d.cast(dtypes.float32).reshape(out, g, 1)
-        if self.m is None:
-            return w
-        m = self.m if self.m.dtype == dtypes.float32 else self.m.cast(dtypes.float32)
-        return w - m.reshape(out, g, 1)
+        return w - self._offsets().reshape(out, g, 1) if self.m is not None else w
+
+    def _offsets(self) -> Tensor:
+        return self.m if self.m.dtype == dtypes.float32 else self.m.cast(dtypes.float32)
 
     def weight(self) -> Tensor:
         if self.w is not None:
@@ -203,4 +209,12 @@ class Linear:
         # values, so the kernel reads whole vectors of int8 values along the group and one scale per group, where a
         # flat (out, in) weight would index the scale by division for every value
         inner, g = self.shape[1], self.groups
+        if self.m is not None and self.split_offsets:
+            # sum_g (d_g q . x_g - m_g sum(x_g)): the offsets' part is a small product of its own over the input's
+            # group sums, so the long loop over the values does one subtraction less a value
+            out = self.shape[0]
+            xg = x.reshape(*x.shape[:-1], 1, g, inner // g)
+            w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * \
+                self.d.cast(dtypes.float32).reshape(out, g, 1)
+            return (xg * w).sum((-2, -1)) - (xg.sum(-1) * self._offsets().reshape(out, g)).sum(-1)
         return (x.reshape(*x.shape[:-1], 1, g, inner // g) * self._grouped()).sum((-2, -1))
