@@ -330,7 +330,8 @@ def main() -> None:
                     default=os.environ.get("LLAMACPP_PYTHON") or None,
                     help="an interpreter with llama-cpp-python (default: $LLAMACPP_PYTHON, else this one if it has it)")
     ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch column")
-    ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ap.add_argument("--json", action="store_true",
+                    help="print the results as one JSON object (a list, one a model, for several)")
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args()
