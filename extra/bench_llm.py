@@ -1,4 +1,5 @@
-"""Gemma 3 270M inference speed and memory: this runtime beside llama.cpp and PyTorch, on the same prompt ids.
+"""LLM inference speed and memory (Gemma 3 270M, SmolLM2-135M, any GGUF): this runtime beside llama.cpp and PyTorch,
+on the same prompt ids.
 
 Rows: prefill tok/s (the whole prompt in one call), decode tok/s (one token a step, greedy), time to first token
 (the prompt's forward and the first greedy pick; warm, and in the process's first run, which compiles kernels and
@@ -7,16 +8,20 @@ after all runs (a prompt's second run can capture more jitted steps, as a server
 runtime (tinygrad.apps.llm, as its CLI runs: the tokenizer held, a 4096-position KV cache, greedy Sampler);
 llama.cpp through llama-cpp-python with `--threads` threads (2 by default), when `llama_cpp` imports here or
 `--llamacpp-python` names an interpreter that has it; PyTorch running a plain greedy Gemma 3 forward with a KV cache
-over the same weights dequantized to float32, when torch imports. Each runs in a process of its own (back to back),
-first once untimed with a few decode steps (kernel compiles, page-ins), then `--runs` times; the best run is shown.
-A last row counts how many of each runtime's greedy tokens equal this runtime's from the start.
+over the same weights dequantized to float32 (Gemma 3 only), when torch imports. Each runs in a process of its own,
+first once untimed with a few decode steps (kernel compiles, page-ins), then `--runs` times; `--rounds` rounds run
+the columns in turn (A B A B: on a shared machine a busy spell then hurts both sides alike), and the best run of all
+rounds is shown. The last rows count how many of each runtime's greedy tokens equal this runtime's from the start,
+and give this runtime's speeds as a multiple of each other's (the ratio a noisy machine measures best).
 
     python extra/bench_llm.py --model PATH.gguf --llamacpp-python VENV/bin/python     # CPU, the real file
+    python extra/bench_llm.py --model GEMMA.gguf --model SMOLLM2.gguf --rounds 3      # a table for each file
     python extra/bench_llm.py --synthetic --device CUDA --json                         # a GPU machine without it
     python extra/bench_llm.py --synthetic llama:llama-3.1-8b --device CUDA --no-torch  # any family and size
 
-The model defaults to $GEMMA3_GGUF and the llama.cpp interpreter to $LLAMACPP_PYTHON where they are set (a venv of
-its own with llama-cpp-python, so that neither runtime's dependencies reach the other).
+`--model` may be given several times (a table for each). The model defaults to $GEMMA3_GGUF (and $SMOLLM2_GGUF,
+where set, as a second model) and the llama.cpp interpreter to $LLAMACPP_PYTHON where they are set (a venv of its
+own with llama-cpp-python, so that neither runtime's dependencies reach the other).
 
 `--synthetic` writes (to a temporary folder) a GGUF with the real file's metadata, tensor shapes and types and
 random blocks (tinygrad/apps/llm/synthetic.py): the same speed, meaningless text. `--synthetic ARCH:SIZE` (a size of
@@ -38,8 +43,9 @@ import time
 
 import benchlib
 
-# the Gemma 3 270M Q4_K_M file, where the machine keeps one (else --model or --synthetic is needed)
-DEFAULT_MODEL = os.environ.get("GEMMA3_GGUF", "")
+# the Gemma 3 270M Q4_K_M file and the SmolLM2-135M-Instruct Q4_1 one, where the machine keeps them (else --model or
+# --synthetic is needed)
+DEFAULT_MODELS = [p for p in (os.environ.get("GEMMA3_GGUF"), os.environ.get("SMOLLM2_GGUF")) if p]
 CONTEXT = 4096  # the CLI's default: its KV cache size is part of the memory row
 WARMUP_DECODE = 8  # a jitted step is captured on its second call: a few more for anything compiled late
 PARAGRAPH = (
@@ -283,13 +289,32 @@ def table_rows(results: dict) -> list[tuple[str, list[str]]]:
             ("resident MB after all", "rss_mb", 0),
             ("peak resident MB", "peak_rss_mb", 0)]
     out = [(name, [cell(r, key, d) for r in results.values()]) for name, key, d in rows]
-    return out + [("greedy ids equal to tinygrad's", [agree(r) for r in results.values()])]
+    out.append(("greedy ids equal to tinygrad's", [agree(r) for r in results.values()]))
+    mine = results.get("tinygrad")
+
+    def ratio(r, key):
+        if mine is None or r is None or not r.get(key) or key not in mine:
+            return "-"
+        return f"{mine[key] / r[key]:.2f}x"
+    return out + [(f"tinygrad's {what} tok/s over this", [ratio(r, f"{what}_tok_s") for r in results.values()])
+                  for what in ("prefill", "decode")]
+
+
+# the best of several rounds' results: speeds the highest, times the lowest, memory and ids of the first round
+_BEST = {"prefill_tok_s": max, "decode_tok_s": max, "ttft_ms": min, "cold_ttft_ms": min}
+
+
+def merge_rounds(old: dict | None, new: dict) -> dict:
+    if old is None:
+        return dict(new)
+    return {**old, **{k: f(old[k], new[k]) for k, f in _BEST.items() if k in old and k in new}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL,
-                    help="a Gemma 3 GGUF file (default: $GEMMA3_GGUF; the timed file is gemma-3-270m-Q4_K_M.gguf)")
+    ap.add_argument("--model", action="append", default=None,
+                    help="a GGUF file, or several (--model A --model B: a table each; default: $GEMMA3_GGUF and "
+                    "$SMOLLM2_GGUF, the timed files are gemma-3-270m-q4_k_m.gguf and SmolLM2-135M-Instruct.Q4_1.gguf)")
     ap.add_argument("--synthetic", nargs="?", const="gemma3-270m", metavar="ARCH:SIZE",
                     help="time a synthetic file: the 270M model's shapes, or ARCH:SIZE (see synthetic.SIZES)")
     ap.add_argument("--quant", default="Q4_K_M", help="the weights of a --synthetic ARCH:SIZE file (F32, F16, Q8_0, "
@@ -297,57 +322,78 @@ def main() -> None:
     ap.add_argument("--device", default="CPU", type=str.upper, help="CPU (default) or CUDA")
     ap.add_argument("--prompt-tokens", type=benchlib.positive(int), default=100)
     ap.add_argument("--decode", type=benchlib.positive(int), default=128, help="decode steps timed")
-    ap.add_argument("--runs", type=benchlib.positive(int), default=2, help="timed runs; the best is shown")
+    ap.add_argument("--runs", type=benchlib.positive(int), default=2, help="timed runs a round; the best is shown")
+    ap.add_argument("--rounds", type=benchlib.positive(int), default=2,
+                    help="rounds of every column in turn (A B A B), each a process of its own; the best is shown")
     ap.add_argument("--threads", type=benchlib.positive(int), default=2, help="llama.cpp's and PyTorch's CPU threads")
     ap.add_argument("--llamacpp-python", metavar="PATH", type=benchlib.interpreter,
                     default=os.environ.get("LLAMACPP_PYTHON") or None,
                     help="an interpreter with llama-cpp-python (default: $LLAMACPP_PYTHON, else this one if it has it)")
     ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch column")
-    ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ap.add_argument("--json", action="store_true",
+                    help="print the results as one JSON object (a list, one a model, for several)")
     ap.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
+        args.model = args.model[0]
         benchlib.emit(WORKERS[args.worker](args, json.loads(args.ids)))
         return
-    import importlib.util
+    models = args.model or DEFAULT_MODELS or [""]
+    tables = []
     with tempfile.TemporaryDirectory() as tmp:
-        if args.synthetic == "gemma3-270m":
-            from tinygrad.apps.llm.synthetic import write_gemma3_270m
-            args.model = write_gemma3_270m(os.path.join(tmp, "gemma3-270m-synthetic.gguf"))
-        elif args.synthetic:
-            args.model = synthetic_model(args.synthetic, args.quant)
-        elif not args.model or not os.path.exists(args.model):
-            raise RuntimeError(f"no model file {args.model!r} (pass --model PATH, set GEMMA3_GGUF, or --synthetic)")
-        if args.synthetic and args.synthetic != "gemma3-270m":
-            ids = synthetic_ids(args.model, args.prompt_tokens)
-        else:
-            ids = prompt_ids(args.model, args.prompt_tokens)
-        columns = {"tinygrad": sys.executable}
-        llamacpp = args.llamacpp_python or (sys.executable if importlib.util.find_spec("llama_cpp") else None)
-        if llamacpp:
-            columns["llamacpp"] = llamacpp
-        if not args.no_torch and importlib.util.find_spec("torch"):
-            columns["torch"] = sys.executable
-        common = ["--model", args.model, "--device", args.device, "--decode", str(args.decode), "--runs",
-                  str(args.runs), "--threads", str(args.threads), "--ids", json.dumps(ids)]
-        results, notes = {}, []
-        for name, python in columns.items():
-            try:
-                results[name] = benchlib.run_worker(python, [os.path.abspath(__file__), "--worker", name, *common],
-                                                    timeout=1800)
-            except RuntimeError as e:
-                notes.append(f"{name}: {str(e).splitlines()[-1]}")
-    title = (f"{'synthetic ' if args.synthetic else ''}{os.path.basename(args.model)}, {len(ids)}-token prompt, "
-             f"{args.decode} decode steps, greedy, best of {args.runs} ({args.device})")
+        for model in (models[:1] if args.synthetic else models):
+            tables.append(bench_model(args, model, tmp))
     if args.json:
-        print(json.dumps({"title": title, "machine": benchlib.machine_line(), "prompt_ids": ids,
-                          "results": results, "notes": notes}))
+        out = [{"title": t, "machine": benchlib.machine_line(), "prompt_ids": ids, "results": res, "notes": notes}
+               for t, ids, res, notes in tables]
+        print(json.dumps(out[0] if len(out) == 1 else out))
         return
     print(benchlib.machine_line())
-    benchlib.print_table(title, [r["label"] for r in results.values()], table_rows(results))
-    for note in notes:
-        print("note:", note)
+    for title, _, results, notes in tables:
+        benchlib.print_table(title, [r["label"] for r in results.values()], table_rows(results))
+        for note in notes:
+            print("note:", note)
+
+
+def bench_model(args, model: str, tmp: str) -> tuple[str, list[int], dict, list[str]]:
+    """One model's (title, prompt ids, results by column, notes): every column's worker `args.rounds` times, in
+    turn."""
+    import importlib.util
+    if args.synthetic == "gemma3-270m":
+        from tinygrad.apps.llm.synthetic import write_gemma3_270m
+        model = write_gemma3_270m(os.path.join(tmp, "gemma3-270m-synthetic.gguf"))
+    elif args.synthetic:
+        model = synthetic_model(args.synthetic, args.quant)
+    elif not model or not os.path.exists(model):
+        raise RuntimeError(f"no model file {model!r} (pass --model PATH, set GEMMA3_GGUF, or --synthetic)")
+    if args.synthetic and args.synthetic != "gemma3-270m":
+        ids = synthetic_ids(model, args.prompt_tokens)
+    else:
+        ids = prompt_ids(model, args.prompt_tokens)
+    columns = {"tinygrad": sys.executable}
+    llamacpp = args.llamacpp_python or (sys.executable if importlib.util.find_spec("llama_cpp") else None)
+    if llamacpp:
+        columns["llamacpp"] = llamacpp
+    if not args.no_torch and importlib.util.find_spec("torch"):
+        columns["torch"] = sys.executable
+    common = ["--model", model, "--device", args.device, "--decode", str(args.decode), "--runs", str(args.runs),
+              "--threads", str(args.threads), "--ids", json.dumps(ids)]
+    results: dict = {}
+    notes: dict = {}
+    for _ in range(args.rounds):
+        for name, python in columns.items():
+            if name in notes:
+                continue
+            try:
+                res = benchlib.run_worker(python, [os.path.abspath(__file__), "--worker", name, *common], timeout=1800)
+            except RuntimeError as e:
+                notes[name] = f"{name}: {str(e).splitlines()[-1]}"
+                continue
+            results[name] = merge_rounds(results.get(name), res)
+    title = (f"{'synthetic ' if args.synthetic else ''}{os.path.basename(model)}, {len(ids)}-token prompt, "
+             f"{args.decode} decode steps, greedy, best of {args.rounds} x {args.runs} ({args.device})")
+    return title, ids, {k: results[k] for k in columns if k in results}, list(notes.values())
 
 
 if __name__ == "__main__":

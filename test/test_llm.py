@@ -211,12 +211,12 @@ def _random_blocks(ttype: int, nbytes: int, n: int, seed: int) -> np.ndarray:
 
     def f16():
         return np.frombuffer(rng.uniform(-2, 2, n).astype(np.float16).tobytes(), np.uint8).reshape(n, 2)
-    # the fp16 fields: scales at the start (Q4_K: d and dmin), at the end for Q6_K
+    # the fp16 fields: scales at the start (Q4_K: d and dmin; Q4_1, Q5_1: d and m), at the end for Q6_K
     if ttype == 14:
         raw[:, 208:210] = f16()
     else:
         raw[:, :2] = f16()
-        if ttype == 12:
+        if ttype in (3, 7, 12):
             raw[:, 2:4] = f16()
     return raw
 
@@ -229,8 +229,9 @@ def _gguf_matrix(raw: np.ndarray, ttype: int, shape: tuple[int, int], name: str 
 
 
 # ttype, block bytes, values a block, the planes' bytes a block: Q8_0 the file's, Q4_0/Q5_0 a byte a value and the
-# file's fp16 scale, Q4_K/Q6_K a byte a value and float32 scales (and offsets)
-PLANE_CASES = [(2, 18, 32, 34), (6, 22, 32, 34), (8, 34, 32, 34), (12, 144, 256, 256 + 64), (14, 210, 256, 256 + 64)]
+# file's fp16 scale, Q4_1/Q5_1 that and the fp16 minimum, Q4_K/Q6_K a byte a value and float32 scales (and offsets)
+PLANE_CASES = [(2, 18, 32, 34), (3, 20, 32, 36), (6, 22, 32, 34), (7, 24, 32, 36), (8, 34, 32, 34),
+               (12, 144, 256, 256 + 64), (14, 210, 256, 256 + 64)]
 
 
 @pytest.mark.parametrize("ttype,nbytes,block,plane_bytes", PLANE_CASES)
@@ -246,8 +247,10 @@ def test_int8_planes_equal_gguf_dequantization(ttype, nbytes, block, plane_bytes
     np.testing.assert_array_equal(plane_values(*planes), want)
     assert sum(p.nbytes for p in planes if p is not None) == 64 * plane_bytes
     assert planes[1].dtype == PLANE_LAYOUT[ttype][1]
-    if ttype in (2, 6, 8):
+    if ttype in (2, 3, 6, 7, 8):
         assert planes[1].dtype == np.float16 and planes[1].nbytes == 64 * 2  # the file's scale bytes
+    if ttype in (3, 7):
+        assert planes[2].dtype == np.float16 and planes[2].nbytes == 64 * 2  # and its minimums
     # a (4, 16 * block) matrix on the device: its kernel's values equal too (Q4_K's q * d - m within a rounding:
     # a GPU compiler may fuse it into one fma)
     lin = Linear(_gguf_matrix(raw, ttype, (4, 16 * block)), Device.DEFAULT)

@@ -1,23 +1,25 @@
 """Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`).
 
-Q4_0, Q5_0, Q8_0, Q4_K and Q6_K matrices are split at load into planes: int8 values and a scale (and offset) per
-group of 16 or 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. Other quantized
-types keep the file's blocks, dequantized by Tensor ops in the kernel that reads them.
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load into planes: int8 values and a scale (and
+offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. Other
+quantized types keep the file's blocks, dequantized by Tensor ops in the kernel that reads them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.nn.state_gguf import GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
-Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 2, 6, 8, 12, 14
-# what _planes makes of each type: (values a group, the scales' dtype, whether groups have offsets). Q4_0, Q5_0 and
-# Q8_0 keep the file's fp16 scales; Q4_K's and Q6_K's are products of an fp16 and a 6- or 8-bit integer, which
-# need float32 to be exact.
-PLANE_LAYOUT = {Q4_0: (32, np.float16, False), Q5_0: (32, np.float16, False), Q8_0: (32, np.float16, False),
-                Q4_K: (32, np.float32, True), Q6_K: (16, np.float32, False)}
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
+# what _planes makes of each type: (values a group, the scales' (and offsets') dtype, whether groups have offsets).
+# Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 keep the file's fp16 scales (and minimums, negated: exact); Q4_K's and Q6_K's are
+# products of an fp16 and a 6- or 8-bit integer, which need float32 to be exact.
+PLANE_LAYOUT = {Q4_0: (32, np.float16, False), Q4_1: (32, np.float16, True), Q5_0: (32, np.float16, False),
+                Q5_1: (32, np.float16, True), Q8_0: (32, np.float16, False), Q4_K: (32, np.float32, True),
+                Q6_K: (16, np.float32, False)}
 PLANE_TYPES = tuple(PLANE_LAYOUT)
 # a matrix's planes are made on the host and copied to the device about this many bytes of int8 values at a time,
 # so loading never holds a whole matrix's temporaries (the 262,144-row embedding table's would be 170 MB and more)
@@ -40,11 +42,21 @@ def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
         b = raw.reshape(-1, 18)
         qs = b[:, 2:18]
         return np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int8) - 8, _f16(b[:, :2]), None
-    if ttype == Q5_0:
-        b = raw.reshape(-1, 22)  # fp16 d, 32 high bits (value i's is bit i of the little-endian uint32), 16 bytes
-        qs = b[:, 6:22]          # of low nibbles; every step in bytes, so a chunk's temporaries stay its own size
-        high = np.unpackbits(b[:, 2:6], axis=1, bitorder="little") << 4
-        return (np.concatenate([qs & 0xF, qs >> 4], axis=1) | high).view(np.int8) - np.int8(16), _f16(b[:, :2]), None
+    if ttype == Q4_1:
+        b = raw.reshape(-1, 20)  # fp16 d, fp16 minimum m, 16 bytes of nibbles: value = q * d + m
+        qs = b[:, 4:20]
+        return np.concatenate([qs & 0xF, qs >> 4], axis=1).view(np.int8), _f16(b[:, :2]), -_f16(b[:, 2:4])
+    if ttype in (Q5_0, Q5_1):
+        # fp16 d (and Q5_1's fp16 minimum m), 32 high bits (value i's is bit i of the little-endian uint32), 16 bytes
+        # of low nibbles; every step in bytes, so a chunk's temporaries stay its own size
+        at = 2 if ttype == Q5_0 else 4
+        b = raw.reshape(-1, at + 20)
+        qs = b[:, at + 4:]
+        high = np.unpackbits(b[:, at:at + 4], axis=1, bitorder="little") << 4
+        q = (np.concatenate([qs & 0xF, qs >> 4], axis=1) | high).view(np.int8)
+        if ttype == Q5_1:
+            return q, _f16(b[:, :2]), -_f16(b[:, 2:4])
+        return q - np.int8(16), _f16(b[:, :2]), None
     if ttype == Q4_K:
         # fp16 d and dmin, 8 six-bit scales and mins packed in 12 bytes, 128 bytes of nibbles: chunk c of 32 bytes
         # holds sub-block 2c in its low nibbles and 2c+1 in its high ones
@@ -103,9 +115,10 @@ def _write_rows(dst: Tensor, at, start: int, rows: np.ndarray) -> None:
 class Linear:
     """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
 
-    Q4_0, Q5_0, Q8_0, Q4_K and Q6_K are split at load into planes (see _planes): int8 values (out, in), and scales
-    (and Q4_K's offsets) (out, groups) per group of 16 or 32 values. Q4_0, Q5_0 and Q8_0 scales stay the file's fp16
-    (cast to float32 in the kernel, exactly), so Q8_0 takes the file's bytes and Q4_0/Q5_0 up to 8 bits a value plus
+    Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K are split at load into planes (see _planes): int8 values (out, in),
+    and scales (and Q4_1's, Q5_1's and Q4_K's offsets) (out, groups) per group of 16 or 32 values. Q4_0, Q4_1, Q5_0,
+    Q5_1 and Q8_0 scales and offsets stay the file's fp16 (cast to float32 in the kernel, exactly), so Q8_0 takes
+    the file's bytes and the 4- and 5-bit types up to 8 bits a value plus
     the file's scales; Q4_K's and Q6_K's scales (and offsets) are float32, the products of the file's fp16 and its
     6- or 8-bit factors, which fp16 can't hold exactly. A matrix-vector product then reads int8 values and a scale
     per group instead of taking every block apart bit by bit. The planes are made and copied to the device a few
@@ -132,12 +145,17 @@ class Linear:
         out, inner = self.shape
         group, scale_dtype, offsets = PLANE_LAYOUT[ts[0].ttype]
         self.groups = inner // group
+        # on a CPU (no local dims) a product with offsets takes them apart (see __call__): its loop over the values
+        # is bound by instructions there, where on a GPU, bound by memory, the two more small kernels would only add
+        # their launches
+        opts = getattr(Device[device], "linearizer_opts", None)
+        self.split_offsets = offsets and opts is not None and not opts.has_local
         step = max(1, LOAD_CHUNK_BYTES // inner)
         if out <= step:
             planes = [Tensor(p, device=device).realize() if p is not None else None for p in _rows_planes(ts, 0, out)]
         else:
             from tinygrad.shape.symbolic import Variable
-            kinds = [(inner, np.int8), (self.groups, scale_dtype)] + ([(self.groups, np.float32)] if offsets else [])
+            kinds = [(inner, np.int8), (self.groups, scale_dtype)] + ([(self.groups, scale_dtype)] if offsets else [])
             planes = [Tensor.empty(out, w, dtype=dtypes.from_np(np.dtype(dt)), device=device).realize()
                       for w, dt in kinds] + [None] * (3 - len(kinds))
             at = Variable("load_row", 0, out - step)
@@ -172,7 +190,10 @@ class Linear:
         out, inner = self.shape
         g = self.groups
         w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * self.d.cast(dtypes.float32).reshape(out, g, 1)
-        return w - self.m.reshape(out, g, 1) if self.m is not None else w
+        return w - self._offsets().reshape(out, g, 1) if self.m is not None else w
+
+    def _offsets(self) -> Tensor:
+        return self.m if self.m.dtype == dtypes.float32 else self.m.cast(dtypes.float32)
 
     def weight(self) -> Tensor:
         if self.w is not None:
@@ -188,4 +209,12 @@ class Linear:
         # values, so the kernel reads whole vectors of int8 values along the group and one scale per group, where a
         # flat (out, in) weight would index the scale by division for every value
         inner, g = self.shape[1], self.groups
+        if self.m is not None and self.split_offsets:
+            # sum_g (d_g q . x_g - m_g sum(x_g)): the offsets' part is a small product of its own over the input's
+            # group sums, so the long loop over the values does one subtraction less a value
+            out = self.shape[0]
+            xg = x.reshape(*x.shape[:-1], 1, g, inner // g)
+            w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * \
+                self.d.cast(dtypes.float32).reshape(out, g, 1)
+            return (xg * w).sum((-2, -1)) - (xg.sum(-1) * self._offsets().reshape(out, g)).sum(-1)
         return (x.reshape(*x.shape[:-1], 1, g, inner // g) * self._grouped()).sum((-2, -1))
