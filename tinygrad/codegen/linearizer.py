@@ -63,14 +63,18 @@ class Linearizer:
         self.local_size = None
         self.vars = []
         self.applied_opts = []
-        # the single reduce, and the shapes the kernel iterates over
+        # the reduces (one, or a chain over the same rows: each reads the ones before it), sources first, and the
+        # shapes the kernel iterates over
         self.reduceop = None
+        self.reduceops = []
         self.op_dtypes = {}
+        seen_reduces = set()
         for root in self.ast:
             for op in root.toposort():
-                if isinstance(op.op, ReduceOps):
-                    if self.reduceop is not None and self.reduceop is not op:
-                        raise ValueError("a kernel can hold at most one reduce")
+                if isinstance(op.op, ReduceOps) and op not in seen_reduces:
+                    # NOTE: a chain's reduce may be in the AST twice (read in the row and after it): equal LazyOps
+                    seen_reduces.add(op)
+                    self.reduceops.append(op)
                     self.reduceop = op
                 if id(op) not in self.op_dtypes:
                     self.op_dtypes[id(op)] = out_dtype(op, self.op_dtypes)
@@ -79,6 +83,15 @@ class Linearizer:
         full, out = self.full_shape, self.output_shape
         self.reduce_axes = tuple([i for i in range(len(full))
                                   if self.reduceop is not None and not _same(out[i], full[i])])
+        # a row kernel (codegen of engine/fuse_rows.py's chains): several reduces, or an output over the whole row
+        # (softmax: loops over each row for the reduces, then one more that computes and stores the row)
+        self.row_tail = self.reduceop is not None and not self.reduce_axes and \
+            any(not is_one(full[a]) for a in self.reduceop.arg)
+        if self.row_tail:
+            self.reduce_axes = tuple(sorted(self.reduceop.arg))
+        self.row_kernel = self.row_tail or len(self.reduceops) > 1
+        if self.row_kernel:
+            self._check_row_chain()
         self.upcasts = [1] * len(full)
         self.loop_order = None
         self.threads = 1
@@ -109,7 +122,19 @@ class Linearizer:
         self.gpu = False
         if opts is not None and getattr(opts, "has_local", False):
             from tinygrad.codegen.heuristic_gpu import uses_grid
-            self.gpu = uses_grid(self)
+            # a row kernel takes the grid: a thread per row, its loops in the thread
+            self.gpu = self.row_kernel or uses_grid(self)
+
+    def _check_row_chain(self):
+        """Every reduce of a row kernel reduces the same shape along the same axes."""
+        for rop in self.reduceops:
+            shape = None
+            for op in rop.toposort():
+                if op.op in LEAVES:
+                    shape = tuple(op.arg.st.shape)
+                    break
+            if shape != tuple(self.full_shape) or tuple(sorted(rop.arg)) != self.reduce_axes:
+                raise ValueError("a kernel's reduces must reduce the same shape along the same axes")
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
@@ -236,7 +261,12 @@ class Linearizer:
         optimised kernels, NOOPT is set, or optimisations were already applied."""
         if not self._decided and self.opts is not None and self.opts.supports_upcast and \
                 not NOOPT:
-            if self.gpu:
+            if self.row_kernel:
+                # the heuristics plan one reduce; a row kernel's loops run as they are (the rows across threads)
+                chosen = []
+                if not self.gpu and not self.opts.has_local:
+                    self._choose_threads()
+            elif self.gpu:
                 from tinygrad.codegen.heuristic_gpu import gpu_opts
                 chosen = gpu_opts(self)
             elif self.opts.has_local:
@@ -341,12 +371,33 @@ class Linearizer:
         looped = [i for i in self.loop_order if self._loop_vars[i] is not None and not self.gpu]
         loops = [self._loop(i, self.threads if j == 0 else 1) for j, i in enumerate(looped)]
         gcombos = self._combos(global_axes)
-        red = self._lower_reduce(global_axes, gcombos) if self.reduceop is not None else None
-        # everything after the reduce reads through the output shape: reduced dims are index 0 there
+        # each reduce's accumulators, by its LazyOp; a chain's reduces in order, each reading the earlier ones
+        red = {}
+        for rop in self.reduceops:
+            red[rop] = self._lower_reduce(rop, global_axes, gcombos, red)
+        if self.row_tail:
+            self._lower_row_tail(gcombos, red)
+        else:
+            # everything after the reduce reads through the output shape: reduced dims are index 0 there
+            memo = {}
+            for g in gcombos:
+                for root in self.ast:
+                    self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+        for lp in reversed(loops):
+            self.em.close_scope()
+            self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
+
+    def _lower_row_tail(self, gcombos, red):
+        """A row kernel's output over the whole row: one more loop over the reduced dims, computing each element
+        from the input and the reduces' accumulators, and storing it."""
+        loops = [self._loop(i) for i in self.reduce_axes if self._loop_vars[i] is not None]
+        rcombos = self._combos(list(self.reduce_axes))
         memo = {}
         for g in gcombos:
-            for root in self.ast:
-                self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+            for r in rcombos:
+                combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
+                for root in self.ast:
+                    self._store(root.arg, combo, self._lower_ast(root.src[0], combo, False, red, memo), post=False)
         for lp in reversed(loops):
             self.em.close_scope()
             self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
@@ -609,10 +660,10 @@ class Linearizer:
         return tuple([self.em.uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)
                       for i in range(self.vector_width)])
 
-    def _lower_reduce(self, global_axes, gcombos):
-        """The reduce loops around one accumulator per output of the tile; returns (the output dims that pick
-        an accumulator, {their copies: the reduced value})."""
-        rop = self.reduceop
+    def _lower_reduce(self, rop, global_axes, gcombos, red):
+        """The loops of reduce `rop` around one accumulator per output of the tile; returns (the output dims that
+        pick an accumulator, {their copies: the reduced value}). `red`: the accumulators of the reduces before it
+        (a row kernel's chain), which its input may read."""
         dtype = self.op_dtypes[id(rop)]
         src = rop.src[0]
         src_dims = self.op_dims[id(src)]
@@ -670,7 +721,7 @@ class Linearizer:
         for r in rcombos:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
-                val = self._lower_ast(src, combo, False, None, memo)
+                val = self._lower_ast(src, combo, False, red, memo)
                 accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
         for lp, parent in reversed(loops):
             if parent is not None:
@@ -762,7 +813,8 @@ class Linearizer:
                 done[id(op)] = hit
                 continue
             if isinstance(op.op, ReduceOps):
-                val = red[1][tuple([combo[d] for d in red[0]])]
+                acc_axes, accs = red[op]
+                val = accs[tuple([combo[d] for d in acc_axes])]
             elif op.op in LEAVES:
                 val = self._lower_leaf(op, combo, post)
             else:
@@ -830,8 +882,8 @@ class Linearizer:
         zero = self.em.const(dtypes.as_const(0, dtype), dtype)
         return self.em.uop(UOps.ALU, dtype, (self.em.lower_node(valid), c, zero), TernaryOps.WHERE)
 
-    def _store(self, mb, combo, val):
-        nodes = self._idx_nodes(combo, True)
+    def _store(self, mb, combo, val, post=True):
+        nodes = self._idx_nodes(combo, post)
         idx, valid = mb.st.expr_idxs(nodes)
         if self._dim_limits:
             valid = self._limits_valid(valid, nodes)
@@ -883,7 +935,7 @@ class Linearizer:
         for d, offsets in out.offsets.items():
             self.upcasts[d] = len(offsets)
         n_ax = out.n_axis
-        red = ([out.m_axis, n_ax], out.values)
+        red = {self.reduceop: ([out.m_axis, n_ax], out.values)}
         self.loop_order = [d for d in range(len(self.full_shape)) if d not in self.reduce_axes]
         memo = {}
         paired = set()

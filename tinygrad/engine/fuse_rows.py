@@ -1,0 +1,160 @@
+"""Row-chain fusion: a chain of reduces over the same rows becomes one kernel (the scheduler's step 3c).
+
+softmax is max(x) -> sum(exp(x - max)) -> exp(x - max) / sum; layernorm is mean(x) -> mean((x - mean)^2) -> the
+normalised row; logsumexp and cross-entropy are such chains too. Each reduce is realized by the scheduler's rules,
+so each would be a kernel and a pass over memory. A reduce R is fused into the kernel K that reads it when:
+
+- R is not an output, not forced to a buffer, and every reader of R is computed in K's kernel;
+- R reduces a row shape F (its input's shape) along the same axes as the kernel's other reduces, and K iterates
+  over F (its output has shape F) or over F's rows (K has a reduce of F fused in, or is one);
+- every path from K down to R goes through views that keep the row: the identity (a contiguous view of the same
+  size) or R's output broadcast back along the reduced axes to F.
+
+The linearizer then lowers each reduce of the chain as a loop over the row into an accumulator, in order, each
+loop reading the input again and the earlier reduces' accumulators (codegen/linearizer.py). Applied repeatedly,
+so a chain of any length (cross-entropy's max -> sum -> sum of the picked log-probabilities) becomes one kernel.
+"""
+from tinygrad.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.shape.shapetracker import ShapeTracker
+
+_ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+
+
+def _computed(b, realizes) -> bool:
+    """A base fused into the kernel that reads it (neither stored, nor a constant or an iota inlined)."""
+    return b.realized is None and b.op is not LoadOps.CONST and b.op is not LoadOps.IOTA and id(b) not in realizes
+
+
+def _reduced_shape(shape, axes):
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def _keeps_row(view, src, frame, axes) -> bool:
+    """Whether reading base `src` through `view` keeps the row: the identity, or src's row broadcast to `frame`."""
+    if view.st.contiguous and view.size == src.size:
+        return True
+    if tuple(view.shape) != tuple(frame) or tuple(src.shape) != _reduced_shape(frame, axes):
+        return False
+    want = ShapeTracker.from_shape(tuple(src.shape)).expand(tuple(frame))
+    return view.st == want
+
+
+def _region(k, lead, chain, realizes):
+    """The bases computed in K's kernel: K, its fused reduce, the chain's reduces, and the bases they compute from."""
+    out, stack = {}, [k] + ([lead] if lead is not None else []) + list(chain)
+    while stack:
+        b = stack.pop()
+        if id(b) in out:
+            continue
+        out[id(b)] = b
+        for s in b.srcs[:1] if b.op is LoadOps.ASSIGN else b.srcs:
+            if _computed(s.base, realizes):
+                stack.append(s.base)
+    return out
+
+
+def _frame(k, lead):
+    """(the row shape F, the reduced axes) of K's kernel, or None when K iterates over no rows yet (elementwise)."""
+    r = lead if lead is not None else (k if isinstance(k.op, ReduceOps) else None)
+    if r is None:
+        return None
+    return tuple(r.srcs[0].shape), tuple(r.arg)
+
+
+def _try_fuse(r, k, lead, chain, frame, realizes, children):
+    """Whether reduce `r` (realized now) may join K's kernel; see the module docstring."""
+    if r.forced_realize or not isinstance(r.op, ReduceOps) or not r.srcs:
+        return False
+    shape, axes = frame
+    if tuple(r.srcs[0].shape) != shape or tuple(r.arg) != axes:
+        return False
+    region = _region(k, lead, chain + [r], realizes - {id(r)})
+    # the bases whose value depends on a chain reduce: every read of them must keep the row
+    tainted = {id(c) for c in chain} | {id(r)}
+    changed = True
+    while changed:
+        changed = False
+        for b in region.values():
+            if id(b) in tainted:
+                continue
+            if any(id(s.base) in tainted for s in b.srcs):
+                tainted.add(id(b))
+                changed = True
+    for tid in tainted:
+        b = region.get(tid)
+        if b is None or b is k:
+            continue
+        for c, view in children.get(tid, []):
+            if id(c) not in region or not _keeps_row(view, b, shape, axes):
+                return False
+    return True
+
+
+def fuse_row_chains(order, children, realizes, fused_reduce, out_bases):
+    """Fuse reduce chains into the kernels that read them: removes each fused reduce from `realizes` and returns
+    {id(kernel base): [the reduces fused in, sources first]}. `children` maps id(base) to its (reader, view) pairs;
+    `fused_reduce` maps id(kernel base) to the reduce the scheduler already fused into it (step 3)."""
+    outs = {id(b) for b in out_bases}
+    chains = {}
+    for k in reversed(order):
+        if id(k) not in realizes or not _kernel_kind(k.op) or id(k) in chains:
+            continue
+        lead = fused_reduce.get(id(k))
+        frame = _frame(k, lead)
+        chain = []
+        grown = True
+        while grown:
+            grown = False
+            region = _region(k, lead, chain, realizes)
+            reads = []
+            for b in region.values():
+                for s in b.srcs:
+                    sb = s.base
+                    if isinstance(sb.op, ReduceOps) and id(sb) in realizes and sb.realized is None and \
+                            id(sb) not in outs and sb is not k and sb not in reads:
+                        reads.append(sb)
+            for r in reads:
+                f = frame
+                if f is None:
+                    # an elementwise K over rows: its shape is the row shape, the reduce gives the axes
+                    f = (tuple(k.shape), tuple(r.arg))
+                    if not r.srcs or tuple(r.srcs[0].shape) != f[0]:
+                        continue
+                if _try_fuse(r, k, lead, chain, f, realizes, children):
+                    frame = f
+                    chain.append(r)
+                    realizes.discard(id(r))
+                    grown = True
+                    break
+        if chain:
+            chains[id(k)] = _sources_first(chain, realizes)
+    return chains
+
+
+def _kernel_kind(op) -> bool:
+    """Whether a kernel storing an op of this kind may take a chain (not a copy, an assign or another LoadOp)."""
+    return isinstance(op, _ELEMENTWISE) or isinstance(op, ReduceOps)
+
+
+def _sources_first(chain, realizes):
+    """The chain's reduces, each after the reduces it reads (found through the bases computed with them)."""
+    ids = {id(r) for r in chain}
+    deps = {}
+    for r in chain:
+        seen, stack, found = set(), [s.base for s in r.srcs], set()
+        while stack:
+            b = stack.pop()
+            if id(b) in seen:
+                continue
+            seen.add(id(b))
+            if id(b) in ids:
+                found.add(id(b))
+            stack.extend(s.base for s in b.srcs if _computed(s.base, realizes))
+        deps[id(r)] = found
+    out, done = [], set()
+    while len(out) < len(chain):
+        for r in chain:
+            if id(r) not in done and deps[id(r)] <= done:
+                out.append(r)
+                done.add(id(r))
+    return out
