@@ -61,16 +61,19 @@ def _frame(k, lead):
     return tuple(r.srcs[0].shape), tuple(r.arg)
 
 
-def _try_fuse(r, k, lead, chain, frame, realizes, children):
-    """Whether reduce `r` (realized now) may join K's kernel; see the module docstring."""
-    if r.forced_realize or not isinstance(r.op, ReduceOps) or not r.srcs:
+def _try_fuse(c, r, k, lead, chain, frame, realizes, children):
+    """Whether kernel `c` (reduce `r` itself, or an elementwise base with `r` fused in) may join K's kernel; see the
+    module docstring."""
+    if c.forced_realize or r.forced_realize or not r.srcs:
         return False
     shape, axes = frame
     if tuple(r.srcs[0].shape) != shape or tuple(r.arg) != axes:
         return False
-    region = _region(k, lead, chain + [r], realizes - {id(r)})
+    if c is not r and tuple(c.shape) != _reduced_shape(shape, axes):
+        return False
+    region = _region(k, lead, chain + [r, c], realizes - {id(c)})
     # the bases whose value depends on a chain reduce: every read of them must keep the row
-    tainted = {id(c) for c in chain} | {id(r)}
+    tainted = {id(x) for x in chain} | {id(r)}
     changed = True
     while changed:
         changed = False
@@ -84,16 +87,35 @@ def _try_fuse(r, k, lead, chain, frame, realizes, children):
         b = region.get(tid)
         if b is None or b is k:
             continue
-        for c, view in children.get(tid, []):
-            if id(c) not in region or not _keeps_row(view, b, shape, axes):
+        for reader, view in children.get(tid, []):
+            if id(reader) not in region or not _keeps_row(view, b, shape, axes):
                 return False
     return True
 
 
+def _candidates(region, realizes, fused_reduce, outs, k):
+    """The kernels K's region reads that could join it: (the kernel's base, its reduce), for a realized reduce, or an
+    elementwise base with a reduce fused in (realized for its costly ops, as log(sum) in log_softmax)."""
+    out, ids = [], set()
+    for b in region.values():
+        for s in b.srcs:
+            sb = s.base
+            if id(sb) in ids or id(sb) not in realizes or sb.realized is not None or id(sb) in outs or sb is k:
+                continue
+            if isinstance(sb.op, ReduceOps):
+                out.append((sb, sb))
+                ids.add(id(sb))
+            elif isinstance(sb.op, _ELEMENTWISE) and id(sb) in fused_reduce:
+                out.append((sb, fused_reduce[id(sb)]))
+                ids.add(id(sb))
+    return out
+
+
 def fuse_row_chains(order, children, realizes, fused_reduce, out_bases):
-    """Fuse reduce chains into the kernels that read them: removes each fused reduce from `realizes` and returns
-    {id(kernel base): [the reduces fused in, sources first]}. `children` maps id(base) to its (reader, view) pairs;
-    `fused_reduce` maps id(kernel base) to the reduce the scheduler already fused into it (step 3)."""
+    """Fuse reduce chains into the kernels that read them: removes each fused kernel from `realizes` (and
+    `fused_reduce`) and returns {id(kernel base): [the reduces fused in, sources first]}. `children` maps id(base)
+    to its (reader, view) pairs; `fused_reduce` maps id(kernel base) to the reduce the scheduler already fused into it
+    (step 3)."""
     outs = {id(b) for b in out_bases}
     chains = {}
     for k in reversed(order):
@@ -106,24 +128,18 @@ def fuse_row_chains(order, children, realizes, fused_reduce, out_bases):
         while grown:
             grown = False
             region = _region(k, lead, chain, realizes)
-            reads = []
-            for b in region.values():
-                for s in b.srcs:
-                    sb = s.base
-                    if isinstance(sb.op, ReduceOps) and id(sb) in realizes and sb.realized is None and \
-                            id(sb) not in outs and sb is not k and sb not in reads:
-                        reads.append(sb)
-            for r in reads:
+            for c, r in _candidates(region, realizes, fused_reduce, outs, k):
                 f = frame
                 if f is None:
                     # an elementwise K over rows: its shape is the row shape, the reduce gives the axes
                     f = (tuple(k.shape), tuple(r.arg))
                     if not r.srcs or tuple(r.srcs[0].shape) != f[0]:
                         continue
-                if _try_fuse(r, k, lead, chain, f, realizes, children):
+                if _try_fuse(c, r, k, lead, chain, f, realizes, children):
                     frame = f
                     chain.append(r)
-                    realizes.discard(id(r))
+                    realizes.discard(id(c))
+                    fused_reduce.pop(id(c), None)
                     grown = True
                     break
         if chain:
