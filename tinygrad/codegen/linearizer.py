@@ -262,10 +262,13 @@ class Linearizer:
         if not self._decided and self.opts is not None and self.opts.supports_upcast and \
                 not NOOPT:
             if self.row_kernel:
-                # the heuristics plan one reduce; a row kernel's loops run as they are (the rows across threads)
+                # a row kernel on the CPU takes the heuristic's vectors and unrolling along the row (each loop of it
+                # gets them: the reduces and the tail) and its rows across threads; on a GPU, a thread a row
                 chosen = []
                 if not self.gpu and not self.opts.has_local:
-                    self._choose_threads()
+                    from tinygrad.codegen.opt import choose_opts
+                    chosen = [o for o in choose_opts(self) if o.axis in self.reduce_axes and
+                              o.op in (OptOps.VECTORIZE, OptOps.UNROLL)]
             elif self.gpu:
                 from tinygrad.codegen.heuristic_gpu import gpu_opts
                 chosen = gpu_opts(self)
@@ -390,9 +393,11 @@ class Linearizer:
     def _lower_row_tail(self, gcombos, red):
         """A row kernel's output over the whole row: one more loop over the reduced dims, computing each element
         from the input and the reduces' accumulators, and storing it."""
+        memo = {}
+        for root in self.ast:
+            self._hoist(root.src[0], gcombos, red, memo)
         loops = [self._loop(i) for i in self.reduce_axes if self._loop_vars[i] is not None]
         rcombos = self._combos(list(self.reduce_axes))
-        memo = {}
         for g in gcombos:
             for r in rcombos:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
@@ -401,6 +406,33 @@ class Linearizer:
         for lp in reversed(loops):
             self.em.close_scope()
             self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
+
+    def _hoist(self, root, gcombos, red, memo):
+        """Lower, before a row kernel's next loop opens, the parts of `root` computed from the earlier reduces alone
+        (log(sum), rsqrt(var + eps)): once a row, not once an element. They vary along no reduced dim, so the reduced
+        dims' indices are 0 for them."""
+        if not red:
+            return
+        rdims = frozenset(self.reduce_axes)
+        order = self._topos.get(id(root))
+        if order is None:
+            order = self._topos[id(root)] = _topo_to_reduce(root)
+        hoisted = set()
+        for op in order:
+            if op.op in LEAVES or isinstance(op.op, ReduceOps) or self.op_dims[id(op)] & rdims:
+                continue
+            if any(isinstance(s.op, ReduceOps) or id(s) in hoisted for s in op.src):
+                hoisted.add(id(op))
+        if not hoisted:
+            return
+        for d in rdims:
+            if self._loop_vars[d] is not None:
+                self.em.bind(self._loop_vars[d], self.em.const(0))
+        for op in order:
+            # the outermost hoisted ops: lowering them lowers (and remembers) what they are made of
+            if id(op) in hoisted:
+                for g in gcombos:
+                    self._lower_ast(op, g, False, red, memo)
 
     def _grid_indices(self, global_axes):
         """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
@@ -707,6 +739,9 @@ class Linearizer:
             block = SUM_BLOCK if len(reps) == 1 else TILE_SUM_BLOCK
             if needs_blocks(trips, len(rcombos), block):
                 blocks = plan_blocks(trips, len(rcombos), block)
+        memo = {}
+        if self.row_kernel:
+            self._hoist(src, gcombos, red, memo)
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
@@ -717,7 +752,6 @@ class Linearizer:
             loops.extend(self._blocked_loop(i, blocks[j], levels, dtype, start))
             accs = levels[len(levels) - 1]
         loop = loops[len(loops) - 1][0] if loops else None
-        memo = {}
         for r in rcombos:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
