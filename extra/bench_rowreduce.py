@@ -48,13 +48,13 @@ def main():
     rows = []
     for name, (tiny_fn, torch_fn, np_fn) in cases.items():
         kernels = len([si for si in tiny_fn(x).schedule()])
-        jitted = TinyJit(lambda: tiny_fn(x).realize())
+        jitted = TinyJit(lambda f=tiny_fn: f(x).realize())
         want = torch_fn(xt).numpy()
         np.testing.assert_allclose(jitted().numpy(), want, atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(np_fn(a), want, atol=1e-4, rtol=1e-4)
         t_tiny = benchlib.timed(jitted, args.round, args.rounds)
-        t_torch = benchlib.timed(lambda: torch_fn(xt), args.round, args.rounds)
-        t_np = benchlib.timed(lambda: np_fn(a), args.round, args.rounds)
+        t_torch = benchlib.timed(lambda f=torch_fn: f(xt), args.round, args.rounds)
+        t_np = benchlib.timed(lambda f=np_fn: f(a), args.round, args.rounds)
         rows.append((f"{name} {args.rows}x{args.cols} fp32", [
             str(kernels), benchlib.fmt(t_tiny, "ms"), benchlib.fmt(t_torch, "ms"), benchlib.fmt(t_np, "ms"),
             f"{nbytes / t_tiny / 1e9:.1f}", f"{nbytes / t_torch / 1e9:.1f}", f"{t_torch / t_tiny:.2f}x"]))
