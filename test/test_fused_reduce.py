@@ -126,7 +126,16 @@ def test_fused_chains_render_cuda_that_runs_on_the_host():
         (_t(a).layernorm(-1), torch.nn.functional.layer_norm(torch.tensor(a), (53,)).numpy()),
         (_t(a).logsumexp(-1), torch.logsumexp(torch.tensor(a), -1).numpy()),
     ]
+    # rows that a power of two divides: the block's threads split each row (GROUP), combining through shared memory
+    b = rng.standard_normal((5, 1024)).astype(np.float32)
+    cases += [
+        (_t(b).softmax(-1), torch.softmax(torch.tensor(b), -1).numpy()),
+        (_t(b).layernorm(-1), torch.nn.functional.layer_norm(torch.tensor(b), (1024,)).numpy()),
+        (_t(b).logsumexp(-1), torch.logsumexp(torch.tensor(b), -1).numpy()),
+        (_t(b).argmax(-1), torch.argmax(torch.tensor(b), -1).numpy()),
+    ]
     kernels = [Kernel(t) for t, _ in cases]
+    assert [k.lin.group for k in kernels] == [1] * 4 + [64] * 4
     for (_, want), got, k in zip(cases, _run(kernels), kernels):
         np.testing.assert_allclose(got.reshape(want.shape), want, atol=1e-5, rtol=1e-4, err_msg=k.src)
 

@@ -269,6 +269,8 @@ class Linearizer:
                     from tinygrad.codegen.opt import choose_opts
                     chosen = [o for o in choose_opts(self) if o.axis in self.reduce_axes and
                               o.op in (OptOps.VECTORIZE, OptOps.UNROLL)]
+                elif self.gpu:
+                    chosen = self._row_group()
             elif self.gpu:
                 from tinygrad.codegen.heuristic_gpu import gpu_opts
                 chosen = gpu_opts(self)
@@ -283,6 +285,21 @@ class Linearizer:
                 self._choose_threads()
         self._decided = True
         return self
+
+    def _row_group(self):
+        """A row kernel on the GPU: the threads of a block split its innermost reduced dim (GROUP, interleaved, so
+        neighbouring threads read neighbouring elements in each loop); rows that no power of two from 2 to 64 divides
+        keep a thread a row."""
+        if not getattr(self.opts, "has_shared", False):
+            return []
+        axis = max(self.reduce_axes)
+        size = self.full_shape[axis]
+        if not isinstance(size, int):
+            return []
+        amt = 64
+        while amt >= 2 and (size % amt or size < 2 * amt):
+            amt //= 2
+        return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
 
     def _choose_threads(self):
         """The heuristic's OpenMP split as a THREAD Opt (so it shows with the others, and BEAM can vary it): the
@@ -500,8 +517,10 @@ class Linearizer:
             self._base_id = base
             self._thread_id = self.em.add(base, self.em.mul(self._group_idx, self.em.const(lx * ly)))
             self._block_threads = lx * ly * self.group
-            # only the group's first thread stores the combined result
-            gates.append(self.em.lt(self._group_idx, self.em.const(1)))
+            # only the group's first thread stores the combined result (a row kernel's tail: each thread its share
+            # of the row)
+            if not self.row_tail:
+                gates.append(self.em.lt(self._group_idx, self.em.const(1)))
             self.local_size = (lx, ly, self.group)
         for g in gates:
             self._gate = g if self._gate is None else self.em.both(self._gate, g)
