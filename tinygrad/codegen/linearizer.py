@@ -22,6 +22,11 @@ On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` spli
 of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
 kernel clamps its out-of-range threads and gates their stores rather than returning early.
 
+A row kernel (engine/fuse_rows.py: softmax, norms) holds a chain of reduces over the same shape and axes: each is
+its own loop over the reduced dims into its accumulators, reading the input again and the earlier accumulators (what
+is computed from those alone is lowered once, before the loop); an output over the whole row is one more loop that
+computes and stores each element. On a GPU the block's threads split the row (GROUP) and every thread stores its part.
+
 A matmul-shaped kernel with the TC or SMEM Opt is a block tile staged in shared memory: codegen/lower_tc.py lowers
 it (through the same Emitter), and its accumulators come back through the kernel's elementwise tail to the stores, by
 the same `_lower_ast` and `_store` as the other kernels (each tiled dim's copies are offsets from the thread's base).

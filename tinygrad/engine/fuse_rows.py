@@ -61,7 +61,20 @@ def _frame(k, lead):
     return tuple(r.srcs[0].shape), tuple(r.arg)
 
 
-def _try_fuse(c, r, k, lead, chain, frame, realizes, children):
+def _inputs(region, realizes):
+    """How many buffers the kernel of `region` reads."""
+    out = set()
+    for b in region.values():
+        for s in b.srcs[:1] if b.op is LoadOps.ASSIGN else b.srcs:
+            sb = s.base
+            if id(sb) in region or (sb.realized is None and (sb.op is LoadOps.CONST or sb.op is LoadOps.IOTA)):
+                continue
+            if sb.realized is not None or id(sb) in realizes:
+                out.add(id(sb))
+    return len(out)
+
+
+def _try_fuse(c, r, k, lead, chain, frame, realizes, children, max_inputs):
     """Whether kernel `c` (reduce `r` itself, or an elementwise base with `r` fused in) may join K's kernel; see the
     module docstring."""
     if c.forced_realize or r.forced_realize or not r.srcs:
@@ -72,6 +85,8 @@ def _try_fuse(c, r, k, lead, chain, frame, realizes, children):
     if c is not r and tuple(c.shape) != _reduced_shape(shape, axes):
         return False
     region = _region(k, lead, chain + [r, c], realizes - {id(c)})
+    if _inputs(region, realizes - {id(c)}) > max_inputs:
+        return False
     # the bases whose value depends on a chain reduce: every read of them must keep the row
     tainted = {id(x) for x in chain} | {id(r)}
     changed = True
@@ -111,11 +126,11 @@ def _candidates(region, realizes, fused_reduce, outs, k):
     return out
 
 
-def fuse_row_chains(order, children, realizes, fused_reduce, out_bases):
+def fuse_row_chains(order, children, realizes, fused_reduce, out_bases, max_inputs):
     """Fuse reduce chains into the kernels that read them: removes each fused kernel from `realizes` (and
     `fused_reduce`) and returns {id(kernel base): [the reduces fused in, sources first]}. `children` maps id(base)
     to its (reader, view) pairs; `fused_reduce` maps id(kernel base) to the reduce the scheduler already fused into it
-    (step 3)."""
+    (step 3). A kernel reads at most `max_inputs` buffers."""
     outs = {id(b) for b in out_bases}
     chains = {}
     for k in reversed(order):
@@ -135,7 +150,7 @@ def fuse_row_chains(order, children, realizes, fused_reduce, out_bases):
                     f = (tuple(k.shape), tuple(r.arg))
                     if not r.srcs or tuple(r.srcs[0].shape) != f[0]:
                         continue
-                if _try_fuse(c, r, k, lead, chain, f, realizes, children):
+                if _try_fuse(c, r, k, lead, chain, f, realizes, children, max_inputs):
                     frame = f
                     chain.append(r)
                     realizes.discard(id(c))

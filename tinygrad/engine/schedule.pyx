@@ -176,7 +176,7 @@ def create_schedule_with_vars(outs, seen=None):
     _split_wide_kernels(order, realizes, fused_reduce)
 
     # ---- 3c. a chain of reduces over the same rows (softmax, norms) into one kernel: engine/fuse_rows.py ----
-    row_chains = fuse_row_chains(order, children, realizes, fused_reduce, out_bases)
+    row_chains = fuse_row_chains(order, children, realizes, fused_reduce, out_bases, MAX_KERNEL_INPUTS)
 
     # ---- 4. one ScheduleItem per realized base, in dependency order ----
     schedule, var_vals, reads_of = [], {}, []
