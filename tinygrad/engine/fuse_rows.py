@@ -88,16 +88,7 @@ def _try_fuse(c, r, k, lead, chain, frame, realizes, children, max_inputs):
     if _inputs(region, realizes - {id(c)}) > max_inputs:
         return False
     # the bases whose value depends on a chain reduce: every read of them must keep the row
-    tainted = {id(x) for x in chain} | {id(r)}
-    changed = True
-    while changed:
-        changed = False
-        for b in region.values():
-            if id(b) in tainted:
-                continue
-            if any(id(s.base) in tainted for s in b.srcs):
-                tainted.add(id(b))
-                changed = True
+    tainted = _depends_on(region, {id(x) for x in chain} | {id(r)})
     for tid in tainted:
         b = region.get(tid)
         if b is None or b is k:
@@ -106,6 +97,29 @@ def _try_fuse(c, r, k, lead, chain, frame, realizes, children, max_inputs):
             if id(reader) not in region or not _keeps_row(view, b, shape, axes):
                 return False
     return True
+
+
+def _depends_on(region, roots):
+    """The ids of the bases of `region` whose value depends on a base in `roots` (those included): one iterative
+    post-order walk, so deep graphs cost their size."""
+    out = set(roots)
+    done = set()
+    for start in region.values():
+        stack = [(start, False)]
+        while stack:
+            b, expanded = stack.pop()
+            if id(b) in done:
+                continue
+            if expanded:
+                done.add(id(b))
+                if any(id(s.base) in out for s in b.srcs if id(s.base) in region):
+                    out.add(id(b))
+                continue
+            stack.append((b, True))
+            for s in b.srcs:
+                if id(s.base) in region and id(s.base) not in done:
+                    stack.append((s.base, False))
+    return out
 
 
 def _candidates(region, realizes, fused_reduce, outs, k):
