@@ -144,3 +144,34 @@ def test_half_dtype_is_kept():
     out = Tensor(np.ones((2, 5), np.float16)).softmax()
     assert out.dtype == dtypes.float16
     np.testing.assert_allclose(out.numpy(), np.full((2, 5), 0.2, np.float16))
+
+
+def test_row_kernels_under_opts_match_the_plain_kernel():
+    from test.unit.test_kernel_opts import AVX2, THREADED, check
+    from tinygrad.codegen.kernel import Opt, OptOps
+    a = np.random.default_rng(5).standard_normal((6, 64)).astype(np.float32)
+    for fn in (lambda t: t.softmax(-1), lambda t: t.layernorm(-1), lambda t: t.logsumexp(-1),
+               lambda t: RMSNorm(64)._norm(t)):
+        check(fn(Tensor(a)), rtol=1e-4, atol=1e-5)
+        check(fn(Tensor(a)), lopts=AVX2, rtol=1e-4, atol=1e-5)
+        check(fn(Tensor(a)), opts=[Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.VECTORIZE, 1, 8), Opt(OptOps.UNROLL, 1, 2)],
+              rtol=1e-4, atol=1e-5)
+        check(fn(Tensor(a)), opts=[Opt(OptOps.THREAD, 0, 2), Opt(OptOps.UNROLL, 1, 4)], lopts=THREADED,
+              rtol=1e-4, atol=1e-5)
+    # a padded max would read the padding: refused; a chain of sums pads
+    with pytest.raises(ValueError, match="not a sum"):
+        check(Tensor(a[:, :63]).softmax(-1), opts=[Opt(OptOps.PADTO, 1, 8)])
+    check(RMSNorm(63)._norm(Tensor(a[:, :63])), opts=[Opt(OptOps.PADTO, 1, 8), Opt(OptOps.VECTORIZE, 1, 8)],
+          rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_row_kernels_on_the_host_emulation():
+    from test.unit.test_gpu_codegen import Kernel, _run, _t
+    from tinygrad.codegen.kernel import Opt, OptOps
+    b = np.random.default_rng(6).standard_normal((7, 96)).astype(np.float32)
+    want = torch.softmax(torch.tensor(b), -1).numpy()
+    configs = [[Opt(OptOps.GROUPTOP, 1, 8)], [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 1, 32)],
+               [Opt(OptOps.NOLOCALS, 0, 0)], []]
+    kernels = [Kernel(_t(b).softmax(-1), opts=o) for o in configs]
+    for got, k in zip(_run(kernels), kernels):
+        np.testing.assert_allclose(got.reshape(want.shape), want, atol=1e-6, rtol=1e-5, err_msg=k.src)

@@ -127,7 +127,7 @@ class Linearizer:
         self.gpu = False
         if opts is not None and getattr(opts, "has_local", False):
             from tinygrad.codegen.heuristic_gpu import uses_grid
-            # a row kernel takes the grid: a thread per row, its loops in the thread
+            # a row kernel takes the grid: a thread per row, or a group of them (_row_group), its loops in the thread
             self.gpu = self.row_kernel or uses_grid(self)
 
     def _check_row_chain(self):
@@ -171,6 +171,8 @@ class Linearizer:
         if opt.op is OptOps.TC or opt.op is OptOps.SMEM:
             if self.applied_opts:
                 raise ValueError(f"{opt}: {opt.op.name} must be a kernel's only Opt (it has {self.applied_opts})")
+            if self.row_kernel:
+                raise ValueError(f"{opt}: a row kernel (a chain of reduces, or a reduce and a whole row) has no tile")
             from tinygrad.codegen.tensor_cores import simt_plan, tc_plan
             plan, why = (tc_plan if opt.op is OptOps.TC else simt_plan)(self, opt.amt)
             if plan is None:
@@ -194,7 +196,7 @@ class Linearizer:
             padded = -(-s // opt.amt) * opt.amt
             if padded == s:
                 raise ValueError(f"{opt}: axis {opt.axis} (size {s}) is a multiple of {opt.amt} already")
-            if is_reduce and not pads_to_zero(self.reduceop):
+            if is_reduce and not all(pads_to_zero(r) for r in self.reduceops):
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
                                  "are zero")
             self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
@@ -268,7 +270,7 @@ class Linearizer:
                 not NOOPT:
             if self.row_kernel:
                 # a row kernel on the CPU takes the heuristic's vectors and unrolling along the row (each loop of it
-                # gets them: the reduces and the tail) and its rows across threads; on a GPU, a thread a row
+                # gets them: the reduces and the tail); on a GPU, the block's threads split the row
                 chosen = []
                 if not self.gpu and not self.opts.has_local:
                     from tinygrad.codegen.opt import choose_opts
