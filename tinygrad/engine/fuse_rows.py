@@ -8,7 +8,9 @@ so each would be a kernel and a pass over memory. A reduce R is fused into the k
 - R reduces a row shape F (its input's shape) along the same axes as the kernel's other reduces, and K iterates
   over F (its output has shape F) or over F's rows (K has a reduce of F fused in, or is one);
 - every path from K down to R goes through views that keep the row: the identity (a contiguous view of the same
-  size) or R's output broadcast back along the reduced axes to F.
+  size) or R's output broadcast back along the reduced axes to F;
+- R is read back along the row (broadcast to F) at least once: two independent reductions of the same rows stay
+  two kernels.
 
 The linearizer then lowers each reduce of the chain as a loop over the row into an accumulator, in order, each
 loop reading the input again and the earlier reduces' accumulators (codegen/linearizer.py). Applied repeatedly,
@@ -96,7 +98,14 @@ def _try_fuse(c, r, k, lead, chain, frame, realizes, children, max_inputs):
         for reader, view in children.get(tid, []):
             if id(reader) not in region or not _keeps_row(view, b, shape, axes):
                 return False
-    return True
+    # a chain, not siblings: c's value is read back along the row (by a later reduce's input or the row's output),
+    # else the kernels are independent reductions that the GPU's own plans serve better apart
+    for tid in _depends_on(region, {id(r), id(c)}):
+        b = region.get(tid)
+        if b is not None and b is not k and any(id(reader) in region and tuple(view.shape) == shape and
+                                                view.size != b.size for reader, view in children.get(tid, [])):
+            return True
+    return False
 
 
 def _depends_on(region, roots):
