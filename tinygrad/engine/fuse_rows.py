@@ -151,9 +151,9 @@ def _candidates(region, realizes, fused_reduce, outs, k):
 
 def fuse_row_chains(order, children, realizes, fused_reduce, out_bases, max_inputs):
     """Fuse reduce chains into the kernels that read them: removes each fused kernel from `realizes` (and
-    `fused_reduce`) and returns {id(kernel base): [the reduces fused in, sources first]}. `children` maps id(base)
-    to its (reader, view) pairs; `fused_reduce` maps id(kernel base) to the reduce the scheduler already fused into it
-    (step 3). A kernel reads at most `max_inputs` buffers."""
+    `fused_reduce`) and returns {id(kernel base): [the reduces fused in]} (the linearizer orders them). `children`
+    maps id(base) to its (reader, view) pairs; `fused_reduce` maps id(kernel base) to the reduce the scheduler already
+    fused into it (step 3). A kernel reads at most `max_inputs` buffers."""
     outs = {id(b) for b in out_bases}
     chains = {}
     for k in reversed(order):
@@ -181,34 +181,10 @@ def fuse_row_chains(order, children, realizes, fused_reduce, out_bases, max_inpu
                     grown = True
                     break
         if chain:
-            chains[id(k)] = _sources_first(chain, realizes)
+            chains[id(k)] = chain
     return chains
 
 
 def _kernel_kind(op) -> bool:
     """Whether a kernel storing an op of this kind may take a chain (not a copy, an assign or another LoadOp)."""
     return isinstance(op, _ELEMENTWISE) or isinstance(op, ReduceOps)
-
-
-def _sources_first(chain, realizes):
-    """The chain's reduces, each after the reduces it reads (found through the bases computed with them)."""
-    ids = {id(r) for r in chain}
-    deps = {}
-    for r in chain:
-        seen, stack, found = set(), [s.base for s in r.srcs], set()
-        while stack:
-            b = stack.pop()
-            if id(b) in seen:
-                continue
-            seen.add(id(b))
-            if id(b) in ids:
-                found.add(id(b))
-            stack.extend(s.base for s in b.srcs if _computed(s.base, realizes))
-        deps[id(r)] = found
-    out, done = [], set()
-    while len(out) < len(chain):
-        for r in chain:
-            if id(r) not in done and deps[id(r)] <= done:
-                out.append(r)
-                done.add(id(r))
-    return out
