@@ -22,10 +22,8 @@ On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` spli
 of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
 kernel clamps its out-of-range threads and gates their stores rather than returning early.
 
-A row kernel (engine/fuse_rows.py: softmax, norms) holds a chain of reduces over the same shape and axes: each is
-its own loop over the reduced dims into its accumulators, reading the input again and the earlier accumulators (what
-is computed from those alone is lowered once, before the loop); an output over the whole row is one more loop that
-computes and stores each element. On a GPU the block's threads split the row (GROUP) and every thread stores its part.
+A row kernel (engine/fuse_rows.py: softmax, norms) holds a chain of reduces over the same rows, each its own loop over
+the row in turn, and may store a whole row after them: codegen/rows.py.
 
 A matmul-shaped kernel with the TC or SMEM Opt is a block tile staged in shared memory: codegen/lower_tc.py lowers
 it (through the same Emitter), and its accumulators come back through the kernel's elementwise tail to the stores, by
@@ -33,6 +31,7 @@ the same `_lower_ast` and `_store` as the other kernels (each tiled dim's copies
 """
 from itertools import product
 
+from tinygrad.codegen import rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
@@ -68,8 +67,7 @@ class Linearizer:
         self.local_size = None
         self.vars = []
         self.applied_opts = []
-        # the reduces (one, or a chain over the same rows: each reads the ones before it), sources first, and the
-        # shapes the kernel iterates over
+        # the reduces (a row kernel's chain: each reads the ones before it), sources first, and the shapes iterated
         self.reduceop = None
         self.reduceops = []
         self.op_dtypes = {}
@@ -88,15 +86,7 @@ class Linearizer:
         full, out = self.full_shape, self.output_shape
         self.reduce_axes = tuple([i for i in range(len(full))
                                   if self.reduceop is not None and not _same(out[i], full[i])])
-        # a row kernel (codegen of engine/fuse_rows.py's chains): several reduces, or an output over the whole row
-        # (softmax: loops over each row for the reduces, then one more that computes and stores the row)
-        self.row_tail = self.reduceop is not None and not self.reduce_axes and \
-            any(not is_one(full[a]) for a in self.reduceop.arg)
-        if self.row_tail:
-            self.reduce_axes = tuple(sorted(self.reduceop.arg))
-        self.row_kernel = self.row_tail or len(self.reduceops) > 1
-        if self.row_kernel:
-            self._check_row_chain()
+        rows.classify(self)  # row_kernel, row_tail
         self.upcasts = [1] * len(full)
         self.loop_order = None
         self.threads = 1
@@ -127,19 +117,8 @@ class Linearizer:
         self.gpu = False
         if opts is not None and getattr(opts, "has_local", False):
             from tinygrad.codegen.heuristic_gpu import uses_grid
-            # a row kernel takes the grid: a thread per row, or a group of them (_row_group), its loops in the thread
+            # a row kernel takes the grid: a thread, or a group of threads (rows.row_opts), a row
             self.gpu = self.row_kernel or uses_grid(self)
-
-    def _check_row_chain(self):
-        """Every reduce of a row kernel reduces the same shape along the same axes."""
-        for rop in self.reduceops:
-            shape = None
-            for op in rop.toposort():
-                if op.op in LEAVES:
-                    shape = tuple(op.arg.st.shape)
-                    break
-            if shape != tuple(self.full_shape) or tuple(sorted(rop.arg)) != self.reduce_axes:
-                raise ValueError("a kernel's reduces must reduce the same shape along the same axes")
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
@@ -269,15 +248,7 @@ class Linearizer:
         if not self._decided and self.opts is not None and self.opts.supports_upcast and \
                 not NOOPT:
             if self.row_kernel:
-                # a row kernel on the CPU takes the heuristic's vectors and unrolling along the row (each loop of it
-                # gets them: the reduces and the tail); on a GPU, the block's threads split the row
-                chosen = []
-                if not self.gpu and not self.opts.has_local:
-                    from tinygrad.codegen.opt import choose_opts
-                    chosen = [o for o in choose_opts(self) if o.axis in self.reduce_axes and
-                              o.op in (OptOps.VECTORIZE, OptOps.UNROLL)]
-                elif self.gpu:
-                    chosen = self._row_group()
+                chosen = rows.row_opts(self)
             elif self.gpu:
                 from tinygrad.codegen.heuristic_gpu import gpu_opts
                 chosen = gpu_opts(self)
@@ -292,21 +263,6 @@ class Linearizer:
                 self._choose_threads()
         self._decided = True
         return self
-
-    def _row_group(self):
-        """A row kernel on the GPU: the threads of a block split its innermost reduced dim (GROUP, interleaved, so
-        neighbouring threads read neighbouring elements in each loop); rows that no power of two from 2 to 64 divides
-        keep a thread a row."""
-        if not getattr(self.opts, "has_shared", False):
-            return []
-        axis = max(self.reduce_axes)
-        size = self.full_shape[axis]
-        if not isinstance(size, int):
-            return []
-        amt = 64
-        while amt >= 2 and (size % amt or size < 2 * amt):
-            amt //= 2
-        return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
 
     def _choose_threads(self):
         """The heuristic's OpenMP split as a THREAD Opt (so it shows with the others, and BEAM can vary it): the
@@ -403,7 +359,7 @@ class Linearizer:
         for rop in self.reduceops:
             red[rop] = self._lower_reduce(rop, global_axes, gcombos, red)
         if self.row_tail:
-            self._lower_row_tail(gcombos, red)
+            rows.lower_row_tail(self, gcombos, red)
         else:
             # everything after the reduce reads through the output shape: reduced dims are index 0 there
             memo = {}
@@ -413,50 +369,6 @@ class Linearizer:
         for lp in reversed(loops):
             self.em.close_scope()
             self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
-
-    def _lower_row_tail(self, gcombos, red):
-        """A row kernel's output over the whole row: one more loop over the reduced dims, computing each element
-        from the input and the reduces' accumulators, and storing it."""
-        memo = {}
-        for root in self.ast:
-            self._hoist(root.src[0], gcombos, red, memo)
-        loops = [self._loop(i) for i in self.reduce_axes if self._loop_vars[i] is not None]
-        rcombos = self._combos(list(self.reduce_axes))
-        for g in gcombos:
-            for r in rcombos:
-                combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
-                for root in self.ast:
-                    self._store(root.arg, combo, self._lower_ast(root.src[0], combo, False, red, memo), post=False)
-        for lp in reversed(loops):
-            self.em.close_scope()
-            self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
-
-    def _hoist(self, root, gcombos, red, memo):
-        """Lower, before a row kernel's next loop opens, the parts of `root` computed from the earlier reduces alone
-        (log(sum), rsqrt(var + eps)): once a row, not once an element. They vary along no reduced dim, so the reduced
-        dims' indices are 0 for them."""
-        if not red:
-            return
-        rdims = frozenset(self.reduce_axes)
-        order = self._topos.get(id(root))
-        if order is None:
-            order = self._topos[id(root)] = _topo_to_reduce(root)
-        hoisted = set()
-        for op in order:
-            if op.op in LEAVES or isinstance(op.op, ReduceOps) or self.op_dims[id(op)] & rdims:
-                continue
-            if any(isinstance(s.op, ReduceOps) or id(s) in hoisted for s in op.src):
-                hoisted.add(id(op))
-        if not hoisted:
-            return
-        for d in rdims:
-            if self._loop_vars[d] is not None:
-                self.em.bind(self._loop_vars[d], self.em.const(0))
-        for op in order:
-            # the outermost hoisted ops: lowering them lowers (and remembers) what they are made of
-            if id(op) in hoisted:
-                for g in gcombos:
-                    self._lower_ast(op, g, False, red, memo)
 
     def _grid_indices(self, global_axes):
         """Map the output dims to the grid: a SPECIAL (the thread's flat index in one grid dimension, guarded by
@@ -524,8 +436,7 @@ class Linearizer:
             self._base_id = base
             self._thread_id = self.em.add(base, self.em.mul(self._group_idx, self.em.const(lx * ly)))
             self._block_threads = lx * ly * self.group
-            # only the group's first thread stores the combined result (a row kernel's tail: each thread its share
-            # of the row)
+            # only the group's first thread stores the combined result (a row tail: each thread its part of the row)
             if not self.row_tail:
                 gates.append(self.em.lt(self._group_idx, self.em.const(1)))
             self.local_size = (lx, ly, self.group)
@@ -766,8 +677,7 @@ class Linearizer:
             if needs_blocks(trips, len(rcombos), block):
                 blocks = plan_blocks(trips, len(rcombos), block)
         memo = {}
-        if self.row_kernel:
-            self._hoist(src, gcombos, red, memo)
+        rows.hoist(self, src, gcombos, red, memo)  # (a row kernel's: the reduces before this one are in `red`)
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
