@@ -1,7 +1,8 @@
 """The primitive op families every backend implements, and LazyOp, the AST node of one kernel.
 
 A kernel's AST is a tree of LazyOps whose roots are BufferOps.STORE and whose leaves are BufferOps.LOAD/CONST;
-in between sit UnaryOps/BinaryOps/TernaryOps (elementwise) and at most one ReduceOps node.
+in between sit UnaryOps/BinaryOps/TernaryOps (elementwise) and at most one ReduceOps node, except in a row kernel:
+a chain of reduces over the same shape and axes, each reading the ones before it (engine/fuse_rows.py).
 MovementOps never reach a compiled kernel: the ShapeTracker of each LOAD/CONST/STORE absorbs them.
 """
 from __future__ import annotations

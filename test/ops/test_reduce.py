@@ -299,7 +299,8 @@ def test_kernel_counts():
     assert _kernels(lambda x: x.sum(axis=1)) == 1
     assert _kernels(lambda x: x.max(axis=(0, 2))) == 1
     assert _kernels(lambda x: x.cumsum(1)) == 1
-    assert _kernels(lambda x: x.softmax()) == 3
-    assert _kernels(lambda x: x.log_softmax()) == 3
-    assert _kernels(lambda x: x.var(1)) == 2
-    assert _kernels(lambda x: x.logsumexp(1)) == 2
+    # a chain of reduces over the same rows is one kernel (engine/fuse_rows.py)
+    assert _kernels(lambda x: x.softmax()) == 1
+    assert _kernels(lambda x: x.log_softmax()) == 1
+    assert _kernels(lambda x: x.var(1)) == 1
+    assert _kernels(lambda x: x.logsumexp(1)) == 1

@@ -44,8 +44,10 @@ def test_two_reduces_are_two_kernels():
 
 def test_expanded_reduce_is_realized():
     a = realized(8, 8)
-    # softmax: max, then exp-sum, then the division: the max and the sum are each read through an expand
-    assert len(kernels(a.softmax())) == 3
+    # a reduce read through an expand across its rows (transposed) is stored
+    assert len(kernels(a.sum(axis=1, keepdim=True).permute(1, 0) * a)) == 2
+    # softmax: max, then exp-sum, then the division, over the same rows: one kernel (engine/fuse_rows.py)
+    assert len(kernels(a.softmax())) == 1
 
 
 def test_matmul_is_one_kernel():
@@ -169,14 +171,21 @@ def test_costly_results_read_by_a_matmul_are_stored_once():
 
 
 def test_reduce_feeding_a_stored_costly_result_is_one_kernel_with_it():
-    # RMSNorm's factor 1/sqrt(mean(x^2) + eps), read by every element of a later reduction: the factor is stored
-    # (a square root per element read would be computed again each time), and the mean fuses into the kernel that
-    # stores it, where it was a kernel of its own before the root's
+    # RMSNorm's factor 1/sqrt(mean(x^2) + eps), read by every element of a later reduction over other rows: the
+    # factor is stored (a square root per element read would be computed again each time), and the mean fuses into
+    # the kernel that stores it, where it was a kernel of its own before the root's
     rng = np.random.default_rng(0)
-    x, h = (Tensor(rng.standard_normal((1, 64), dtype=np.float32)).realize() for _ in range(2))
+    x, h = (Tensor(rng.standard_normal((4, 64), dtype=np.float32)).realize() for _ in range(2))
+    f = (x.square().mean(axis=-1, keepdim=True) + 1e-6).rsqrt()
+    y = (h * f).sum(axis=0)
+    sched = kernels(y)
+    assert len(sched) == 2 and all(any(op.op is ReduceOps.SUM for op in si.ast[0].toposort()) for si in sched)
+    ref = (h.numpy() / np.sqrt((x.numpy() ** 2).mean(-1, keepdims=True) + 1e-6)).sum(0)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5)
+    # over the same rows it is a chain: one kernel, the factor computed once a row before the second loop
     f = (x.square().mean(axis=-1, keepdim=True) + 1e-6).rsqrt()
     y = (h * f).sum(axis=-1)
     sched = kernels(y)
-    assert len(sched) == 2 and all(any(op.op is ReduceOps.SUM for op in si.ast[0].toposort()) for si in sched)
+    assert len(sched) == 1 and sum(op.op is ReduceOps.SUM for op in set(sched[0].ast[0].toposort())) == 2
     ref = (h.numpy() / np.sqrt((x.numpy() ** 2).mean(-1, keepdims=True) + 1e-6)).sum(-1)
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5)

@@ -22,12 +22,16 @@ On a GPU, `LOCAL` sets the block's threads along an output dim, and `GROUP` spli
 of the block: their partial results meet in shared memory (DEFINE_LOCAL) after a BARRIER, which is why a grouped
 kernel clamps its out-of-range threads and gates their stores rather than returning early.
 
+A row kernel (engine/fuse_rows.py: softmax, norms) holds a chain of reduces over the same rows, each its own loop over
+the row in turn, and may store a whole row after them: codegen/rows.py.
+
 A matmul-shaped kernel with the TC or SMEM Opt is a block tile staged in shared memory: codegen/lower_tc.py lowers
 it (through the same Emitter), and its accumulators come back through the kernel's elementwise tail to the stores, by
 the same `_lower_ast` and `_store` as the other kernels (each tiled dim's copies are offsets from the thread's base).
 """
 from itertools import product
 
+from tinygrad.codegen import rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
@@ -63,14 +67,17 @@ class Linearizer:
         self.local_size = None
         self.vars = []
         self.applied_opts = []
-        # the single reduce, and the shapes the kernel iterates over
+        # the reduces (a row kernel's chain: each reads the ones before it), sources first, and the shapes iterated
         self.reduceop = None
+        self.reduceops = []
         self.op_dtypes = {}
+        seen_reduces = set()
         for root in self.ast:
             for op in root.toposort():
-                if isinstance(op.op, ReduceOps):
-                    if self.reduceop is not None and self.reduceop is not op:
-                        raise ValueError("a kernel can hold at most one reduce")
+                if isinstance(op.op, ReduceOps) and op not in seen_reduces:
+                    # NOTE: a chain's reduce may be in the AST twice (read in the row and after it): equal LazyOps
+                    seen_reduces.add(op)
+                    self.reduceops.append(op)
                     self.reduceop = op
                 if id(op) not in self.op_dtypes:
                     self.op_dtypes[id(op)] = out_dtype(op, self.op_dtypes)
@@ -79,6 +86,7 @@ class Linearizer:
         full, out = self.full_shape, self.output_shape
         self.reduce_axes = tuple([i for i in range(len(full))
                                   if self.reduceop is not None and not _same(out[i], full[i])])
+        rows.classify(self)  # row_kernel, row_tail
         self.upcasts = [1] * len(full)
         self.loop_order = None
         self.threads = 1
@@ -109,7 +117,8 @@ class Linearizer:
         self.gpu = False
         if opts is not None and getattr(opts, "has_local", False):
             from tinygrad.codegen.heuristic_gpu import uses_grid
-            self.gpu = uses_grid(self)
+            # a row kernel takes the grid: a thread, or a group of threads (rows.row_opts), a row
+            self.gpu = self.row_kernel or uses_grid(self)
 
     def _reduce_input_shape(self):
         for op in self.reduceop.toposort():
@@ -141,6 +150,8 @@ class Linearizer:
         if opt.op is OptOps.TC or opt.op is OptOps.SMEM:
             if self.applied_opts:
                 raise ValueError(f"{opt}: {opt.op.name} must be a kernel's only Opt (it has {self.applied_opts})")
+            if self.row_kernel:
+                raise ValueError(f"{opt}: a row kernel (a chain of reduces, or a reduce and a whole row) has no tile")
             from tinygrad.codegen.tensor_cores import simt_plan, tc_plan
             plan, why = (tc_plan if opt.op is OptOps.TC else simt_plan)(self, opt.amt)
             if plan is None:
@@ -164,7 +175,7 @@ class Linearizer:
             padded = -(-s // opt.amt) * opt.amt
             if padded == s:
                 raise ValueError(f"{opt}: axis {opt.axis} (size {s}) is a multiple of {opt.amt} already")
-            if is_reduce and not pads_to_zero(self.reduceop):
+            if is_reduce and not all(pads_to_zero(r) for r in self.reduceops):
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
                                  "are zero")
             self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
@@ -236,7 +247,9 @@ class Linearizer:
         optimised kernels, NOOPT is set, or optimisations were already applied."""
         if not self._decided and self.opts is not None and self.opts.supports_upcast and \
                 not NOOPT:
-            if self.gpu:
+            if self.row_kernel:
+                chosen = rows.row_opts(self)
+            elif self.gpu:
                 from tinygrad.codegen.heuristic_gpu import gpu_opts
                 chosen = gpu_opts(self)
             elif self.opts.has_local:
@@ -341,12 +354,18 @@ class Linearizer:
         looped = [i for i in self.loop_order if self._loop_vars[i] is not None and not self.gpu]
         loops = [self._loop(i, self.threads if j == 0 else 1) for j, i in enumerate(looped)]
         gcombos = self._combos(global_axes)
-        red = self._lower_reduce(global_axes, gcombos) if self.reduceop is not None else None
-        # everything after the reduce reads through the output shape: reduced dims are index 0 there
-        memo = {}
-        for g in gcombos:
-            for root in self.ast:
-                self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
+        # each reduce's accumulators, by its LazyOp; a chain's reduces in order, each reading the earlier ones
+        red = {}
+        for rop in self.reduceops:
+            red[rop] = self._lower_reduce(rop, global_axes, gcombos, red)
+        if self.row_tail:
+            rows.lower_row_tail(self, gcombos, red)
+        else:
+            # everything after the reduce reads through the output shape: reduced dims are index 0 there
+            memo = {}
+            for g in gcombos:
+                for root in self.ast:
+                    self._store(root.arg, g, self._lower_ast(root.src[0], g, True, red, memo))
         for lp in reversed(loops):
             self.em.close_scope()
             self.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
@@ -417,8 +436,9 @@ class Linearizer:
             self._base_id = base
             self._thread_id = self.em.add(base, self.em.mul(self._group_idx, self.em.const(lx * ly)))
             self._block_threads = lx * ly * self.group
-            # only the group's first thread stores the combined result
-            gates.append(self.em.lt(self._group_idx, self.em.const(1)))
+            # only the group's first thread stores the combined result (a row tail: each thread its part of the row)
+            if not self.row_tail:
+                gates.append(self.em.lt(self._group_idx, self.em.const(1)))
             self.local_size = (lx, ly, self.group)
         for g in gates:
             self._gate = g if self._gate is None else self.em.both(self._gate, g)
@@ -609,10 +629,10 @@ class Linearizer:
         return tuple([self.em.uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)
                       for i in range(self.vector_width)])
 
-    def _lower_reduce(self, global_axes, gcombos):
-        """The reduce loops around one accumulator per output of the tile; returns (the output dims that pick
-        an accumulator, {their copies: the reduced value})."""
-        rop = self.reduceop
+    def _lower_reduce(self, rop, global_axes, gcombos, red):
+        """The loops of reduce `rop` around one accumulator per output of the tile; returns (the output dims that
+        pick an accumulator, {their copies: the reduced value}). `red`: the accumulators of the reduces before it
+        (a row kernel's chain), which its input may read."""
         dtype = self.op_dtypes[id(rop)]
         src = rop.src[0]
         src_dims = self.op_dims[id(src)]
@@ -656,6 +676,8 @@ class Linearizer:
             block = SUM_BLOCK if len(reps) == 1 else TILE_SUM_BLOCK
             if needs_blocks(trips, len(rcombos), block):
                 blocks = plan_blocks(trips, len(rcombos), block)
+        memo = {}
+        rows.hoist(self, src, gcombos, red, memo)  # (a row kernel's: the reduces before this one are in `red`)
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
@@ -666,11 +688,10 @@ class Linearizer:
             loops.extend(self._blocked_loop(i, blocks[j], levels, dtype, start))
             accs = levels[len(levels) - 1]
         loop = loops[len(loops) - 1][0] if loops else None
-        memo = {}
         for r in rcombos:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
-                val = self._lower_ast(src, combo, False, None, memo)
+                val = self._lower_ast(src, combo, False, red, memo)
                 accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
         for lp, parent in reversed(loops):
             if parent is not None:
@@ -762,7 +783,8 @@ class Linearizer:
                 done[id(op)] = hit
                 continue
             if isinstance(op.op, ReduceOps):
-                val = red[1][tuple([combo[d] for d in red[0]])]
+                acc_axes, accs = red[op]
+                val = accs[tuple([combo[d] for d in acc_axes])]
             elif op.op in LEAVES:
                 val = self._lower_leaf(op, combo, post)
             else:
@@ -830,8 +852,8 @@ class Linearizer:
         zero = self.em.const(dtypes.as_const(0, dtype), dtype)
         return self.em.uop(UOps.ALU, dtype, (self.em.lower_node(valid), c, zero), TernaryOps.WHERE)
 
-    def _store(self, mb, combo, val):
-        nodes = self._idx_nodes(combo, True)
+    def _store(self, mb, combo, val, post=True):
+        nodes = self._idx_nodes(combo, post)
         idx, valid = mb.st.expr_idxs(nodes)
         if self._dim_limits:
             valid = self._limits_valid(valid, nodes)
@@ -883,7 +905,7 @@ class Linearizer:
         for d, offsets in out.offsets.items():
             self.upcasts[d] = len(offsets)
         n_ax = out.n_axis
-        red = ([out.m_axis, n_ax], out.values)
+        red = {self.reduceop: ([out.m_axis, n_ax], out.values)}
         self.loop_order = [d for d in range(len(self.full_shape)) if d not in self.reduce_axes]
         memo = {}
         paired = set()

@@ -2,6 +2,7 @@
 from typing import Iterable
 
 from tinygrad.device import Buffer
+from tinygrad.engine.fuse_rows import fuse_row_chains as fuse_row_chains
 from tinygrad.helpers import DEBUG as DEBUG
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import UNSAFE_PAD_OPS as UNSAFE_PAD_OPS

@@ -5,11 +5,14 @@ Fusion rules:
 - every elementwise op is fused into the kernel(s) that consume it, whatever views lie between;
 - a reduce is the heart of its own kernel, and the elementwise ops that only it consumes are fused before it;
 - an elementwise chain that only consumes one reduce (through reshapes) is fused after it, so `x.sum() / n` is one
-  kernel; every kernel holds at most one reduce;
+  kernel; every kernel holds at most one reduce, except that
+- a chain of reduces over the same rows (softmax, layernorm: reduce -> elementwise -> reduce, each read back along
+  the row) is one kernel that loops over each row once per reduce (engine/fuse_rows.py);
 - LoadOps (COPY, CONTIGUOUS, EMPTY, ...) and the requested outputs always get a buffer of their own;
 - an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
 All graph walks are iterative, so graphs of any depth schedule.
 """
+from tinygrad.engine.fuse_rows import fuse_row_chains
 from tinygrad.helpers import DEBUG
 from tinygrad.ops import (BinaryOps, BufferOps, ConstBuffer, LazyOp, LoadOps, MemBuffer, ReduceOps, TernaryOps,
                           UNSAFE_PAD_OPS, UnaryOps)
@@ -172,13 +175,16 @@ def create_schedule_with_vars(outs, seen=None):
     # ---- 3b. what fusing would make impossible ----
     _split_wide_kernels(order, realizes, fused_reduce)
 
+    # ---- 3c. a chain of reduces over the same rows (softmax, norms) into one kernel: engine/fuse_rows.py ----
+    row_chains = fuse_row_chains(order, children, realizes, fused_reduce, out_bases, MAX_KERNEL_INPUTS)
+
     # ---- 4. one ScheduleItem per realized base, in dependency order ----
     schedule, var_vals, reads_of = [], {}, []
     for b in order:
         if id(b) not in realizes or id(b) in seen:
             continue  # (seen: an output of a collective lowered with one of its siblings)
         reads = []
-        si = _lower(b, realizes, fused_reduce.get(id(b)), var_vals, reads)
+        si = _lower(b, realizes, fused_reduce.get(id(b)), row_chains.get(id(b), ()), var_vals, reads)
         schedule.append(si)
         reads_of.append(reads)
         for lb in si.lbs:
@@ -355,8 +361,9 @@ def create_schedule(outs, seen=None):
     return schedule
 
 
-cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals, list reads):
-    """The ScheduleItem that computes base `out`; the bases it reads are appended to `reads`."""
+cdef object _lower(object out, set realizes, object fused_reduce, object chain, dict var_vals, list reads):
+    """The ScheduleItem that computes base `out`; the bases it reads are appended to `reads`. `chain`: the reduces
+    over the same rows fused into it besides `fused_reduce` (engine/fuse_rows.py)."""
     op = out.op
     if op is LoadOps.COPY:
         src = out.srcs[0].base
@@ -382,7 +389,11 @@ cdef object _lower(object out, set realizes, object fused_reduce, dict var_vals,
     outer = None if kshape == oshape else ShapeTracker.from_shape(kshape)
     inputs = {}           # id(base) -> buffer index
     bufs = [out.buffer]
-    root = _build(out, outer, out, realizes, fused_reduce, inputs, bufs, var_vals, reads)
+    # the reduces computed in this kernel: their sources are read in the frame of the reduce's input
+    fused = {id(r) for r in chain}
+    if fused_reduce is not None:
+        fused.add(id(fused_reduce))
+    root = _build(out, outer, out, realizes, fused_reduce, fused, inputs, bufs, var_vals, reads)
     if written is not None:
         st_out, vv = _unbind(written)
         var_vals.update(vv)
@@ -436,8 +447,8 @@ cdef tuple _unbind(object st):
     return st.unbind()
 
 
-cdef object _build(object out, object outer, object kout, set realizes, object fused_reduce, dict inputs,
-                   list bufs, dict var_vals, list reads):
+cdef object _build(object out, object outer, object kout, set realizes, object fused_reduce, set fused,
+                   dict inputs, list bufs, dict var_vals, list reads):
     """The AST computing base `out` at every index of the kernel (`outer` maps kernel indices onto `out`)."""
     # frames are (base, st): st maps kernel indices to the base's elements (None: the identity)
     cdef dict built = {}
@@ -450,7 +461,7 @@ cdef object _build(object out, object outer, object kout, set realizes, object f
         child_keys = []
         # an ASSIGN computes its first source; the second (the target) only orders it after the target's readers
         for s in (base.srcs[:1] if base.op is LoadOps.ASSIGN else base.srcs):
-            if base is fused_reduce:
+            if id(base) in fused:
                 cst = s.st if not s.st.contiguous or s.shape != s.base.shape else None
             elif st is None:
                 cst = s.st if not (s.st.contiguous and s.shape == s.base.shape) else None

@@ -1,0 +1,105 @@
+"""Row kernels: how the linearizer lowers a chain of reduces over the same rows (engine/fuse_rows.py makes them).
+
+softmax's kernel holds max(x), sum(exp(x - max)) and the output row exp(x - max) / sum. Each reduce of the chain is
+its own loop over the row (the reduced dims) into its accumulators, in order, each reading the input again and the
+accumulators of the reduces before it; what is computed from those accumulators alone (log(sum), rsqrt(var + eps))
+is lowered once before the next loop, not once an element. An output over the whole row (`row_tail`: the kernel's
+output has the reduce's input shape) is one more loop that computes and stores each element. The input is read once
+a loop, inside one kernel: the case of rows too long to keep on chip.
+
+On the CPU a row kernel takes the heuristic's vectors and unrolling along the row, so every loop of it is vectorised;
+on a GPU the threads of a block split the row (GROUP, interleaved so neighbouring threads read neighbouring elements),
+combine each reduce through shared memory, and each stores its share of an output row.
+"""
+from tinygrad.codegen.ast_facts import LEAVES, is_one
+from tinygrad.codegen.kernel import Opt, OptOps
+from tinygrad.codegen.uops import UOps
+from tinygrad.helpers import toposort
+from tinygrad.ops import ReduceOps
+
+
+def classify(lin):
+    """Set lin.row_tail and lin.row_kernel (several reduces, or an output over the whole row), and for a row tail the
+    reduced axes, which the output's shape does not show; check the chain reduces one shape along the same axes."""
+    full = lin.full_shape
+    lin.row_tail = lin.reduceop is not None and not lin.reduce_axes and \
+        any(not is_one(full[a]) for a in lin.reduceop.arg)
+    if lin.row_tail:
+        lin.reduce_axes = tuple(sorted(lin.reduceop.arg))
+    lin.row_kernel = lin.row_tail or len(lin.reduceops) > 1
+    if not lin.row_kernel:
+        return
+    for rop in lin.reduceops:
+        shape = None
+        for op in rop.toposort():
+            if op.op in LEAVES:
+                shape = tuple(op.arg.st.shape)
+                break
+        if shape != tuple(full) or tuple(sorted(rop.arg)) != lin.reduce_axes:
+            raise ValueError("a kernel's reduces must reduce the same shape along the same axes")
+
+
+def row_opts(lin):
+    """The Opts of a row kernel: on the CPU, the heuristic's VECTORIZE and UNROLL along the row; on a GPU, GROUP of
+    the innermost reduced dim by the largest power of two up to 64 that divides it (else a thread a row)."""
+    if not lin.gpu:
+        if lin.opts.has_local:
+            return []
+        from tinygrad.codegen.opt import choose_opts
+        return [o for o in choose_opts(lin) if o.axis in lin.reduce_axes and o.op in (OptOps.VECTORIZE, OptOps.UNROLL)]
+    if not getattr(lin.opts, "has_shared", False):
+        return []
+    axis = max(lin.reduce_axes)
+    size = lin.full_shape[axis]
+    if not isinstance(size, int):
+        return []
+    amt = 64
+    while amt >= 2 and (size % amt or size < 2 * amt):
+        amt //= 2
+    return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
+
+
+def lower_row_tail(lin, gcombos, red):
+    """The output over the whole row: one more loop over the reduced dims, computing each element from the input and
+    the reduces' accumulators (`red`), and storing it."""
+    memo = {}
+    for root in lin.ast:
+        hoist(lin, root.src[0], gcombos, red, memo)
+    loops = [lin._loop(i) for i in lin.reduce_axes if lin._loop_vars[i] is not None]
+    rcombos = lin._combos(list(lin.reduce_axes))
+    for g in gcombos:
+        for r in rcombos:
+            combo = tuple([r[d] if d in lin.reduce_axes else g[d] for d in range(len(g))])
+            for root in lin.ast:
+                lin._store(root.arg, combo, lin._lower_ast(root.src[0], combo, False, red, memo), post=False)
+    for lp in reversed(loops):
+        lin.em.close_scope()
+        lin.em.uop(UOps.ENDLOOP, None, (lp,), None, False)
+
+
+def hoist(lin, root, gcombos, red, memo):
+    """Lower, before the next loop over the row opens, the parts of `root` computed from the earlier reduces alone:
+    into `memo`, where the loop's lowering finds them. They vary along no reduced dim, so its indices are 0 for them."""
+    if not red:
+        return
+    rdims = frozenset(lin.reduce_axes)
+    order = lin._topos.get(id(root))
+    if order is None:
+        # (as the linearizer's own walk: not into a reduce, whose value is its accumulator)
+        order = lin._topos[id(root)] = toposort(root, lambda op: () if isinstance(op.op, ReduceOps) else op.src)
+    hoisted = set()
+    for op in order:
+        if op.op in LEAVES or isinstance(op.op, ReduceOps) or lin.op_dims[id(op)] & rdims:
+            continue
+        if any(isinstance(s.op, ReduceOps) or id(s) in hoisted for s in op.src):
+            hoisted.add(id(op))
+    if not hoisted:
+        return
+    for d in rdims:
+        if lin._loop_vars[d] is not None:
+            lin.em.bind(lin._loop_vars[d], lin.em.const(0))
+    for op in order:
+        # the outermost hoisted ops: lowering them lowers (and remembers) what they are made of
+        if id(op) in hoisted:
+            for g in gcombos:
+                lin._lower_ast(op, g, False, red, memo)
