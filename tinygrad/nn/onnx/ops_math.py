@@ -193,6 +193,12 @@ def gelu(n: OpCall) -> Tensor:
     return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
 
+@onnx_op("Swish")
+def swish(n: OpCall) -> Tensor:
+    x = n.x[0]
+    return x * (x * n.attr("alpha", 1.0)).sigmoid()
+
+
 @onnx_op("Shrink")
 def shrink(n: OpCall) -> Tensor:
     x, bias, lambd = n.x[0], n.attr("bias", 0.0), n.attr("lambd", 0.5)
@@ -262,8 +268,18 @@ def _reducer(name: str, since: int, fn):
         axes = _reduce_axes(n, since)
         if axes == ():
             return fn(x, None, keep, True)
+        red = range(x.ndim) if axes is None else [a + x.ndim if a < 0 else a for a in axes]
+        if name in _EMPTY_IDENTITY and any(x.shape[a] == 0 for a in red):
+            # a reduction over nothing gives its identity (max: -inf, min: +inf)
+            shape = tuple(1 if d in red else s for d, s in enumerate(x.shape) if keep or d not in red)
+            return Tensor.full(shape, _EMPTY_IDENTITY[name](x.dtype), dtype=x.dtype)
         return fn(x, axes, keep, False)
     onnx_op(name)(impl)
+
+
+_EMPTY_IDENTITY = {
+    "ReduceMax": lambda dt: float("-inf") if dtypes.is_float(dt) else False if dt == dtypes.bool else dtypes.min(dt),
+    "ReduceMin": lambda dt: float("inf") if dtypes.is_float(dt) else True if dt == dtypes.bool else dtypes.max(dt)}
 
 
 def _sum(x: Tensor, axes, keep: bool) -> Tensor:
@@ -322,15 +338,17 @@ def topk(n: OpCall) -> tuple[Tensor, Tensor]:
     return Tensor.cat(*vals, dim=axis), Tensor.cat(*idxs, dim=axis)
 
 
-@onnx_op("CumSum")
-def cumsum(n: OpCall) -> Tensor:
+@onnx_op("CumSum", "CumProd")
+def cumulative(n: OpCall) -> Tensor:
     x, axis = n.x[0], n.ints(1)[0]
     axis = axis + x.ndim if axis < 0 else axis
     if n.attr("reverse", 0):
         x = x.flip(axis)
-    y = _same(x.cumsum(axis), x)
+    prod_ = n.op == "CumProd"
+    y = _same(x.cumprod(axis) if prod_ else x.cumsum(axis), x)
     if n.attr("exclusive", 0):
-        y = y.pad(tuple((1, -1) if d == axis else None for d in range(x.ndim)))
+        # shifted by one along the axis, the identity first
+        y = y.pad(tuple((1, -1) if d == axis else None for d in range(x.ndim)), value=1 if prod_ else 0)
     return y.flip(axis) if n.attr("reverse", 0) else y
 
 

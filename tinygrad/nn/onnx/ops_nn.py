@@ -135,7 +135,13 @@ def _channel(t: Tensor, ndim: int) -> Tensor:
 def batch_norm(n: OpCall) -> Tensor:
     x, scale, bias, mean, var = n.x[:5]
     if n.attr("training_mode", 0):
-        raise UnsupportedOp("BatchNormalization in training mode")
+        # batch statistics normalize; the running ones are updated with momentum (population variance, as ONNX)
+        red = tuple(d for d in range(x.ndim) if d != 1)
+        bmean, bvar = x.mean(red), x.var(red, correction=0)
+        mom = n.attr("momentum", 0.9)
+        inv = scale * (bvar + n.attr("epsilon", 1e-5)).rsqrt()
+        y = x * _channel(inv, x.ndim) + _channel(bias - bmean * inv, x.ndim)
+        return y, mean * mom + bmean * (1 - mom), var * mom + bvar * (1 - mom)
     inv = scale * (var + n.attr("epsilon", 1e-5)).rsqrt()
     return x * _channel(inv, x.ndim) + _channel(bias - mean * inv, x.ndim)
 
@@ -186,7 +192,7 @@ def group_norm(n: OpCall) -> Tensor:
 def lp_norm(n: OpCall) -> Tensor:
     x, p, axis = n.x[0], n.attr("p", 2), n.attr("axis", -1)
     norm = x.abs().sum(axis, keepdim=True) if p == 1 else (x * x).sum(axis, keepdim=True).sqrt()
-    return x / norm
+    return (norm == 0).where(0.0, x / norm).cast(x.dtype)
 
 
 @onnx_op("MeanVarianceNormalization")
@@ -221,7 +227,9 @@ def _source_coords(mode: str, out: int, size: int, scale: float, roi: tuple[floa
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if out > 1 else np.zeros(out)
     if mode == "align_corners":
-        return np.zeros(out) if out == 1 else x * (size - 1) / (out - 1)
+        # the resized length is size * scale before rounding (sizes given: the same as out)
+        length = size * scale
+        return np.zeros(out) if out == 1 else x * (size - 1) / (length - 1)
     if mode == "asymmetric":
         return x / scale
     if mode == "tf_half_pixel_for_nn":

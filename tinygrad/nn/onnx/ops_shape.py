@@ -192,7 +192,8 @@ def depth_to_space(n: OpCall) -> Tensor:
 def space_to_depth(n: OpCall) -> Tensor:
     x, b = n.x[0], n.attr("blocksize")
     bs, c, h, w = x.shape
-    y = x.reshape(bs, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(bs, c, h // b, b, w // b, b)
+    y = y.permute(0, 1, 3, 5, 2, 4) if n.attr("mode", "DCR") == "CRD" else y.permute(0, 3, 5, 1, 2, 4)
     return y.reshape(bs, c * b * b, h // b, w // b)
 
 
@@ -313,6 +314,8 @@ def constant(n: OpCall) -> Tensor:
     v = n.attrs["value"]
     if v.dtype.kind in "USO":
         raise UnsupportedOp("string constants are not supported")
+    if v.dtype.name == "bfloat16":
+        return Tensor(v.astype(np.float32)).cast(dtypes.bfloat16)
     return Tensor(np.ascontiguousarray(v))
 
 
@@ -330,6 +333,9 @@ def constant_of_shape(n: OpCall) -> Tensor:
 @onnx_op("Range")
 def range_(n: OpCall) -> Tensor:
     start, limit, delta = (n.host(i).reshape(()) for i in range(3))
+    if start.dtype.name == "bfloat16":
+        vals = np.arange(float(start), float(limit), float(delta), dtype=np.float32)
+        return Tensor(vals).cast(dtypes.bfloat16)
     return Tensor(np.arange(start, limit, delta, dtype=start.dtype))
 
 
@@ -360,3 +366,22 @@ def nonzero(n: OpCall) -> Tensor:
 def if_(n: OpCall) -> tuple[Tensor, ...]:
     branch = n.attr("then_branch") if n.scalar(0) else n.attr("else_branch")
     return tuple(n.run_graph(branch))
+
+
+@onnx_op("CenterCropPad")
+def center_crop_pad(n: OpCall) -> Tensor:
+    x, want = n.x[0], n.ints(1)
+    axes = n.attr("axes")
+    axes = list(range(x.ndim)) if axes is None else [_ax(a, x.ndim) for a in axes]
+    pairs: list = [None] * x.ndim
+    for a, s in zip(axes, want):
+        # crop or pad around the centre; the odd element goes at the end (a negative pad crops)
+        d = s - x.shape[a]
+        lo = d // 2 if d >= 0 else -((-d) // 2)
+        pairs[a] = (lo, d - lo)
+    return x.pad(tuple(pairs))
+
+
+@onnx_op("BitCast")
+def bit_cast(n: OpCall) -> Tensor:
+    return n.x[0].bitcast(onnx_dtype(n.attr("to")))

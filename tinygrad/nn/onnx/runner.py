@@ -98,6 +98,13 @@ def _static_names(graph: _Graph) -> set[str]:
     return static
 
 
+def _from_numpy(v: np.ndarray) -> Tensor:
+    """A Tensor of an array; numpy's bfloat16 (the ml_dtypes extension type) is made in float32 and cast."""
+    if v.dtype.name == "bfloat16":
+        return Tensor(np.ascontiguousarray(v.astype(np.float32))).cast(dtypes.bfloat16)
+    return Tensor(np.ascontiguousarray(v))
+
+
 def _load(model: Any) -> Any:
     onnx = import_onnx()
     if isinstance(model, onnx.ModelProto):
@@ -136,6 +143,8 @@ class OnnxRunner:
     def _const(v: np.ndarray) -> Tensor:
         if v.dtype.kind in "US" or v.dtype == object:
             raise UnsupportedOp(f"tensors of {v.dtype} (strings) are not supported")
+        if v.dtype.name == "bfloat16":
+            return _from_numpy(v).realize()
         if v.size == 1 and v.dtype != np.float64:
             return Tensor.full(v.shape, v.reshape(-1)[0].item(), dtype=dtypes.from_np(v.dtype))
         return Tensor(np.ascontiguousarray(v)).realize()
@@ -145,12 +154,16 @@ class OnnxRunner:
         want = onnx_dtype(code) if code else None
         if not isinstance(v, Tensor):
             v = np.asarray(v)
-            if want is not None and v.dtype != want.np and want.np is not None:
+            if want is not None and want != dtypes.bfloat16 and v.dtype != want.np and want.np is not None:
                 v = v.astype(want.np)
-            v = Tensor(v)
+            v = _from_numpy(v)
+            if want is not None and v.dtype != want:
+                v = v.cast(want)
         elif want is not None and v.dtype != want:
             v = v.cast(want)
         if dims is not None:
+            if len(dims) != v.ndim and all(isinstance(d, int) for d in dims) and prod(dims) == prod(v.shape):
+                v = v.reshape(tuple(dims))  # a scalar given as [x] and the like: the same values
             if len(dims) != v.ndim or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, v.shape)):
                 raise ValueError(f"input {name!r}: the model wants shape {dims}, got {tuple(v.shape)}")
         return v
