@@ -344,3 +344,36 @@ def upsample(n: OpCall) -> Tensor:
     mode = n.attr("mode", "nearest")
     n.attrs.setdefault("nearest_mode", "floor")
     return _resize(n, x, scales, None, list(range(x.ndim)), mode, "asymmetric", None)
+
+
+# ---- losses ----
+def _nll(n: OpCall, logp: Tensor, target: Tensor, weight: Tensor | None) -> Tensor:
+    """Negative log-likelihood of (N, C, *d) log-probabilities at (N, *d) class targets, weighted per class; targets
+    equal to ignore_index weigh 0. `mean` divides by the total weight, as ONNX (and PyTorch) do."""
+    c = logp.shape[1]
+    cls = Tensor.arange(c).reshape(1, c, *[1] * (logp.ndim - 2))
+    hit = target.unsqueeze(1) == cls
+    picked = -hit.where(logp, 0).sum(1)
+    w = hit.where(weight.reshape(1, c, *[1] * (logp.ndim - 2)), 0).sum(1) if weight is not None else \
+        Tensor.ones(*target.shape, dtype=logp.dtype)
+    ignore = n.attr("ignore_index")
+    if ignore is not None:
+        w = (target == ignore).where(0, w)
+    loss = picked * w
+    red = n.attr("reduction", "mean")
+    if red == "none":
+        return loss.cast(logp.dtype)
+    if red == "sum":
+        return loss.sum().cast(logp.dtype)
+    return (loss.sum() / w.sum()).cast(logp.dtype)
+
+
+@onnx_op("NegativeLogLikelihoodLoss")
+def nll_loss(n: OpCall) -> Tensor:
+    return _nll(n, n.x[0], n.x[1], n.x[2] if n.has(2) else None)
+
+
+@onnx_op("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy(n: OpCall) -> tuple[Tensor, Tensor]:
+    logp = n.x[0].log_softmax(1)
+    return _nll(n, logp, n.x[1], n.x[2] if n.has(2) else None), logp

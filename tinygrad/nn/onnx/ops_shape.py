@@ -93,10 +93,13 @@ def identity(n: OpCall) -> Tensor:
 
 @onnx_op("Dropout")
 def dropout(n: OpCall) -> tuple[Tensor, Tensor]:
-    # inference only: the input passes through and the mask keeps everything
-    if n.has(2) and n.scalar(2, False):
-        raise UnsupportedOp("Dropout with training_mode=True is not supported")
+    # inference: the input passes through and the mask keeps everything
     x = n.x[0]
+    ratio = n.scalar(1, 0.5) if n.opset >= 12 else n.attr("ratio", 0.5)
+    if n.has(2) and n.scalar(2, False) and ratio > 0:
+        # training: tinygrad's random mask (so not the values of another runtime's generator)
+        keep = Tensor.rand(*x.shape) >= ratio
+        return keep.where(x / (1 - ratio), 0).cast(x.dtype), keep
     return x, Tensor.ones(*x.shape, dtype=dtypes.bool)
 
 
