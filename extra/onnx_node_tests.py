@@ -26,8 +26,6 @@ for _ops, _why in (
     ("Loop Scan", "loops (If runs; Loop/Scan would need a traced loop body)"),
     ("RNN LSTM GRU", "recurrent layers (not implemented)"),
     ("DFT STFT MelWeightMatrix BlackmanWindow HammingWindow HannWindow", "signal processing (not implemented)"),
-    ("QLinearConv QLinearMatMul ConvInteger MatMulInteger DynamicQuantizeLinear QuantizeLinear DequantizeLinear",
-     "quantized ops (not implemented)"),
     ("NonMaxSuppression RoiAlign GridSample AffineGrid DeformConv Col2Im MaxUnpool Unique Det "
      "Compress ReverseSequence", "not implemented"),
     ("SwiGLU TensorScatter FlexAttention LinearAttention CausalConvWithState", "opset 24+ ops (not implemented)"),

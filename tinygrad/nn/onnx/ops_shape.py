@@ -319,7 +319,7 @@ def constant(n: OpCall) -> Tensor:
         raise UnsupportedOp("string constants are not supported")
     if v.dtype.name == "bfloat16":
         return Tensor(v.astype(np.float32)).cast(dtypes.bfloat16)
-    return Tensor(np.ascontiguousarray(v))
+    return Tensor(np.array(v, order="C"))
 
 
 @onnx_op("ConstantOfShape")

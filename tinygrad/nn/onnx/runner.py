@@ -24,7 +24,7 @@ import numpy as np
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import JitError, TinyJit
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx import ops_attention, ops_math, ops_nn, ops_shape  # noqa: F401 - importing them fills OPS
+from tinygrad.nn.onnx import ops_attention, ops_math, ops_nn, ops_quant, ops_shape  # noqa: F401 - importing them fills OPS
 from tinygrad.nn.onnx.node import OPS, OpCall, UnsupportedOp, onnx_dtype
 from tinygrad.tensor import Tensor
 
@@ -101,8 +101,8 @@ def _static_names(graph: _Graph) -> set[str]:
 def _from_numpy(v: np.ndarray) -> Tensor:
     """A Tensor of an array; numpy's bfloat16 (the ml_dtypes extension type) is made in float32 and cast."""
     if v.dtype.name == "bfloat16":
-        return Tensor(np.ascontiguousarray(v.astype(np.float32))).cast(dtypes.bfloat16)
-    return Tensor(np.ascontiguousarray(v))
+        return Tensor(np.array(v, dtype=np.float32, order="C")).cast(dtypes.bfloat16)
+    return Tensor(np.array(v, order="C"))
 
 
 def _load(model: Any) -> Any:
@@ -147,7 +147,7 @@ class OnnxRunner:
             return _from_numpy(v).realize()
         if v.size == 1 and v.dtype != np.float64:
             return Tensor.full(v.shape, v.reshape(-1)[0].item(), dtype=dtypes.from_np(v.dtype))
-        return Tensor(np.ascontiguousarray(v)).realize()
+        return Tensor(np.array(v, order="C")).realize()
 
     def _input(self, name: str, v: Any) -> Tensor:
         dims, code = self.graph.inputs[name]
