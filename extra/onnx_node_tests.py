@@ -27,7 +27,7 @@ for _ops, _why in (
     ("RNN LSTM GRU", "recurrent layers (not implemented)"),
     ("DFT STFT MelWeightMatrix BlackmanWindow HammingWindow HannWindow", "signal processing (not implemented)"),
     ("RoiAlign GridSample AffineGrid DeformConv Col2Im MaxUnpool Det", "not implemented"),
-    ("SwiGLU TensorScatter FlexAttention LinearAttention CausalConvWithState", "opset 24+ ops (not implemented)"),
+    ("TensorScatter FlexAttention LinearAttention", "opset 24+ ops (not implemented)"),
 ):
     EXCLUDED_OPS.update(dict.fromkeys(_ops.split(), _why))
 

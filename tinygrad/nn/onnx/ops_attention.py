@@ -139,3 +139,24 @@ def rms_norm(n: OpCall) -> Tensor:
     xf = x.float() if x.dtype != dtypes.float64 else x
     y = xf * ((xf * xf).mean(tuple(range(axis, x.ndim)), keepdim=True) + n.attr("epsilon", 1e-5)).rsqrt()
     return (y * scale).cast(x.dtype)
+
+
+@onnx_op("SwiGLU")
+def swiglu(n: OpCall) -> Tensor:
+    a, b = n.x[0], n.x[1]
+    return (a * (a * n.attr("alpha", 1.0)).sigmoid() * b).cast(a.dtype)
+
+
+@onnx_op("CausalConvWithState")
+def causal_conv_with_state(n: OpCall) -> tuple[Tensor, Tensor]:
+    """Depthwise causal 1-d convolution over (batch, channels, length) that carries its last k-1 inputs as state."""
+    x, w = n.x[0], n.x[1]
+    k = w.shape[2]
+    bs, ch = x.shape[:2]
+    past = n.x[3] if n.has(3) else Tensor.zeros(bs, ch, k - 1, dtype=x.dtype)
+    padded = past.cat(x, dim=2)
+    y = padded.conv2d(w, n.x[2] if n.has(2) else None, groups=ch).cast(x.dtype)
+    if n.attr("activation", "none") in ("silu", "swish"):
+        y = (y.float() * y.float().sigmoid()).cast(x.dtype)
+    state = padded.shrink((None, None, (padded.shape[2] - (k - 1), padded.shape[2])))
+    return y, state
