@@ -24,7 +24,7 @@ import numpy as np
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import JitError, TinyJit
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx import ops_attention, ops_host, ops_math, ops_nn, ops_quant, ops_shape  # noqa: F401 - fill OPS
+from tinygrad.nn.onnx import ops_attention, ops_host, ops_math, ops_nn, ops_quant, ops_rnn, ops_shape  # noqa: F401
 from tinygrad.nn.onnx.node import OPS, OpCall, UnsupportedOp, onnx_dtype
 from tinygrad.tensor import Tensor
 
