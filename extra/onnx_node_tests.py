@@ -25,7 +25,7 @@ for _ops, _why in (
     ("Bernoulli RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial", "random ops"),
     ("Loop Scan", "loops (If runs; Loop/Scan would need a traced loop body)"),
     ("DFT STFT MelWeightMatrix BlackmanWindow HammingWindow HannWindow", "signal processing (not implemented)"),
-    ("RoiAlign GridSample AffineGrid DeformConv Col2Im MaxUnpool Det", "not implemented"),
+    ("RoiAlign DeformConv Col2Im MaxUnpool Det", "not implemented"),
     ("TensorScatter FlexAttention LinearAttention", "opset 24+ ops (not implemented)"),
 ):
     EXCLUDED_OPS.update(dict.fromkeys(_ops.split(), _why))

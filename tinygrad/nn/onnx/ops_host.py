@@ -1,11 +1,14 @@
 """ONNX ops whose output shape depends on input values, computed with numpy on the host: Compress, Unique,
-NonMaxSuppression, plus ReverseSequence (its index table is built on the host). Reading values this way is what
+NonMaxSuppression; and ops whose gather tables are built there: ReverseSequence, GridSample (per-dim weights from the
+grid's values) and AffineGrid. Reading values this way is what
 makes the runner drop TinyJit for a model when those values come from the inputs' data (see runner.py)."""
 from __future__ import annotations
 
 import numpy as np
 
+from tinygrad.helpers import prod
 from tinygrad.nn.onnx.node import OpCall, onnx_op
+from tinygrad.nn.onnx.ops_nn import _cubic
 from tinygrad.tensor import Tensor
 
 
@@ -88,3 +91,85 @@ def non_max_suppression(n: OpCall) -> Tensor:
                     cand = [j for j, v in zip(cand, ious) if v <= iou_t]
             out.extend([b, c, i] for i in kept)
     return Tensor(np.array(out, dtype=np.int64).reshape(-1, 3))
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Fold coordinates outside [lo, hi] back in by reflecting at the nearer border, repeatedly."""
+    rng = hi - lo
+    below, above = lo - x, x - hi
+    d = np.where(x < lo, below, above)
+    k = np.floor(d / rng)
+    r = d - k * rng
+    even = (k % 2) == 0
+    low_side = np.where(even, lo + r, hi - r)
+    high_side = np.where(even, hi - r, lo + r)
+    return np.where(x < lo, low_side, np.where(x > hi, high_side, x))
+
+
+def _grid_weights(coord: np.ndarray, size: int, mode: str, pad: str, align: bool) -> np.ndarray:
+    """(N, P, size) weights of one spatial dim at normalized grid coordinates (N, P), by GridSample's rules."""
+    x = (coord + 1) / 2 * (size - 1) if align else ((coord + 1) * size - 1) / 2
+    if mode == "nearest":
+        x = np.rint(x)
+    lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    outside = (x < lo) | (x > hi)
+    if pad == "border":
+        x = np.where(outside, np.clip(x, 0, size - 1), x)
+    elif pad == "reflection":
+        x = np.where(outside, _reflect(x, lo, hi), x)
+    if mode == "nearest":
+        taps = [(x, np.ones_like(x))]
+    else:
+        x0 = np.floor(x)
+        t = x - x0
+        taps = [(x0, 1 - t), (x0 + 1, t)] if mode == "linear" else \
+            [(x0 + k - 1, _cubic(t, -0.75)[..., k]) for k in range(4)]
+    w = np.zeros((*coord.shape, size))
+    ni, pi = np.indices(coord.shape)
+    for idx, c in taps:
+        idx = idx.astype(np.int64) if mode == "nearest" else idx
+        if pad == "zeros":
+            c = np.where((idx >= 0) & (idx < size), c, 0.0)
+            idx = np.clip(idx, 0, size - 1)
+        elif pad == "border":
+            idx = np.clip(idx, 0, size - 1)
+        else:
+            idx = np.where((idx < lo) | (idx > hi), _reflect(idx.astype(np.float64), lo, hi), idx)
+        np.add.at(w, (ni, pi, idx.astype(np.int64)), c)
+    return w
+
+
+@onnx_op("GridSample")
+def grid_sample(n: OpCall) -> Tensor:
+    x, grid = n.x[0], n.host(1).astype(np.float64)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(n.attr("mode", "linear"), n.attr("mode", "linear"))
+    pad, align = n.attr("padding_mode", "zeros"), bool(n.attr("align_corners", 0))
+    bs, ch, dims = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    nd, out = len(dims), grid.shape[1:-1]
+    coords = grid.reshape(bs, -1, nd)[..., ::-1]  # the grid's last entry is the first spatial dim
+    y = x.float()
+    # contract one spatial dim at a time with its (N, P, size) weights; P (the output points) is dim 2
+    w0 = Tensor(_grid_weights(coords[..., 0], dims[0], mode, pad, align).astype(np.float32))
+    y = (y.reshape(bs, ch, 1, dims[0], -1) * w0.reshape(bs, 1, -1, dims[0], 1)).sum(3)
+    for i in range(1, nd):
+        wi = _grid_weights(coords[..., i], dims[i], mode, pad, align).astype(np.float32)
+        rest = prod(dims[i + 1:])
+        y = (y.reshape(bs, ch, -1, dims[i], rest) * Tensor(wi).reshape(bs, 1, -1, dims[i], 1)).sum(3)
+    return y.reshape(bs, ch, *out).cast(x.dtype)
+
+
+@onnx_op("AffineGrid")
+def affine_grid(n: OpCall) -> Tensor:
+    theta, size = n.x[0], n.ints(1)
+    align = bool(n.attr("align_corners", 0))
+    spatial = size[2:]
+
+    def base(length: int) -> np.ndarray:
+        if align:
+            return np.linspace(-1, 1, length) if length > 1 else np.zeros(1)
+        return (np.arange(length) * 2 + 1) / length - 1
+    # homogeneous base coordinates (x, y[, z], 1), x along the last dim
+    axes = np.meshgrid(*[base(s) for s in spatial], indexing="ij")
+    pts = np.stack([*axes[::-1], np.ones(spatial)], -1).reshape(-1, len(spatial) + 1).astype(np.float32)
+    grid = Tensor(pts).reshape(1, -1, len(spatial) + 1) @ theta.transpose(1, 2).float()
+    return grid.reshape(size[0], *spatial, len(spatial)).cast(theta.dtype)
