@@ -8,7 +8,7 @@ import numpy as np
 
 from tinygrad.helpers import prod
 from tinygrad.nn.onnx.node import OpCall, onnx_op
-from tinygrad.nn.onnx.ops_nn import _cubic
+from tinygrad.nn.onnx.ops_nn import cubic_coeffs
 from tinygrad.tensor import Tensor
 
 
@@ -123,7 +123,7 @@ def _grid_weights(coord: np.ndarray, size: int, mode: str, pad: str, align: bool
         x0 = np.floor(x)
         t = x - x0
         taps = [(x0, 1 - t), (x0 + 1, t)] if mode == "linear" else \
-            [(x0 + k - 1, _cubic(t, -0.75)[..., k]) for k in range(4)]
+            [(x0 + k - 1, cubic_coeffs(t, -0.75)[..., k]) for k in range(4)]
     w = np.zeros((*coord.shape, size))
     ni, pi = np.indices(coord.shape)
     for idx, c in taps:

@@ -242,7 +242,7 @@ def _source_coords(mode: str, out: int, size: int, scale: float, roi: tuple[floa
     raise UnsupportedOp(f"Resize coordinate_transformation_mode {mode!r}")
 
 
-def _cubic(t: np.ndarray, a: float) -> np.ndarray:
+def cubic_coeffs(t: np.ndarray, a: float) -> np.ndarray:
     """Weights of the 4 neighbours floor(x)-1 .. floor(x)+2 at fraction t (Keys' cubic convolution with a)."""
     def near(d):
         return ((a + 2) * d - (a + 3)) * d * d + 1
@@ -271,7 +271,7 @@ def _resize_weights(n: OpCall, mode: str, coord: str, size: int, out: int, scale
             np.add.at(w, (rows, np.clip(i0 + off, 0, size - 1).astype(np.int64)), wt)
     elif mode == "cubic":
         i0 = np.floor(src)
-        cw = _cubic(src - i0, n.attr("cubic_coeff_a", -0.75))
+        cw = cubic_coeffs(src - i0, n.attr("cubic_coeff_a", -0.75))
         for j, off in enumerate((-1, 0, 1, 2)):
             pos = i0 + off
             wt = cw[:, j]
