@@ -388,3 +388,18 @@ def center_crop_pad(n: OpCall) -> Tensor:
 @onnx_op("BitCast")
 def bit_cast(n: OpCall) -> Tensor:
     return n.x[0].bitcast(onnx_dtype(n.attr("to")))
+
+
+def _window(n: OpCall, coeffs: tuple[float, ...]) -> Tensor:
+    """A generalized cosine window sum_k (-1)^k a_k cos(2 pi k i / N), N = size (periodic) or size - 1."""
+    size = int(n.scalar(0))
+    denom = size if n.attr("periodic", 1) else size - 1
+    i = np.arange(size, dtype=np.float64)
+    w = sum((-1) ** k * a * np.cos(2 * np.pi * k * i / denom) for k, a in enumerate(coeffs))
+    dt = onnx_dtype(n.attr("output_datatype", 1))
+    return Tensor(np.asarray(w, dtype=np.float32)).cast(dt)
+
+
+onnx_op("HannWindow")(lambda n: _window(n, (0.5, 0.5)))
+onnx_op("HammingWindow")(lambda n: _window(n, (25 / 46, 21 / 46)))
+onnx_op("BlackmanWindow")(lambda n: _window(n, (0.42, 0.5, 0.08)))
