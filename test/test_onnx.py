@@ -99,16 +99,21 @@ def test_exported_model_matches_onnxruntime(torch_models, name):
     assert not runner.data_dependent
 
 
-def test_dynamic_batch_retraces_per_shape_and_replays(torch_models):
+@pytest.mark.parametrize("symbolic", [True, False])
+def test_dynamic_batch_is_symbolic_or_retraced_per_shape(torch_models, symbolic):
+    # a named batch dim is a Variable: one capture serves every batch size; without it, one capture per size
     data, inputs = torch_models["mlp"]
-    runner = OnnxRunner(data)
+    runner = OnnxRunner(data, symbolic=symbolic)
     assert runner.graph.inputs["x"][0][0] == "batch"
     rng = np.random.default_rng(1)
-    for batch in (3, 5, 3, 5, 3, 5):
+    for batch in (3, 5, 3, 5, 3, 5, 7):
         x = rng.standard_normal((batch, 64)).astype(np.float32)
-        np.testing.assert_allclose(runner({"x": x})["out"].numpy(), models.ort_run(data, {"x": x}),
-                                   rtol=1e-4, atol=1e-5)
-    assert len(runner._jits) == 2 and all(j.cnt == 2 for j in runner._jits.values())
+        out = runner({"x": x})["out"]
+        assert out.shape == (batch, 10)
+        np.testing.assert_allclose(out.numpy(), models.ort_run(data, {"x": x}), rtol=1e-4, atol=1e-5)
+    assert runner.symbolic == symbolic
+    # symbolic: one capture, replayed; concrete: sizes 3 and 5 captured, 7 run once
+    assert sorted(j.cnt for j in runner._jits.values()) == ([2] if symbolic else [1, 2, 2])
 
 
 # ---- the runner's contract ----
@@ -147,7 +152,8 @@ def test_static_shape_values_are_folded_out_of_the_jit():
     for k in range(4):
         x = np.full((2, 2, 3), k, np.float32)
         np.testing.assert_equal(r({"x": x})["y"].numpy(), x.reshape(2, 6) * 2)
-    assert not r.data_dependent
+    # Shape reads the named dim n as a value: the symbolic trace gives way to one capture per shape
+    assert not r.data_dependent and not r.symbolic
     jit = next(iter(r._jits.values()))
     assert jit.cnt == 2 and len(jit.jit_cache) == 1
 

@@ -25,16 +25,23 @@ def _wrap(idx: Tensor, size: int) -> Tensor:
 
 
 # ---- shapes ----
+def _ints(shape_: tuple) -> list[int]:
+    if not all(isinstance(s, int) for s in shape_):
+        # a symbolic dim read as a value: the runner retraces with concrete shapes
+        raise UnsupportedOp("a symbolic dim is read as a value")
+    return list(shape_)
+
+
 @onnx_op("Shape")
 def shape(n: OpCall) -> Tensor:
-    s = list(n.x[0].shape)
+    s = _ints(n.x[0].shape)
     start, end = n.attr("start", 0), n.attr("end", None)
     return _int64(s[start:end] if n.opset >= 15 else s)
 
 
 @onnx_op("Size")
 def size(n: OpCall) -> Tensor:
-    return _int64(prod(n.x[0].shape))
+    return _int64(prod(_ints(n.x[0].shape)))
 
 
 @onnx_op("Reshape")

@@ -7,7 +7,10 @@ keeps the ones the rest of the graph reads (realized, or as constants when they 
 nodes afterwards, so TinyJit captures only the kernels that depend on the inputs' data.
 
 Calls with the same input shapes run under TinyJit (the first runs, the second captures, later ones replay); each
-new set of shapes is traced and captured on its own. A graph that reads values computed from its inputs' data on the
+new set of shapes is traced and captured on its own. Named input dims (ONNX dim_params such as "batch") are first
+tried as symbolic Variables, so one capture serves every value of them; a graph whose shape arithmetic needs them as
+numbers (Shape, Size, sizes computed on the host) fails that trace and falls back to one capture per shape.
+A graph that reads values computed from its inputs' data on the
 host (NonZero, a Reshape to a shape read from an input, If on a data-dependent condition) can't be replayed, so the
 runner notices the first such read and runs that model eagerly from then on.
 NOTE: as with any TinyJit, a replay writes into the same output buffers: the Tensors a call returned hold the next
@@ -26,7 +29,11 @@ from tinygrad.engine.jit import JitError, TinyJit
 from tinygrad.helpers import prod
 from tinygrad.nn.onnx import ops_attention, ops_host, ops_math, ops_nn, ops_quant, ops_rnn, ops_shape  # noqa: F401
 from tinygrad.nn.onnx.node import OPS, OpCall, UnsupportedOp, onnx_dtype
+from tinygrad.shape.symbolic import Variable, sym_infer
 from tinygrad.tensor import Tensor
+
+# the bounds a named input dim takes as a symbolic Variable (a call beyond them runs with concrete shapes)
+SYMBOLIC_MAX = 1 << 16
 
 # ops whose outputs depend on their input's shape only, so they are static however the input was computed
 _SHAPE_ONLY = {"Shape", "Size"}
@@ -105,6 +112,13 @@ def _from_numpy(v: np.ndarray) -> Tensor:
     return Tensor(np.array(v, order="C"))
 
 
+def _concrete(t: Any) -> Any:
+    """A result with symbolic dims viewed with their bound values (what numpy() and the caller expect)."""
+    if not isinstance(t, Tensor) or all(isinstance(s, int) for s in t.shape):
+        return t
+    return t.reshape(tuple(s if isinstance(s, int) else sym_infer(s, {}) for s in t.shape))
+
+
 def _load(model: Any) -> Any:
     onnx = import_onnx()
     if isinstance(model, onnx.ModelProto):
@@ -123,11 +137,15 @@ class OnnxRunner:
     numpy arrays, lists, scalars or Tensors; they are cast to the dtype the model declares. See the module docstring
     for how calls are traced, captured and replayed."""
 
-    def __init__(self, model: Any, jit: bool = True):
+    def __init__(self, model: Any, jit: bool = True, symbolic: bool = True):
         proto = _load(model)
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.graph = _Graph(proto.graph)
         self.jit = jit
+        # named input dims become Variables shared by every input that names them (see _call_symbolic)
+        names = {d for dims, _ in self.graph.inputs.values() for d in dims or [] if isinstance(d, str)}
+        self._vars = {d: Variable(d, 1, SYMBOLIC_MAX) for d in sorted(names)}
+        self.symbolic = symbolic and jit and bool(names)
         # initializers become Tensors once; tiny ones stay constants the kernels can inline
         self.weights = {k: self._const(v) for k, v in self.graph.initializers.items()}
         self._static = _static_names(self.graph)
@@ -176,6 +194,10 @@ class OnnxRunner:
             raise ValueError(f"OnnxRunner: missing inputs {missing}, unknown inputs {unknown}; the model takes "
                              f"{list(self.graph.inputs)}")
         tens = {n: self._input(n, given[n]) for n in self.graph.inputs}
+        if self.symbolic and not debug and not self.data_dependent:
+            out = self._call_symbolic(tens)
+            if out is not None:
+                return out
         key = tuple((n, tuple(t.shape), t.dtype) for n, t in tens.items())
         if debug or not self.jit or self.data_dependent or key in self._eager_keys:
             return self._run(key, tens, debug)
@@ -189,6 +211,35 @@ class OnnxRunner:
             self._eager_keys.add(key)
             self._jits.pop(key, None)
             return self._run(key, tens, False)
+
+    def _call_symbolic(self, tens: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """Run with each named dim a bound Variable, so one capture serves every value of it; None when this call
+        can't (a value out of bounds, two inputs disagreeing on a dim) or the graph can't be traced that way (its
+        shape arithmetic reads a named dim on the host), which also turns symbolic runs off for the model."""
+        bound: dict[str, int] = {}
+        sym, spec = {}, []
+        for n, t in tens.items():
+            dims = self.graph.inputs[n][0] or []
+            shape = list(t.shape)
+            for i, d in enumerate(dims):
+                if isinstance(d, str):
+                    if not 1 <= shape[i] <= SYMBOLIC_MAX or bound.setdefault(d, shape[i]) != shape[i]:
+                        return None
+                    shape[i] = self._vars[d].bind(shape[i])
+            sym[n] = t.reshape(tuple(shape)) if any(not isinstance(s, int) for s in shape) else t
+            spec.append((n, tuple(d if isinstance(d, str) else s for d, s in zip(dims, t.shape)), t.dtype))
+        key = ("symbolic", *spec)
+        jit = self._jits.get(key)
+        if jit is None:
+            jit = self._jits[key] = TinyJit(lambda tens: self._run(key, tens, False))
+        try:
+            out = jit(sym)
+        except Exception:  # noqa: BLE001 - any failure of the symbolic trace falls back to concrete shapes
+            self.symbolic = False
+            self._jits.pop(key, None)
+            self._folded.pop(key, None)
+            return None
+        return {k: _concrete(t) for k, t in out.items()}
 
     def _run(self, key: tuple, tens: dict[str, Tensor], debug: bool) -> dict[str, Tensor]:
         with Tensor.inference_mode():
