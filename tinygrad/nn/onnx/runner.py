@@ -24,10 +24,17 @@ from typing import Any
 
 import numpy as np
 
+# importing the op families fills OPS (module imports, not `from tinygrad.nn.onnx import`: the package imports us)
+import tinygrad.nn.onnx.ops_attention  # noqa: F401
+import tinygrad.nn.onnx.ops_host  # noqa: F401
+import tinygrad.nn.onnx.ops_math  # noqa: F401
+import tinygrad.nn.onnx.ops_nn  # noqa: F401
+import tinygrad.nn.onnx.ops_quant  # noqa: F401
+import tinygrad.nn.onnx.ops_rnn  # noqa: F401
+import tinygrad.nn.onnx.ops_shape  # noqa: F401
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import JitError, TinyJit
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx import ops_attention, ops_host, ops_math, ops_nn, ops_quant, ops_rnn, ops_shape  # noqa: F401
 from tinygrad.nn.onnx.node import OPS, OpCall, UnsupportedOp, onnx_dtype
 from tinygrad.shape.symbolic import Variable, sym_infer
 from tinygrad.tensor import Tensor
