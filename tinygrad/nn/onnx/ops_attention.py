@@ -46,7 +46,6 @@ def attention(n: OpCall) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     if three:
         q, k, v = _heads(q, n.attr("q_num_heads")), _heads(k, n.attr("kv_num_heads")), \
             _heads(v, n.attr("kv_num_heads"))
-    past = k.shape[2] if n.has(4) else 0
     if n.has(4):
         k, v = n.x[4].cat(k, dim=2), n.x[5].cat(v, dim=2)
     present_k, present_v = k, v

@@ -7,7 +7,7 @@ from functools import reduce
 
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx.node import OpCall, UnsupportedOp, onnx_dtype, onnx_op
+from tinygrad.nn.onnx.node import OpCall, onnx_dtype, onnx_op
 from tinygrad.tensor import Tensor
 
 
@@ -401,8 +401,3 @@ def _hardmax(x: Tensor, axis: int) -> Tensor:
 onnx_op("Softmax")(lambda n: _softmax_like(n, lambda x, a: x.softmax(a)))
 onnx_op("LogSoftmax")(lambda n: _softmax_like(n, lambda x, a: x.log_softmax(a)))
 onnx_op("Hardmax")(lambda n: _softmax_like(n, _hardmax))
-
-
-def check_float(x: Tensor, op: str) -> None:
-    if not dtypes.is_float(x.dtype):
-        raise UnsupportedOp(f"{op} needs a float input, got {x.dtype}")
