@@ -47,12 +47,13 @@ def onnx_op(*names: str) -> Callable:
 class OpCall:
     """One node being run. `x` holds the input Tensors (None for an omitted optional input); `ints`/`floats` read an
     input's values on the host (shapes, axes, pads: values ONNX passes as tensors but the graph needs as numbers)."""
-    __slots__ = ("op", "x", "attrs", "opset", "nout", "_host", "_graph")
+    __slots__ = ("op", "x", "attrs", "opset", "nout", "_host", "_graph", "_dynamic")
 
     def __init__(self, op: str, x: list[Tensor | None], attrs: dict[str, Any], opset: int, nout: int,
-                 host: Callable[[int], np.ndarray | None], graph: Callable | None = None):
+                 host: Callable[[int], np.ndarray | None], graph: Callable | None = None,
+                 dynamic: Callable[[], None] | None = None):
         self.op, self.x, self.attrs, self.opset, self.nout = op, x, attrs, opset, nout
-        self._host, self._graph = host, graph
+        self._host, self._graph, self._dynamic = host, graph, dynamic
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -66,6 +67,13 @@ class OpCall:
         makes the runner give up TinyJit for the model (its kernels would bake the captured call's values in)."""
         return self._host(i) if self.has(i) else None
 
+    def read(self, t: Tensor) -> np.ndarray:
+        """A computed Tensor's values on the host (a Loop body's condition); the runner then gives up TinyJit for
+        the model, as it can't tell whether they came from the inputs' data."""
+        if self._dynamic is not None:
+            self._dynamic()
+        return t.numpy()
+
     def ints(self, i: int) -> list[int] | None:
         v = self.host(i)
         return None if v is None else [int(a) for a in v.reshape(-1)]
@@ -78,7 +86,8 @@ class OpCall:
         v = self.host(i)
         return default if v is None else v.reshape(-1)[0].item()
 
-    def run_graph(self, graph: Any) -> list[Tensor]:
-        """Run a subgraph attribute (If's branches) that sees this graph's values; returns its outputs."""
+    def run_graph(self, graph: Any, inputs: dict[str, Tensor] | None = None) -> list[Tensor]:
+        """Run a subgraph attribute (If's branches, Loop's body) with its inputs, seeing this graph's values;
+        returns its outputs."""
         assert self._graph is not None
-        return self._graph(graph)
+        return self._graph(graph, inputs)

@@ -410,3 +410,27 @@ def _window(n: OpCall, coeffs: tuple[float, ...]) -> Tensor:
 onnx_op("HannWindow")(lambda n: _window(n, (0.5, 0.5)))
 onnx_op("HammingWindow")(lambda n: _window(n, (25 / 46, 21 / 46)))
 onnx_op("BlackmanWindow")(lambda n: _window(n, (0.42, 0.5, 0.08)))
+
+
+@onnx_op("Loop")
+def loop(n: OpCall) -> tuple[Tensor, ...]:
+    """Loop unrolled on the host: the trip count and the condition are read each iteration (a condition computed
+    from the inputs' data makes the model run without TinyJit); scan outputs are stacked on a new first axis."""
+    body = n.attr("body")
+    names = list(body.inputs)
+    trip = n.scalar(0) if n.has(0) else None
+    cond = bool(n.scalar(1)) if n.has(1) else True
+    carried = list(n.x[2:])
+    scans: list[list[Tensor]] = []
+    i = 0
+    while cond and (trip is None or i < trip):
+        ins = {names[0]: _int64(i), names[1]: Tensor(np.array(cond))}
+        ins.update(zip(names[2:], carried))
+        outs = n.run_graph(body, ins)
+        cond = bool(n.read(outs[0])) if n.has(1) or trip is None else True
+        carried = list(outs[1:1 + len(carried)])
+        scans.append(list(outs[1 + len(carried):]))
+        i += 1
+    n_scan = len(body.outputs) - 1 - len(carried)
+    stacked = [Tensor.stack(*[s[k] for s in scans], dim=0) if scans else None for k in range(n_scan)]
+    return (*carried, *stacked)

@@ -296,7 +296,8 @@ class OnnxRunner:
             def host(k: int, node=node, xs=xs) -> np.ndarray:
                 return self._host(node.inputs[k], xs[k], folded[1], top)
             call = OpCall(node.op, xs, node.attrs, self.opset, len(node.outputs), host,
-                          lambda g, env=env: self._subgraph(g, env, folded, debug))
+                          lambda g, ins=None, env=env: self._subgraph(g, env, ins or {}, folded, debug),
+                          self._mark_dynamic)
             out = fn(call)
             if not isinstance(out, (tuple, list)):
                 out = (out,)
@@ -307,10 +308,14 @@ class OnnxRunner:
                 shapes = [tuple(t.shape) if isinstance(t, Tensor) else t for t in out]
                 print(f"{node.op:<20} {node.name:<30} -> {shapes}")
 
-    def _subgraph(self, graph: _Graph, outer: Any, folded: tuple, debug: bool) -> list[Tensor]:
-        env = ChainMap({k: self._const(v) for k, v in graph.initializers.items()}, outer)
+    def _subgraph(self, graph: _Graph, outer: Any, inputs: dict[str, Tensor], folded: tuple,
+                  debug: bool) -> list[Tensor]:
+        env = ChainMap({**{k: self._const(v) for k, v in graph.initializers.items()}, **inputs}, outer)
         self._exec(graph, env, folded, skip_static=False, debug=debug)
         return [env[o] for o in graph.outputs]
+
+    def _mark_dynamic(self) -> None:
+        self.data_dependent = True
 
     def _host(self, name: str, t: Tensor, cache: dict[str, np.ndarray], top: bool) -> np.ndarray:
         if name in cache:
