@@ -159,3 +159,40 @@ def causal_conv_with_state(n: OpCall) -> tuple[Tensor, Tensor]:
         y = (y.float() * y.float().sigmoid()).cast(x.dtype)
     state = padded.shrink((None, None, (padded.shape[2] - (k - 1), padded.shape[2])))
     return y, state
+
+
+@onnx_op("LinearAttention")
+def linear_attention(n: OpCall) -> tuple[Tensor, Tensor]:
+    """Recurrent linear attention over (batch, time, heads * size) inputs, unrolled over time: the (d_k, d_v) state
+    per KV head decays (gated rules), is corrected toward the value (delta rules) and accumulates k v^T; each query
+    reads it. Computed in float32, as the reference does."""
+    q, k, v = n.x[:3]
+    hq, hk = n.attr("q_num_heads"), n.attr("kv_num_heads")
+    rule = n.attr("update_rule", "gated_delta")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    b, t = q.shape[:2]
+    dk, dv = q.shape[2] // hq, v.shape[2] // hk
+    q4, k4, v4 = (_heads(x.float(), h) for x, h in ((q, hq), (k, hk), (v, hk)))
+    decay = n.x[4] if n.has(4) else None
+    if decay is not None:
+        decay = decay.float().reshape(b, t, hk, -1).transpose(1, 2)  # (b, hk, t, 1 or dk)
+    beta = n.x[5] if n.has(5) else None
+    if beta is not None:
+        beta = beta.float().reshape(b, t, beta.shape[2], 1).transpose(1, 2)
+    state = n.x[3].float() if n.has(3) else Tensor.zeros(b, hk, dk, dv)
+    scale = n.attr("scale", 0.0) or 1 / math.sqrt(dk)
+    outs = []
+    for i in range(t):
+        kt, vt = k4[:, :, i], v4[:, :, i]
+        if gating:
+            state = state * decay[:, :, i].exp().unsqueeze(-1)
+        if delta:
+            retrieved = (state * kt.unsqueeze(-1)).sum(2)
+            vt = beta[:, :, i] * (vt - retrieved)
+        state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+        read = state
+        if hq != hk:
+            read = state.unsqueeze(2).expand(b, hk, hq // hk, dk, dv).reshape(b, hq, dk, dv)
+        outs.append((q4[:, :, i].unsqueeze(-1) * read).sum(2) * scale)
+    y = Tensor.stack(*outs, dim=2).transpose(1, 2).reshape(b, t, hq * dv).cast(q.dtype)
+    return y, state.cast(n.x[3].dtype if n.has(3) else q.dtype)

@@ -434,3 +434,34 @@ def loop(n: OpCall) -> tuple[Tensor, ...]:
     n_scan = len(body.outputs) - 1 - len(carried)
     stacked = [Tensor.stack(*[s[k] for s in scans], dim=0) if scans else None for k in range(n_scan)]
     return (*carried, *stacked)
+
+
+@onnx_op("Scan")
+def scan(n: OpCall) -> tuple[Tensor, ...]:
+    """Scan (opset 9+) unrolled: the body runs once per slice of the scan inputs along their axes (reversed where
+    a direction is 1), carrying its states; scan outputs are stacked along their axes."""
+    if n.opset < 9:
+        raise UnsupportedOp("Scan before opset 9 (batched, with sequence_lens)")
+    body, m = n.attr("body"), n.attr("num_scan_inputs")
+    names = list(body.inputs)
+    states, xs = list(n.x[:len(n.x) - m]), list(n.x[len(n.x) - m:])
+    in_axes = [_ax(a, x.ndim) for a, x in zip(n.attr("scan_input_axes") or [0] * m, xs)]
+    in_dirs = n.attr("scan_input_directions") or [0] * m
+    steps = xs[0].shape[in_axes[0]]
+    outs: list[list[Tensor]] = []
+    for i in range(steps):
+        slices = [x.shrink(tuple(((steps - 1 - i if r else i), (steps - i if r else i + 1)) if d == a else None
+                                 for d in range(x.ndim))).squeeze(a) for x, a, r in zip(xs, in_axes, in_dirs)]
+        res = n.run_graph(body, dict(zip(names, states + slices)))
+        states = list(res[:len(states)])
+        outs.append(list(res[len(states):]))
+    k = len(body.outputs) - len(states)
+    out_axes = n.attr("scan_output_axes") or [0] * k
+    out_dirs = n.attr("scan_output_directions") or [0] * k
+    stacked = []
+    for j in range(k):
+        seq = [o[j] for o in outs]
+        if out_dirs[j]:
+            seq = seq[::-1]
+        stacked.append(Tensor.stack(*seq, dim=_ax(out_axes[j], seq[0].ndim + 1)))
+    return (*states, *stacked)
