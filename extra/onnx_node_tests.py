@@ -25,7 +25,7 @@ for _ops, _why in (
     ("Bernoulli RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial", "random ops"),
     ("DFT STFT MelWeightMatrix", "signal processing (not implemented)"),
     ("RoiAlign DeformConv Col2Im MaxUnpool Det", "not implemented"),
-    ("TensorScatter FlexAttention", "opset 24+ ops (not implemented)"),
+    ("FlexAttention", "ai.onnx.preview domain (not implemented)"),
 ):
     EXCLUDED_OPS.update(dict.fromkeys(_ops.split(), _why))
 

@@ -196,3 +196,21 @@ def linear_attention(n: OpCall) -> tuple[Tensor, Tensor]:
         outs.append((q4[:, :, i].unsqueeze(-1) * read).sum(2) * scale)
     y = Tensor.stack(*outs, dim=2).transpose(1, 2).reshape(b, t, hq * dv).cast(q.dtype)
     return y, state.cast(n.x[3].dtype if n.has(3) else q.dtype)
+
+
+@onnx_op("TensorScatter")
+def tensor_scatter(n: OpCall) -> Tensor:
+    """Write a KV-cache update into the cache along `axis`, starting at each batch row's write index (wrapping
+    around in circular mode); positions come from the indices on the host."""
+    cache, upd = n.x[0], n.x[1]
+    axis = n.attr("axis", -2)
+    axis = axis + cache.ndim if axis < 0 else axis
+    bs, size, steps = cache.shape[0], cache.shape[axis], upd.shape[axis]
+    start = n.host(2).reshape(-1) if n.has(2) else [0] * bs
+    pos = [[(int(s) + j) % size if n.attr("mode", "linear") == "circular" else int(s) + j for j in range(steps)]
+           for s in start]
+    hit = Tensor([[[p == c for c in range(size)] for p in row] for row in pos])  # (batch, steps, size)
+    hit = hit.reshape(bs, *[1] * (cache.ndim - 2), steps, size)
+    x, u = cache.transpose(axis, -1), upd.transpose(axis, -1)
+    written = hit.where(u.unsqueeze(-1), 0).sum(-2).cast(cache.dtype)
+    return hit.any(-2).where(written, x).transpose(axis, -1)
