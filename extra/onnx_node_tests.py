@@ -23,7 +23,7 @@ for _ops, _why in (
      "SequenceLength ConcatFromSequence", "sequence values"),
     ("OptionalGetElement OptionalHasElement Optional", "optional values"),
     ("Bernoulli RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial", "random ops"),
-    ("DFT STFT MelWeightMatrix", "signal processing (not implemented)"),
+    ("STFT MelWeightMatrix", "signal processing (not implemented)"),
     ("RoiAlign DeformConv Col2Im MaxUnpool Det", "not implemented"),
     ("FlexAttention", "ai.onnx.preview domain (not implemented)"),
 ):

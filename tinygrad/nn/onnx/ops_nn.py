@@ -377,3 +377,54 @@ def nll_loss(n: OpCall) -> Tensor:
 def softmax_cross_entropy(n: OpCall) -> tuple[Tensor, Tensor]:
     logp = n.x[0].log_softmax(1)
     return _nll(n, logp, n.x[1], n.x[2] if n.has(2) else None), logp
+
+
+# ---- signal processing ----
+def _fit(x: Tensor, axis: int, length: int) -> Tensor:
+    """Zero-pad or cut x along axis to length."""
+    return x.pad(tuple((0, length - x.shape[axis]) if d == axis else None for d in range(x.ndim)))
+
+
+@onnx_op("DFT")
+def dft(n: OpCall) -> Tensor:
+    """The discrete Fourier transform as products with cos/sin matrices built on the host; the last dim holds the
+    real part (size 1) or real and imaginary parts (size 2)."""
+    x = n.x[0]
+    if n.opset < 20:
+        axis = n.attr("axis", 1)
+    else:
+        axis = n.scalar(2, -2)
+    axis = axis + x.ndim if axis < 0 else axis
+    inverse, onesided = bool(n.attr("inverse", 0)), bool(n.attr("onesided", 0))
+    length = n.scalar(1)
+    if length is None:
+        length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    length = int(length)
+    xr = x[..., 0].float()
+    xi = x[..., 1].float() if x.shape[-1] == 2 else None
+    xr = xr.transpose(axis, -1)
+    xi = xi.transpose(axis, -1) if xi is not None else None
+    if inverse and onesided:
+        # real output from the first length//2 + 1 bins of a Hermitian spectrum; inner bins count twice
+        m = length // 2 + 1
+        k = np.arange(m).reshape(m, 1)
+        ang = 2 * np.pi * k * np.arange(length).reshape(1, length) / length
+        w = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+        cos, sin = Tensor((w * np.cos(ang)).astype(np.float32)), Tensor((w * np.sin(ang)).astype(np.float32))
+        xr = _fit(xr, xr.ndim - 1, m)
+        y = (xr.unsqueeze(-1) * cos).sum(-2)
+        if xi is not None:
+            y = y - (_fit(xi, xi.ndim - 1, m).unsqueeze(-1) * sin).sum(-2)
+        return y.transpose(axis, -1).unsqueeze(-1).cast(x.dtype)
+    bins = length // 2 + 1 if onesided else length
+    ang = 2 * np.pi * np.arange(length).reshape(length, 1) * np.arange(bins).reshape(1, bins) / length
+    scale = 1 / length if inverse else 1.0
+    cos, sin = Tensor((scale * np.cos(ang)).astype(np.float32)), Tensor((scale * np.sin(ang)).astype(np.float32))
+    sign = 1 if inverse else -1  # e^{-i angle} forward, e^{+i angle} inverse
+    xr = _fit(xr, xr.ndim - 1, length).unsqueeze(-1)
+    re, im = (xr * cos).sum(-2), (xr * sin).sum(-2) * sign
+    if xi is not None:
+        xi = _fit(xi, xi.ndim - 1, length).unsqueeze(-1)
+        re, im = re - (xi * sin).sum(-2) * sign, im + (xi * cos).sum(-2)
+    y = re.unsqueeze(-1).cat(im.unsqueeze(-1), dim=-1)
+    return y.transpose(axis, -2).cast(x.dtype)
