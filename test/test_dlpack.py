@@ -11,6 +11,7 @@ import unittest
 import numpy as np
 
 from tinygrad import Tensor, TinyJit, dtypes
+from tinygrad.device import Device
 from tinygrad.dlpack import live_exports
 
 try:
@@ -36,8 +37,19 @@ def _has_cuda() -> bool:
     return True
 
 
-class TestExport(unittest.TestCase):
+class _OnTheHost(unittest.TestCase):
+    """numpy and a CPU torch read host memory only: these tests make their tensors on the host (CLANG) whatever the
+    default device is (CUDA=1 on a GPU machine runs this file too)."""
+    def setUp(self):
+        self._default, Device.DEFAULT = Device.DEFAULT, "CLANG"
+
     def tearDown(self):
+        Device.DEFAULT = self._default
+
+
+class TestExport(_OnTheHost):
+    def tearDown(self):
+        super().tearDown()
         gc.collect()
         self.assertEqual(live_exports(), 0, "an exported tensor was never released")
 
@@ -150,7 +162,7 @@ class TestExport(unittest.TestCase):
                 np.testing.assert_equal(a, np.array([1, 0, 1], dtype=dt.np))
 
 
-class TestImport(unittest.TestCase):
+class TestImport(_OnTheHost):
     def test_from_numpy_shares_memory(self):
         a = np.arange(6, dtype=np.float32).reshape(2, 3)
         t = Tensor.from_dlpack(a)
