@@ -1,7 +1,8 @@
 """tinygrad.apps.llm.server: the OpenAI-style HTTP server on the small synthetic Gemma 3 of test_llm.py, driven with
-urllib and raw sockets: OpenAI's request semantics (seeds, token limits, stop strings, usage in streams, content
-parts, refusals of what it does not do, error shape), isolation between clients (slow readers, disconnects, slow and
-oversized requests, keep-alive after a rejected body) and operations (API key, /health, a port in use, access log)."""
+urllib, raw sockets and the official `openai` client: OpenAI's request semantics (seeds, token limits, stop strings,
+usage in streams, content parts, refusals of what it does not do, error shape), isolation between clients (slow
+readers, disconnects, slow and oversized requests, keep-alive after a rejected body) and operations (API key, /health,
+a port in use, access log)."""
 import json
 import socket
 import threading
@@ -467,3 +468,54 @@ def test_a_port_in_use_is_a_clear_error(tiny, served, capsys):
             "--max-tokens-cap", "8", "--api-key", "k"]
     assert llm_main(argv) == 1
     assert f"port {served.port} is in use on 127.0.0.1" in capsys.readouterr().err
+
+
+# ---- the official openai client ---------------------------------------------------------------------------------
+@pytest.fixture
+def client(served):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_the_openai_client_completions_and_chat_plain_and_streamed(tiny, client):
+    model, tok, template, _ = tiny
+    want = generate(model, tok, tok.encode("t2 t3"), 6, SamplingParams()).text
+    out = client.completions.create(model="tiny", prompt="t2 t3", max_tokens=6, temperature=0)
+    assert out.choices[0].text == want and out.usage.prompt_tokens == len(tok.encode("t2 t3"))
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    chunks = list(client.completions.create(model="tiny", prompt="t2 t3", max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want
+    assert chunks[-1].usage.completion_tokens == out.usage.completion_tokens
+    ids = template.encode(tok, [{"role": "user", "content": "t4"}])
+    want = generate(model, tok, ids, 5, SamplingParams()).text
+    out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}], max_tokens=5,
+                                         temperature=0)
+    assert out.choices[0].message.content == want and out.choices[0].message.role == "assistant"
+    assert out.usage.prompt_tokens == len(ids) and out.object == "chat.completion"
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}],
+                                                 max_tokens=5, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant" and all(c.usage is None for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_openai_client_seed_stop_and_errors(client):
+    openai = pytest.importorskip("openai")
+    ask = {"model": "tiny", "prompt": "t2 t3", "max_tokens": 10, "temperature": 1.5, "seed": 11}
+    a, b = (client.completions.create(**ask).choices[0].text for _ in range(2))
+    assert a == b
+    stop = a[len(a) // 2:len(a) // 2 + 2]
+    out = client.completions.create(**ask, stop=[stop])
+    assert out.choices[0].text == a[:a.find(stop)] and out.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "t1"}])
+    assert e.value.status_code == 404 and e.value.code == "model_not_found" and "'tiny'" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t1"}],
+                                       response_format={"type": "json_object"})
+    assert e.value.param == "response_format" and e.value.type == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="t1", max_tokens=0)
+    assert e.value.param == "max_tokens" and e.value.status_code == 400
+    assert [m.id for m in client.models.list()] == ["tiny"]
