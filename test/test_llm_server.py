@@ -214,9 +214,10 @@ def test_stream_carries_the_role_first_and_usage_last_when_asked(served):
     ("/v1/chat/completions", _chat("t1", tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools"),
     ("/v1/chat/completions", _chat([{"type": "image_url", "image_url": {"url": "x"}}]), 400, "messages[0].content[0]"),
     ("/v1/chat/completions", _chat("t1", response_format={"type": "json_object"}), 400, "response_format"),
-    ("/v1/chat/completions", _chat("t1", n=2), 400, "n"),
-    ("/v1/chat/completions", _chat("t1", logprobs=True), 400, "logprobs"),
-    ("/v1/completions", {"prompt": "t1", "logprobs": 3}, 400, "logprobs"),
+    ("/v1/chat/completions", _chat("t1", n=17), 400, "n"),
+    ("/v1/chat/completions", _chat("t1", top_logprobs=2), 400, "top_logprobs"),
+    ("/v1/chat/completions", _chat("t1", logprobs=True, top_logprobs=21), 400, "top_logprobs"),
+    ("/v1/completions", {"prompt": "t1", "logprobs": -1}, 400, "logprobs"),
     ("/v1/chat/completions", _chat("t1", model="gpt-4o"), 404, "model"),
     ("/v1/chat/completions", {"messages": [{"role": "x"}]}, 400, "messages[0].role"),
     ("/v1/completions", {"prompt": 3}, 400, "prompt"),
@@ -519,3 +520,37 @@ def test_the_openai_client_seed_stop_and_errors(client):
         client.completions.create(model="tiny", prompt="t1", max_tokens=0)
     assert e.value.param == "max_tokens" and e.value.status_code == 400
     assert [m.id for m in client.models.list()] == ["tiny"]
+
+
+def test_n_choices_and_logprobs_in_openais_shapes(tiny, client):
+    model, tok, _, _ = tiny
+    ask = {"model": "tiny", "prompt": "t2 t3", "max_tokens": 8, "temperature": 1.5, "seed": 5}
+    out = client.completions.create(**ask, n=3, logprobs=2)
+    texts = [c.text for c in out.choices]
+    assert [c.index for c in out.choices] == [0, 1, 2] and len(set(texts)) > 1  # each choice draws its own
+    # choice i draws with seed + i: the same text as a request of its own with that seed
+    assert texts[1] == client.completions.create(**{**ask, "seed": 6}).choices[0].text
+    assert out.usage.completion_tokens > len(out.choices) and out.usage.prompt_tokens == len(tok.encode("t2 t3"))
+    for c in out.choices:
+        lp = c.logprobs
+        assert "".join(lp.tokens) == c.text and len(lp.token_logprobs) == len(lp.tokens)
+        assert all(v <= 0 for v in lp.token_logprobs) and all(len(t) == 2 for t in lp.top_logprobs)
+        assert lp.text_offset == [sum(len(t) for t in lp.tokens[:k]) for k in range(len(lp.tokens))]
+    # greedy: the chosen token is the likeliest, its logprob the model's own (a softmax of its logits)
+    ids = tok.encode("t2 t3")
+    logits = model.forward(ids, 0, jit=False).numpy().astype("float64")
+    want = logits - (logits.max() + __import__("numpy").log(__import__("numpy").exp(logits - logits.max()).sum()))
+    out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}], max_tokens=4,
+                                         temperature=0, logprobs=True, top_logprobs=3)
+    content = out.choices[0].logprobs.content
+    assert "".join(r.token for r in content) == out.choices[0].message.content
+    assert all(r.top_logprobs[0].token == r.token and r.top_logprobs[0].logprob == r.logprob for r in content)
+    assert all(bytes(r.bytes).decode("utf-8", "replace") == r.token for r in content)
+    out = client.completions.create(model="tiny", prompt="t2 t3", max_tokens=1, temperature=0, logprobs=1)
+    assert abs(out.choices[0].logprobs.token_logprobs[0] - want.max()) < 1e-4
+    # streamed: each chunk carries its choice's index and its tokens' logprobs
+    chunks = list(client.completions.create(**ask, n=2, logprobs=1, stream=True))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(c.text for c in mine) == texts[i]
+        assert "".join(t for c in mine if c.logprobs for t in c.logprobs.tokens) == texts[i]

@@ -6,15 +6,16 @@ which is what a decode step is bound by, and each request samples its own next t
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
 
-The engine's thread never touches a network socket: a job's text goes into its own bounded queue (`Job.events`),
-which the caller's thread drains and writes. A job whose queue is full (its reader is not keeping up) is cancelled
-rather than waited for, and a caller can cancel its job at any time (`Job.cancel`, e.g. its client hung up): the
-engine ends a cancelled job before its next step, freeing the slot.
+The engine's thread never touches a network socket: a job's text goes into a bounded queue (`Job.events`, shared by
+the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
+reader is not keeping up) is cancelled rather than waited for, and a caller can cancel its job at any time
+(`Job.cancel`, e.g. its client hung up): the engine ends a cancelled job before its next step, freeing the slot.
 """
 from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import replace
 from typing import Callable
 
 from tinygrad.apps.llm.generate import Decoding, Result
@@ -27,27 +28,34 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-class Job:
-    """One request in the engine. `events` holds its text as it is made (strings; None once it is over); `done` is
-    set when it is over, with `result` or `error` set first."""
+# what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
+# many of its tokens' logprobs are out by then)
+Event = tuple[int, "str | None", int]
 
-    def __init__(self, decoding: Decoding, prompt_ids: list[int], buffer: int, stream: bool):
-        self.d, self.prompt_ids = decoding, prompt_ids
+
+class Job:
+    """One generation in the engine. `events` holds its text as it is made (see Event; shared with the other choices
+    of its request, which keep `reserve` places in it for their ends); `done` is set when it is over, with `result` or
+    `error` set first."""
+
+    def __init__(self, decoding: Decoding, prompt_ids: list[int], events: queue.Queue[Event], stream: bool,
+                 index: int = 0, reserve: int = 1):
+        self.d, self.prompt_ids, self.index, self.reserve = decoding, prompt_ids, index, reserve
         self.next = -1              # the token sampled last, which the next step feeds in
         self.error: BaseException | None = None
         self.result: Result | None = None
         self.done = threading.Event()
-        self.events: queue.Queue[str | None] = queue.Queue(buffer + 1)  # + 1: room for the end's None
+        self.events = events
         self.cancelled: str | None = None   # why, once cancelled
         if stream:
             decoding.on_text = self._text
 
     def _text(self, text: str) -> None:
         """The engine's callback: never blocks; a reader this far behind loses its request."""
-        if self.events.qsize() >= self.events.maxsize - 1:
+        if self.events.qsize() >= self.events.maxsize - self.reserve:
             self.cancel("the client is not reading its stream")
             raise Cancelled(self.cancelled)
-        self.events.put_nowait(text)
+        self.events.put_nowait((self.index, text, len(self.d.res.logprobs)))
 
     def cancel(self, why: str = "cancelled") -> None:
         if self.cancelled is None:
@@ -78,19 +86,27 @@ class BatchEngine:
         self.thread.start()
 
     def start(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
-              stop: list[str] | None = None, stream: bool = False) -> Job:
-        """Queues a generation; with `stream`, its text goes to the Job's `events` as it is made."""
-        job = Job(Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, params, stop),
-                  list(prompt_ids), self.buffer, stream)
-        self.pending.put(job)
-        return job
+              stop: list[str] | None = None, stream: bool = False, n: int = 1,
+              logprobs: int | None = None) -> list[Job]:
+        """Queues `n` generations of the prompt (OpenAI's choices: with a seed, choice i draws with seed + i, so each
+        differs and all repeat); with `stream`, their text goes to their shared `events` as it is made."""
+        params = params or SamplingParams()
+        events: queue.Queue[Event] = queue.Queue(self.buffer * n + n)  # + n: room for each end's None
+        jobs = []
+        for i in range(n):
+            p = params if params.seed is None or i == 0 else replace(params, seed=(params.seed + i) % (1 << 64))
+            d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs)
+            jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
+        for job in jobs:
+            self.pending.put(job)
+        return jobs
 
     def submit(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
                stop: list[str] | None = None, on_text: Callable[[str], None] | None = None) -> Result:
         """Generates on the caller's thread's behalf; `on_text` is called on the caller's thread, never the engine's."""
-        job = self.start(prompt_ids, max_tokens, params, stop, stream=on_text is not None)
+        job = self.start(prompt_ids, max_tokens, params, stop, stream=on_text is not None)[0]
         if on_text is not None:
-            while (text := job.events.get()) is not None:
+            while (text := job.events.get()[1]) is not None:
                 try:
                     on_text(text)
                 except BaseException:
@@ -113,7 +129,7 @@ class BatchEngine:
         job.error = error
         job.done.set()
         try:
-            job.events.put_nowait(None)
+            job.events.put_nowait((job.index, None, len(job.d.res.logprobs)))
         except queue.Full:  # the queue keeps a place for the end, but a cancelled reader may have left it full
             pass
 

@@ -7,9 +7,11 @@ out by the model's chat template; a model without one answers the chat endpoint 
 `max_completion_tokens` too; unset, a chat answer runs to EOS or the context's end, a completion to 16 tokens; either
 is cut to the operator's `max_tokens_cap`), `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`,
 `presence_penalty`, `frequency_penalty`, `seed` (unset: a random one; set: the same text whatever else runs),
-`stop` (a string or a list) and `stream_options.include_usage`. What the server does not do (tools, images,
-response_format, n > 1, logprobs, ...) is refused with a 400 naming the field rather than ignored, and a request for
-another model than the one served is a 404. Errors have OpenAI's shape: `{"error": {message, type, param, code}}`.
+`stop` (a string or a list), `stream_options.include_usage`, `n` (choices; with a seed, choice i uses seed + i) and
+logprobs (completions: `logprobs`, the number of alternatives; chat: `logprobs: true` and `top_logprobs`). What
+the server does not do (tools, images, response_format, logit_bias, ...) is refused with a 400 naming the field
+rather than ignored, and a request for another model than the one served is a 404. Errors have OpenAI's shape:
+`{"error": {message, type, param, code}}`.
 
 Generations run together, batched (batching.py), on the engine's thread; everything a client can be slow at happens
 on the client's own thread: reading and parsing the request (under a header deadline, a body deadline and a body
@@ -47,7 +49,9 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
 _TYPES = {401: "authentication_error"}  # the rest: invalid_request_error below 500, server_error from 500
 # fields a client may send that this server does not act on: refused, since ignoring them changes the answer's meaning
 _UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
-                "logit_bias", "audio", "modalities", "prediction", "suffix", "echo", "best_of", "top_logprobs")
+                "logit_bias", "audio", "modalities", "prediction", "suffix", "echo", "best_of")
+MAX_N = 16            # choices a request may ask for (each takes a slot's turn, as a request of its own does)
+MAX_LOGPROBS = 20     # alternatives a token's logprobs may list (OpenAI's chat limit; its completions allow 5)
 
 
 class RequestError(Exception):
@@ -140,9 +144,9 @@ class Ask:
     """A request's parsed options."""
 
     def __init__(self, params: SamplingParams, max_tokens: int | None, stop: list[str], stream: bool,
-                 include_usage: bool):
+                 include_usage: bool, n: int = 1, logprobs: int | None = None):
         self.params, self.max_tokens, self.stop = params, max_tokens, stop
-        self.stream, self.include_usage = stream, include_usage
+        self.stream, self.include_usage, self.n, self.logprobs = stream, include_usage, n, logprobs
 
 
 def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
@@ -157,8 +161,6 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
         if body.get(key) not in (None, False, {}, []) and not (key == "response_format" and
                                                                body[key] == {"type": "text"}):
             raise RequestError(400, f"'{key}' is not supported by this server", key, "unsupported_parameter")
-    if body.get("logprobs") not in (None, False):
-        raise RequestError(400, "'logprobs' is not supported by this server", "logprobs", "unsupported_parameter")
 
     def num(key, default, kind=float):
         v = body.get(key)
@@ -169,8 +171,10 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
             raise RequestError(400, f"'{key}' must be a finite {'integer' if kind is int else 'number'}, got {v!r}",
                                key)
         return kind(v)
-    if num("n", 1, int) != 1:
-        raise RequestError(400, "'n' other than 1 is not supported by this server", "n", "unsupported_parameter")
+    n = num("n", 1, int)
+    if not 1 <= n <= MAX_N:
+        raise RequestError(400, f"'n' must be 1 to {MAX_N}, got {n}", "n")
+    logprobs = _logprobs(body, chat, num)
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
@@ -196,7 +200,48 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise RequestError(400, "'stream_options' must be an object", "stream_options")
-    return Ask(params, max_tokens, stop, bool(body.get("stream")), bool((so or {}).get("include_usage")))
+    return Ask(params, max_tokens, stop, bool(body.get("stream")), bool((so or {}).get("include_usage")), n,
+               logprobs)
+
+
+def _logprobs(body: dict, chat: bool, num) -> int | None:
+    """How many alternatives each token's logprobs list (None: no logprobs). Completions: `logprobs` is that number;
+    chat: `logprobs: true` asks for them and `top_logprobs` is the number."""
+    if chat:
+        on = body.get("logprobs")
+        if on not in (None, True, False):
+            raise RequestError(400, "'logprobs' must be a boolean", "logprobs")
+        top = num("top_logprobs", None, int)
+        if top is not None and not on:
+            raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        key, k = "top_logprobs", (top or 0) if on else None
+    else:
+        key, k = "logprobs", num("logprobs", None, int)
+    if k is not None and not 0 <= k <= MAX_LOGPROBS:
+        raise RequestError(400, f"'{key}' must be 0 to {MAX_LOGPROBS}, got {k}", key)
+    return k
+
+
+def logprobs_object(tok: Tokenizer, entries: list, chat: bool, offset: int = 0) -> dict:
+    """OpenAI's logprobs of a choice's tokens (entries of Result.logprobs). Completions: parallel lists of the
+    tokens, their logprobs, their alternatives ({token: logprob}) and their offsets in the text (from `offset`, the
+    length of the text before them); chat: one record per token with its UTF-8 bytes."""
+    def piece(t: int) -> tuple[str, bytes]:
+        raw = tok.token_bytes(t)
+        return raw.decode("utf-8", "replace"), raw
+    if chat:
+        def record(t, lp):
+            text, raw = piece(t)
+            return {"token": text, "logprob": lp, "bytes": list(raw)}
+        return {"content": [{**record(t, lp), "top_logprobs": [record(a, alp) for a, alp in top]}
+                            for t, lp, top in entries], "refusal": None}
+    tokens = [piece(t)[0] for t, _, _ in entries]
+    offsets = []
+    for text in tokens:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in entries],
+            "top_logprobs": [{piece(a)[0]: alp for a, alp in top} for _, _, top in entries], "text_offset": offsets}
 
 
 def _stderr_log(line: str) -> None:
@@ -454,35 +499,41 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
-    def _watch(self, job: Job) -> bool:
-        """Waits for a job, cancelling it if the client hangs up; whether it ended with the client still there."""
-        while not job.wait(0.1):
-            if self._client_gone():
-                job.cancel("the client disconnected")
-                return False
+    def _watch(self, jobs: list[Job]) -> bool:
+        """Waits for jobs, cancelling them if the client hangs up; whether they ended with the client still there."""
+        for job in jobs:
+            while not job.wait(0.1):
+                if self._client_gone():
+                    for j in jobs:
+                        j.cancel("the client disconnected")
+                    return False
         return True
 
     def _answer(self, chat: bool, ids: list[int], ask: Ask) -> None:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created, name = int(time.time()), self.server.name
         kind = "chat.completion" if chat else "text_completion"
-        job = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, stream=ask.stream)
+        jobs = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, ask.stream, ask.n, ask.logprobs)
         if ask.stream:
-            self._stream(job, rid, created, chat, kind, len(ids), ask.include_usage)
+            self._stream(jobs, rid, created, chat, kind, len(ids), ask)
             return
-        if not self._watch(job):
+        if not self._watch(jobs):
             self._note = " cancelled: the client disconnected"
             self.close_connection = True
             return
-        res = job.outcome()
-        self._note = f" {len(ids)}+{len(res.ids)} tokens"
-        usage = {"prompt_tokens": len(ids), "completion_tokens": len(res.ids), "total_tokens": len(ids) + len(res.ids)}
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": res.text}, "logprobs": None,
-                      "finish_reason": res.finish}
-        else:
-            choice = {"index": 0, "text": res.text, "logprobs": None, "finish_reason": res.finish}
-        self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": [choice],
+        results = [job.outcome() for job in jobs]
+        made = sum(len(r.ids) for r in results)
+        self._note = f" {len(ids)}+{made} tokens"
+        usage = {"prompt_tokens": len(ids), "completion_tokens": made, "total_tokens": len(ids) + made}
+        choices = []
+        for i, res in enumerate(results):
+            lp = None if ask.logprobs is None else logprobs_object(self.server.tok, res.logprobs, chat)
+            if chat:
+                choices.append({"index": i, "message": {"role": "assistant", "content": res.text}, "logprobs": lp,
+                                "finish_reason": res.finish})
+            else:
+                choices.append({"index": i, "text": res.text, "logprobs": lp, "finish_reason": res.finish})
+        self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": choices,
                          "usage": usage})
 
     def _send(self, data: bytes) -> None:
@@ -490,9 +541,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _stream(self, job: Job, rid: str, created: int, chat: bool, kind: str, n_prompt: int,
-                include_usage: bool) -> None:
-        """Writes a job's text as server-sent events from this thread, as the engine makes it."""
+    def _stream(self, jobs: list[Job], rid: str, created: int, chat: bool, kind: str, n_prompt: int,
+                ask: Ask) -> None:
+        """Writes the jobs' text as server-sent events from this thread, as the engine makes it: each chunk carries
+        one choice's new text (and the logprobs of the tokens that made it, when asked for)."""
+        tok, include_usage = self.server.tok, ask.include_usage
+        sent = [0] * len(jobs)        # each choice's tokens whose logprobs are out
+        offsets = [0] * len(jobs)     # and the length of its text so far
+
         def event(choices: list, usage: Any = None) -> bytes:
             obj = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
                    "model": self.server.name, "choices": choices}
@@ -500,13 +556,21 @@ class _Handler(BaseHTTPRequestHandler):
                 obj["usage"] = usage
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
-        def choice(text: str | None, finish: str | None = None, role: bool = False) -> dict:
+        def choice(i: int, text: str | None, upto: int | None = None, finish: str | None = None,
+                   role: bool = False) -> dict:
+            lp = None
+            if ask.logprobs is not None and upto is not None:
+                entries = jobs[i].d.res.logprobs[sent[i]:upto]
+                lp = logprobs_object(tok, entries, chat, offsets[i])
+                sent[i] += len(entries)
+            offsets[i] += len(text or "")
             if not chat:
-                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+                return {"index": i, "text": text or "", "logprobs": lp, "finish_reason": finish}
             delta = {"role": "assistant", "content": ""} if role else {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}
 
         self.close_connection = True
+        events = jobs[0].events
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -514,27 +578,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.flush()
-            if chat:  # the first chunk carries the role, as OpenAI's does
-                self._send(event([choice(None, role=True)]))
-            while True:
+            if chat:  # each choice's first chunk carries the role, as OpenAI's does
+                for i in range(len(jobs)):
+                    self._send(event([choice(i, None, role=True)]))
+            running = len(jobs)
+            while running:
                 try:
-                    text = job.events.get(timeout=0.1)
+                    i, text, upto = events.get(timeout=0.1)
                 except queue.Empty:
                     if self._client_gone():
                         raise ConnectionResetError("the client disconnected") from None
-                    if job.done.is_set() and job.events.empty():
+                    if all(j.done.is_set() for j in jobs) and events.empty():
                         break
                     continue
                 if text is None:
-                    break
-                self._send(event([choice(text)]))
+                    running -= 1
+                    continue
+                self._send(event([choice(i, text, upto)]))
         except (ConnectionError, TimeoutError) as e:  # gone, or not reading for write_timeout: its generation ends
-            job.cancel(f"the client is gone ({type(e).__name__})")
+            for job in jobs:
+                job.cancel(f"the client is gone ({type(e).__name__})")
             self._note = " cancelled: the client is gone or too slow"
             return
-        job.wait()
         try:
-            res = job.outcome()
+            results = [(job.wait(), job.outcome())[1] for job in jobs]
         except Cancelled as e:
             self._note = f" cancelled: {e}"
             return
@@ -544,11 +611,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(err)}\n\n".encode())
             self._note = " failed"
             return
-        self._note = f" {n_prompt}+{len(res.ids)} tokens"
-        self.wfile.write(event([choice(None, res.finish)]))
+        made = sum(len(r.ids) for r in results)
+        self._note = f" {n_prompt}+{made} tokens"
+        for i, res in enumerate(results):
+            self.wfile.write(event([choice(i, None, len(res.logprobs), res.finish)]))
         if include_usage:
-            self.wfile.write(event([], {"prompt_tokens": n_prompt, "completion_tokens": len(res.ids),
-                                        "total_tokens": n_prompt + len(res.ids)}))
+            self.wfile.write(event([], {"prompt_tokens": n_prompt, "completion_tokens": made,
+                                        "total_tokens": n_prompt + made}))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
