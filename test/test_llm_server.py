@@ -335,6 +335,41 @@ def test_a_reader_stopped_past_the_write_timeout_loses_its_request(tiny, monkeyp
         s.close()
 
 
+def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(tiny, monkeypatch):
+    model, tok = tiny[0], tiny[1]
+    calls = []
+    real_forward, real_batch = model.forward, model.forward_batch
+
+    def forward(ids, start_pos, *a, **kw):
+        calls.append(("prefill", start_pos, len(ids)))
+        return real_forward(ids, start_pos, *a, **kw)
+
+    def batch(tokens, *a, **kw):
+        time.sleep(0.02)  # a step of a bigger model's length: the stream outlives the prefill
+        calls.append(("step", len(tokens)))
+        return real_batch(tokens, *a, **kw)
+    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(model, "forward_batch", batch)
+    s = Served(tiny, prefill_piece=4)
+    try:
+        body = {"prompt": "t2 t3", "max_tokens": 40, "temperature": 1.0, "seed": 1, "stream": True}
+        sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
+        while b"data:" not in sock.recv(4096):  # the stream is running
+            pass
+        long_prompt = " ".join(f"t{i % 9 + 1}" for i in range(40))
+        n = len(tok.encode(long_prompt))
+        assert n > 20
+        st, _ = s.post("/v1/completions", {"prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+        assert st == 200
+        pieces = [k for k, c in enumerate(calls) if c[0] == "prefill"][1:]  # the stream's own prefill came first
+        assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 else [])
+        # a decode step of the running stream (both sequences, once the long one decodes) between every two pieces
+        assert all(any(c[0] == "step" for c in calls[a + 1:b]) for a, b in zip(pieces, pieces[1:])), calls
+        sock.close()
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_hangs_up_cancels_its_generation(tiny, monkeypatch, stream):
     model = tiny[0]

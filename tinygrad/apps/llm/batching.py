@@ -1,7 +1,9 @@
 """Continuous batching for the server: one thread owns the model and advances every running request together.
 
-A request gets a free sequence slot of the model (its own KV cache), its prompt is prefilled alone, and from then on
-each step is one `Transformer.forward_batch` over all running requests: the weights are read once for all of them,
+A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces of
+`prefill_piece` tokens, one piece between two decode steps of the requests already running, so a long prompt delays
+their next tokens by a piece's time, never by its whole prefill. From then on each step is one
+`Transformer.forward_batch` over all running requests: the weights are read once for all of them,
 which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -27,6 +30,8 @@ from tinygrad.apps.llm.tokenizer import Tokenizer
 class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
+# prompt tokens prefilled between two decode steps: the model's largest prefill chunk, so a piece is one kernel run
+PREFILL_PIECE = 64
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
 # many of its tokens' logprobs are out by then)
@@ -42,6 +47,10 @@ class Job:
                  index: int = 0, reserve: int = 1):
         self.d, self.prompt_ids, self.index, self.reserve = decoding, prompt_ids, index, reserve
         self.next = -1              # the token sampled last, which the next step feeds in
+        self.slot: int | None = None
+        self.filled = 0             # prompt tokens in its slot's cache so far
+        self.started = time.monotonic()
+        self.first_at: float | None = None   # when its first token was sampled (time to first token)
         self.error: BaseException | None = None
         self.result: Result | None = None
         self.done = threading.Event()
@@ -76,11 +85,12 @@ class BatchEngine:
     """Runs generations for many callers on one model (see the module docstring). `start` queues a generation and
     returns its Job at once; `submit` waits for it and returns the Result (or raises what went wrong)."""
 
-    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256):
-        self.model, self.tok, self.buffer = model, tok, buffer
+    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
+        self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
-        self.active: dict[int, Job] = {}
+        self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
+        self.active: dict[int, Job] = {}    # decoding, by slot
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
         self.thread = threading.Thread(target=self._loop, name="llm-batch-engine", daemon=True)
         self.thread.start()
@@ -116,6 +126,8 @@ class BatchEngine:
         return job.outcome()
 
     def _end(self, slot: int | None, job: Job, error: BaseException | None = None) -> None:
+        if job in self.filling:
+            self.filling.remove(job)
         if slot is not None:
             self.active.pop(slot, None)
             self.free.append(slot)
@@ -135,6 +147,8 @@ class BatchEngine:
 
     def _push(self, slot: int, job: Job, token: int) -> None:
         """Feeds a job its new token; ends it when it is over, or when its callback fails."""
+        if job.first_at is None:
+            job.first_at = time.monotonic()
         try:
             going = job.d.push(token)
         except Exception as e:  # noqa: BLE001 - a streaming client that went away ends its own request
@@ -146,18 +160,35 @@ class BatchEngine:
             self._end(slot, job)
 
     def _admit(self, job: Job) -> None:
-        """Prefills a new job in a free slot and takes its first token."""
+        """Gives a new job a free slot; its prompt is prefilled piece by piece (_fill)."""
         if job.cancelled is not None:  # its client left while it waited
             self._end(None, job, Cancelled(job.cancelled))
             return
-        slot = self.free.pop(0)
-        self.active[slot] = job
-        try:
-            first = job.d.sample(self.model.forward(job.prompt_ids, 0, slot=slot))
-        except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
-            self._end(slot, job, e)
+        job.slot = self.free.pop(0)
+        self.filling.append(job)
+
+    def _fill(self) -> None:
+        """Prefills the next piece of the first admitted job's prompt; after its last piece the job takes its first
+        token and joins the decode steps."""
+        job = self.filling[0]
+        if job.cancelled is not None:
+            self._end(job.slot, job, Cancelled(job.cancelled))
             return
-        self._push(slot, job, first)
+        ids = job.prompt_ids
+        piece = ids[job.filled:job.filled + self.prefill_piece]
+        last = job.filled + len(piece) == len(ids)
+        try:
+            out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
+            job.filled += len(piece)
+            if not last:
+                return
+            self.filling.pop(0)
+            self.active[job.slot] = job
+            first = job.d.sample(out)
+        except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
+            self._end(job.slot, job, e)
+            return
+        self._push(job.slot, job, first)
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
@@ -184,9 +215,12 @@ class BatchEngine:
             # new requests take free slots; with nothing running, wait for one
             while self.free:
                 try:
-                    job = self.pending.get(block=not self.active)
+                    job = self.pending.get(block=not self.active and not self.filling)
                 except queue.Empty:
                     break
                 self._admit(job)
+            # one piece of prefill, then one decode step: a long prompt never holds the running streams for long
+            if self.filling:
+                self._fill()
             if self.active:
                 self._step()

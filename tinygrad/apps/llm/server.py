@@ -38,7 +38,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-from tinygrad.apps.llm.batching import BatchEngine, Cancelled, Job
+from tinygrad.apps.llm.batching import PREFILL_PIECE, BatchEngine, Cancelled, Job
 from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import SamplingParams
@@ -257,7 +257,7 @@ class LLMServer(ThreadingHTTPServer):
                  chat_template: ChatTemplate | None = None, *, api_key: str | None = None,
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
-                 max_connections: int = 256,
+                 max_connections: int = 256, prefill_piece: int = PREFILL_PIECE,
                  access_log: Callable[[str], None] | None = _stderr_log):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
@@ -269,7 +269,7 @@ class LLMServer(ThreadingHTTPServer):
         self.max_prompt_chars = model.max_context * max(longest, 1)
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
-        self.engine = BatchEngine(model, tok, buffer=stream_buffer)
+        self.engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece)
 
     def process_request(self, request, client_address) -> None:
         """A thread for each connection, up to `max_connections` at once; past that a connection gets a 503 and is
