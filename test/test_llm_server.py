@@ -589,3 +589,19 @@ def test_n_choices_and_logprobs_in_openais_shapes(tiny, client):
         mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
         assert "".join(c.text for c in mine) == texts[i]
         assert "".join(t for c in mine if c.logprobs for t in c.logprobs.tokens) == texts[i]
+
+
+def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
+    from tinygrad.engine.realize import method_cache
+    body = {"prompt": "t2 t3", "max_tokens": 4}
+    # the model's own kernels for one and two rows (prefill, decode steps): compiled by a first greedy request
+    assert served.post("/v1/completions", {**body, "temperature": 0, "n": 2})[0] == 200
+    before = len(method_cache)
+    asks = [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 3}, {"temperature": 1.0, "top_k": 7, "top_p": 0.5},
+            {"temperature": 0.9, "top_p": 0.9, "min_p": 0.2}, {"temperature": 0, "repetition_penalty": 1.3},
+            {"temperature": 1.1, "presence_penalty": 0.5, "frequency_penalty": 1.0, "top_k": 4},
+            {"temperature": 0.5, "min_p": 0.05, "repetition_penalty": 0.8, "n": 2, "logprobs": 2}]
+    for k, ask in enumerate(asks):
+        st, text = served.post("/v1/completions", {**body, "seed": k, **ask})
+        assert st == 200, text
+    assert len(method_cache) == before  # every path was compiled at start-up, with its values as inputs

@@ -23,7 +23,7 @@ from typing import Callable
 
 from tinygrad.apps.llm.generate import Decoding, Result
 from tinygrad.apps.llm.model import Transformer
-from tinygrad.apps.llm.sampling import SamplingParams
+from tinygrad.apps.llm.sampling import SamplingParams, sample_rows, warm_up
 from tinygrad.apps.llm.tokenizer import Tokenizer
 
 
@@ -92,6 +92,8 @@ class BatchEngine:
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
         self.active: dict[int, Job] = {}    # decoding, by slot
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
+        # every sampling path's kernels, for every batch size, before the first request (see sampling.py)
+        warm_up(model.device, model.cfg.vocab, len(model.caches))
         self.thread = threading.Thread(target=self._loop, name="llm-batch-engine", daemon=True)
         self.thread.start()
 
@@ -201,7 +203,13 @@ class BatchEngine:
         jobs = [self.active[s] for s in slots]
         try:
             logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
-            tokens = [j.d.sample(logits[row]) for row, j in enumerate(jobs)]
+            tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
+                                 [j.d.res.ids for j in jobs])
+            if any(j.d.logprobs is not None for j in jobs):
+                host = logits.numpy()
+                for row, j in enumerate(jobs):
+                    if j.d.logprobs is not None:
+                        j.d.note_logprobs(host[row], tokens[row])
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)

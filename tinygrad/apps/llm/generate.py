@@ -33,10 +33,10 @@ class Result:
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
-def token_logprobs(logits, token: int, top: int) -> tuple[int, float, list[tuple[int, float]]]:
-    """`token`'s log-probability under the logits (vocab,), and the `top` likeliest tokens' (computed on the host:
-    only requests that ask for logprobs pay for the copy)."""
-    x = logits.numpy().astype(np.float64)
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[int, float, list[tuple[int, float]]]:
+    """`token`'s log-probability under the logits (vocab,) copied to the host (only requests that ask for logprobs
+    pay for the copy), and the `top` likeliest tokens'."""
+    x = np.asarray(logits, np.float64)
     lp = x - (x.max() + np.log(np.exp(x - x.max()).sum()))
     best = np.argpartition(-lp, top)[:top] if 0 < top < len(lp) else np.arange(len(lp) if top else 0)
     best = best[np.argsort(-lp[best], kind="stable")]
@@ -66,8 +66,12 @@ class Decoding:
         """The next token from the model's logits for this sequence's last position."""
         token = self.sampler(logits, self.history, self.res.ids)
         if self.logprobs is not None:
-            self.res.logprobs.append(token_logprobs(logits, token, self.logprobs))
+            self.note_logprobs(logits.numpy(), token)
         return token
+
+    def note_logprobs(self, logits: np.ndarray, token: int) -> None:
+        """Keeps the logprobs of `token`, drawn from logits (vocab,) on the host (with logprobs asked for)."""
+        self.res.logprobs.append(token_logprobs(logits, token, self.logprobs or 0))
 
     def push(self, nxt: int) -> bool:
         """Takes the next sampled token; False once generation is over (EOS, a stop string, max_tokens, or the
