@@ -605,3 +605,80 @@ def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
         st, text = served.post("/v1/completions", {**body, "seed": k, **ask})
         assert st == 200, text
     assert len(method_cache) == before  # every path was compiled at start-up, with its values as inputs
+
+
+def test_metrics_in_prometheus_text_format(tiny, served):
+    st, text = served.post("/v1/completions", {"prompt": "t2 t3", "max_tokens": 3, "temperature": 0})
+    usage = json.loads(text)["usage"]
+    assert served.post("/v1/completions", {"prompt": "t1", "model": "other"})[0] == 404
+    st, text = served.get("/metrics")
+    assert st == 200
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert line.split()[1] in ("HELP", "TYPE")
+            continue
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+    assert samples['llm_requests_total{endpoint="/v1/completions",status="200"}'] == 1
+    assert samples['llm_requests_total{endpoint="/v1/completions",status="404"}'] == 1
+    assert samples["llm_prompt_tokens_total"] == usage["prompt_tokens"]
+    assert samples["llm_completion_tokens_total"] == usage["completion_tokens"]
+    buckets = [v for k, v in samples.items() if k.startswith("llm_time_to_first_token_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == samples["llm_time_to_first_token_seconds_count"] == 1
+    assert 0 < samples["llm_time_to_first_token_seconds_sum"] < 60
+    assert samples["llm_queue_depth"] == 0 and samples["llm_running_streams"] == 0
+    assert "# TYPE llm_time_to_first_token_seconds histogram" in text
+
+
+def test_graceful_stop_finishes_or_cancels_the_running_requests(tiny, monkeypatch):
+    model = tiny[0]
+    real = model.forward_batch
+
+    def slow(*a, **kw):
+        time.sleep(0.05)
+        return real(*a, **kw)
+    monkeypatch.setattr(model, "forward_batch", slow)
+    for grace, max_tokens in ((10.0, 4), (0.3, 40)):
+        s = Served(tiny)
+        body = {"prompt": "t2 t3", "max_tokens": max_tokens, "temperature": 1.0, "seed": 1, "stream": True}
+        sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
+        while b"data:" not in sock.recv(4096):
+            pass
+        got = []
+        stopper = threading.Thread(target=lambda srv=s.srv, g=grace, out=got: out.append(srv.stop(g)))
+        stopper.start()
+        deadline = time.monotonic() + 3  # the accept loop ends within its poll interval (0.5 s)
+        with pytest.raises(ConnectionError):  # no new connections once stopping (refused, or reset in the backlog)
+            while time.monotonic() < deadline:
+                socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+                time.sleep(0.05)
+        rest = _read_all(sock)
+        stopper.join(timeout=30)
+        # within the grace period the stream ends whole; past it, it is cut off and counted as cancelled
+        assert got == ([0] if grace > 1 else [1]) and (b"[DONE]" in rest) == (grace > 1)
+        s.srv.server_close()
+
+
+def test_sigterm_stops_the_server_gracefully_and_exits_0(tiny, capsys):
+    import os
+    import signal
+    model, tok, _, _ = tiny
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+
+    def terminate():  # once it answers: the signal handlers are set by then
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=terminate, daemon=True).start()
+    assert serve(model, tok, port, "127.0.0.1", access_log=None) == 0
+    assert "shutting down" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # its handlers are put back

@@ -127,6 +127,13 @@ class BatchEngine:
         job.wait()
         return job.outcome()
 
+    def cancel_all(self, why: str) -> None:
+        """Cancels every job, waiting or running (the engine ends them before its next step)."""
+        with self.pending.mutex:
+            waiting = list(self.pending.queue)
+        for job in waiting + list(self.filling) + list(self.active.values()):
+            job.cancel(why)
+
     def _end(self, slot: int | None, job: Job, error: BaseException | None = None) -> None:
         if job in self.filling:
             self.filling.remove(job)

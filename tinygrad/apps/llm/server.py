@@ -1,6 +1,6 @@
 """An OpenAI-style HTTP server for one model: `POST /v1/completions` and `POST /v1/chat/completions`, each answered
-whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, then `data: [DONE]`); `GET /v1/models`
-and `GET /health` (unauthenticated: for load balancers).
+whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, then `data: [DONE]`); `GET /v1/models`,
+`GET /metrics` (Prometheus's text format, see metrics.py) and `GET /health` (unauthenticated: for load balancers).
 
 Requests take `prompt` (completions) or `messages` (chat: role and content, a string or a list of text parts, written
 out by the model's chat template; a model without one answers the chat endpoint with 400), `max_tokens` (chat:
@@ -19,7 +19,8 @@ size limit), tokenizing (after a check that the text could fit the context at al
 is fed from a bounded queue; a reader that falls behind or stops for `write_timeout` loses its request). A client
 that hangs up, streaming or not, cancels its generation. A rejected request's connection is closed unless its body
 was read, so the body can't be taken for the next request. Connections past `max_connections` get a 503 at once.
-Each request gets one access-log line.
+Each request gets one access-log line. SIGTERM or Ctrl-C shuts down gracefully (`serve`, `LLMServer.stop`): no new
+connections, the running requests finish within a grace period or are cancelled, and the process exits 0.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import json
 import math
 import queue
 import select
+import signal
 import socket
 import sys
 import threading
@@ -40,6 +42,7 @@ from typing import Any, Callable
 
 from tinygrad.apps.llm.batching import PREFILL_PIECE, BatchEngine, Cancelled, Job
 from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
+from tinygrad.apps.llm.metrics import Metrics
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import SamplingParams
 from tinygrad.apps.llm.tokenizer import Tokenizer
@@ -269,7 +272,35 @@ class LLMServer(ThreadingHTTPServer):
         self.max_prompt_chars = model.max_context * max(longest, 1)
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
-        self.engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece)
+        self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece)
+        self.metrics = Metrics({
+            "llm_queue_depth": ("Requests waiting for a slot.", lambda: engine.pending.qsize()),
+            "llm_running_streams": ("Requests holding a slot (prefilling or generating).",
+                                    lambda: len(engine.active) + len(engine.filling))})
+        self.draining = False       # set by stop(): requests still arriving on open connections get a 503
+        self.in_flight, self._flight_lock = 0, threading.Lock()
+
+    def stop(self, grace: float = 30.0) -> int:
+        """Graceful shutdown: stops taking connections (the listening socket closes: new ones are refused), lets
+        the requests in flight finish for up to `grace` seconds, then cancels what still runs. Call it from another
+        thread than serve_forever's. Returns how many requests were cancelled."""
+        self.draining = True
+        self.shutdown()
+        self.socket.close()
+        deadline = time.monotonic() + grace
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = self.in_flight
+        if left:
+            self.engine.cancel_all("the server is shutting down")
+            deadline = time.monotonic() + 5.0  # their threads answer and log
+            while self.in_flight and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return left
+
+    def flight(self, delta: int) -> None:
+        with self._flight_lock:
+            self.in_flight += delta
 
     def process_request(self, request, client_address) -> None:
         """A thread for each connection, up to `max_connections` at once; past that a connection gets a 503 and is
@@ -350,6 +381,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _log(self) -> None:
         self._logged = True
+        known = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+        self.server.metrics.request(self.path if self.path in known else "other", self._status)
         if self.server.access_log is not None:
             dt = time.monotonic() - self._t0
             self.server.access_log(f'{self.client_address[0]} "{self.command} {self.path}" {self._status or "-"} '
@@ -387,7 +420,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, {"status": "ok"})
                 return
             self._authorize()
-            if self.path == "/v1/models":
+            if self.path == "/metrics":
+                data = self.server.metrics.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [self._model_card()]})
             elif self.path == f"/v1/models/{self.server.name}":
                 self._json(200, self._model_card())
@@ -438,7 +478,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         self._headers_read()
         body_read = False
+        self.server.flight(1)
         try:
+            if self.server.draining:
+                raise RequestError(503, "the server is shutting down")
             self._authorize()
             if self.path not in ("/v1/completions", "/v1/chat/completions"):
                 raise RequestError(404, f"no endpoint {self.path}")
@@ -483,6 +526,9 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 self.close_connection = True
         finally:
+            if self.server.draining:
+                self.close_connection = True
+            self.server.flight(-1)
             self._log()
 
     # ---- generation -----------------------------------------------------------------------------------------------
@@ -523,6 +569,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         results = [job.outcome() for job in jobs]
         made = sum(len(r.ids) for r in results)
+        self._count(jobs, len(ids), made)
         self._note = f" {len(ids)}+{made} tokens"
         usage = {"prompt_tokens": len(ids), "completion_tokens": made, "total_tokens": len(ids) + made}
         choices = []
@@ -535,6 +582,13 @@ class _Handler(BaseHTTPRequestHandler):
                 choices.append({"index": i, "text": res.text, "logprobs": lp, "finish_reason": res.finish})
         self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": choices,
                          "usage": usage})
+
+    def _count(self, jobs: list[Job], prompt: int, made: int) -> None:
+        """The metrics of an answered request: its tokens, and its time to the first token of any choice."""
+        self.server.metrics.tokens(prompt, made)
+        firsts = [j.first_at - j.started for j in jobs if j.first_at is not None]
+        if firsts:
+            self.server.metrics.ttft(min(firsts))
 
     def _send(self, data: bytes) -> None:
         """Writes one server-sent event; the socket's timeout is the write timeout, so a reader that stopped raises."""
@@ -612,6 +666,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._note = " failed"
             return
         made = sum(len(r.ids) for r in results)
+        self._count(jobs, n_prompt, made)
         self._note = f" {n_prompt}+{made} tokens"
         for i, res in enumerate(results):
             self.wfile.write(event([choice(i, None, len(res.logprobs), res.finish)]))
@@ -623,9 +678,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1", name: str = "model",
-          chat_template: ChatTemplate | None = None, **options: Any) -> int:
-    """Serve until interrupted (Ctrl-C stops it); `options` go to LLMServer. Returns the exit status: 1 when the
-    address can't be had (in use, or not this machine's)."""
+          chat_template: ChatTemplate | None = None, grace: float = 30.0, **options: Any) -> int:
+    """Serve until SIGTERM or Ctrl-C (SIGINT), then shut down gracefully (LLMServer.stop: no new connections, the
+    running requests finish within `grace` seconds or are cancelled; a second signal cancels them at once) and
+    return 0; `options` go to LLMServer. Returns 1 when the address can't be had (in use, or not this machine's)."""
     try:
         srv = LLMServer((host, port), model, tok, name, chat_template, **options)
     except OSError as e:
@@ -633,11 +689,26 @@ def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1"
         print(f"error: can't serve on {host}:{port}: {why} (choose another with --serve PORT / --host)",
               file=sys.stderr)
         return 1
+    stop, signals = threading.Event(), []
+
+    def on_signal(signum, frame):
+        if stop.is_set():  # a second one: no more waiting
+            srv.engine.cancel_all("the server is shutting down")
+        stop.set()
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        signals = [(sig, signal.signal(sig, on_signal)) for sig in (signal.SIGTERM, signal.SIGINT)]
     print(f"serving {name} on http://{host}:{srv.server_address[1]}/v1", flush=True)
+    threading.Thread(target=srv.serve_forever, name="llm-accept", daemon=True).start()
     try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.2):  # a timed wait: the main thread must come back to run the signal handler
+            pass
+        print(f"shutting down: {srv.in_flight} requests in flight, {grace:g} s to finish", file=sys.stderr,
+              flush=True)
+        cancelled = srv.stop(grace)
+        if cancelled:
+            print(f"cancelled {cancelled} requests still running after {grace:g} s", file=sys.stderr, flush=True)
     finally:
+        for sig, old in signals:
+            signal.signal(sig, old)
         srv.server_close()
     return 0
