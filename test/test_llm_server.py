@@ -362,7 +362,8 @@ def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(ti
         st, _ = s.post("/v1/completions", {"prompt": long_prompt, "max_tokens": 1, "temperature": 0})
         assert st == 200
         pieces = [k for k, c in enumerate(calls) if c[0] == "prefill"][1:]  # the stream's own prefill came first
-        assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 else [])
+        # (a last piece of one token runs as a decode step of its own)
+        assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 > 1 else [])
         # a decode step of the running stream (both sequences, once the long one decodes) between every two pieces
         assert all(any(c[0] == "step" for c in calls[a + 1:b]) for a, b in zip(pieces, pieces[1:])), calls
         sock.close()
@@ -682,3 +683,33 @@ def test_sigterm_stops_the_server_gracefully_and_exits_0(tiny, capsys):
     assert serve(model, tok, port, "127.0.0.1", access_log=None) == 0
     assert "shutting down" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # its handlers are put back
+
+
+def test_the_next_turn_reuses_the_last_turns_kv_cache_and_answers_as_a_cold_run(tiny, monkeypatch):
+    model, tok, template, _ = tiny
+    prefilled = []
+    real = model.forward
+
+    def forward(ids, start_pos, *a, **kw):
+        prefilled.append(len(ids))
+        return real(ids, start_pos, *a, **kw)
+    s = Served(tiny)
+    try:
+        turn1 = [{"role": "user", "content": "t4 t5"}]
+        ask = {"max_tokens": 5, "temperature": 0.8, "seed": 2}
+        out1 = json.loads(s.post("/v1/chat/completions", {"messages": turn1, **ask})[1])
+        answer = out1["choices"][0]["message"]["content"]
+        turn2 = turn1 + [{"role": "assistant", "content": answer}, {"role": "user", "content": "t6 t7"}]
+        ids1, ids2 = template.encode(tok, turn1), template.encode(tok, turn2)
+        monkeypatch.setattr(model, "forward", forward)
+        reused = s.srv.engine.reused
+        out2 = json.loads(s.post("/v1/chat/completions", {"messages": turn2, **ask})[1])
+        saved = s.srv.engine.reused - reused
+        assert out2["usage"]["prompt_tokens_details"]["cached_tokens"] == saved
+        assert saved >= len(ids1)  # the whole first prompt, and the answer as far as its tokens came back the same
+        assert sum(prefilled) + saved == len(ids2) or (sum(prefilled) == 0 and saved == len(ids2) - 1)
+        monkeypatch.undo()
+        cold = generate(model, tok, ids2, 5, SamplingParams(temperature=0.8, seed=2))
+        assert out2["choices"][0]["message"]["content"] == cold.text
+    finally:
+        s.close()

@@ -12,6 +12,12 @@ The engine's thread never touches a network socket: a job's text goes into a bou
 the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
 reader is not keeping up) is cancelled rather than waited for, and a caller can cancel its job at any time
 (`Job.cancel`, e.g. its client hung up): the engine ends a cancelled job before its next step, freeing the slot.
+
+Prompt cache: a slot's KV cache keeps the sequence it last held after its job ends (`cached`: the ids whose keys and
+values it holds). A new job takes the free slot whose sequence shares the longest prefix with its prompt and
+prefills only the rest: the next turn of a conversation (its prompt the last one's, the answer, and the new message)
+reuses the whole of the last turn. A position's keys and values depend on the ids up to it only, so what is reused is
+what a cold prefill would compute.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ class Job:
         self.next = -1              # the token sampled last, which the next step feeds in
         self.slot: int | None = None
         self.filled = 0             # prompt tokens in its slot's cache so far
+        self.reused = 0             # of which the prompt cache kept from the slot's last sequence
         self.started = time.monotonic()
         self.first_at: float | None = None   # when its first token was sampled (time to first token)
         self.error: BaseException | None = None
@@ -91,6 +98,8 @@ class BatchEngine:
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
         self.active: dict[int, Job] = {}    # decoding, by slot
+        self.cached: dict[int, list[int]] = {}   # the ids whose keys and values a free slot's cache holds
+        self.reused = 0             # prompt tokens whose prefill the prompt cache saved
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
         # every sampling path's kernels, for every batch size, before the first request (see sampling.py)
         warm_up(model.device, model.cfg.vocab, len(model.caches))
@@ -140,6 +149,12 @@ class BatchEngine:
         if slot is not None:
             self.active.pop(slot, None)
             self.free.append(slot)
+            if job.filled < len(job.prompt_ids):     # ended while its prompt was prefilled
+                self.cached[slot] = job.prompt_ids[:job.filled]
+            elif error is None or isinstance(error, Cancelled):
+                self.cached[slot] = job.d.history[:job.d.pos]   # the last sampled token was never fed
+            else:                                    # a failed step may have written part of a position
+                self.cached[slot] = []
         if error is None:
             try:
                 job.result = job.d.finish()
@@ -173,7 +188,16 @@ class BatchEngine:
         if job.cancelled is not None:  # its client left while it waited
             self._end(None, job, Cancelled(job.cancelled))
             return
-        job.slot = self.free.pop(0)
+        # the free slot whose cache shares the longest prefix with the prompt (the first freed among equals); its
+        # last token is always prefilled again, for the logits of the first sample
+        ids = job.prompt_ids
+        shared = {s: _common(self.cached.get(s, []), ids) for s in self.free}
+        job.slot = max(self.free, key=lambda s: shared[s])
+        self.free.remove(job.slot)
+        job.filled = min(shared[job.slot], len(ids) - 1)
+        job.reused = job.filled
+        self.reused += job.filled
+        self.cached[job.slot] = []
         self.filling.append(job)
 
     def _fill(self) -> None:
@@ -187,7 +211,10 @@ class BatchEngine:
         piece = ids[job.filled:job.filled + self.prefill_piece]
         last = job.filled + len(piece) == len(ids)
         try:
-            out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
+            if len(piece) == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
+                out = self.model.forward_batch(piece, [job.filled], [job.slot])
+            else:
+                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
             job.filled += len(piece)
             if not last:
                 return
@@ -239,3 +266,13 @@ class BatchEngine:
                 self._fill()
             if self.active:
                 self._step()
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of a and b."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -71,7 +71,7 @@ class Decoding:
 
     def note_logprobs(self, logits: np.ndarray, token: int) -> None:
         """Keeps the logprobs of `token`, drawn from logits (vocab,) on the host (with logprobs asked for)."""
-        self.res.logprobs.append(token_logprobs(logits, token, self.logprobs or 0))
+        self.res.logprobs.append(token_logprobs(np.asarray(logits).reshape(-1), token, self.logprobs or 0))
 
     def push(self, nxt: int) -> bool:
         """Takes the next sampled token; False once generation is over (EOS, a stop string, max_tokens, or the

@@ -571,7 +571,7 @@ class _Handler(BaseHTTPRequestHandler):
         made = sum(len(r.ids) for r in results)
         self._count(jobs, len(ids), made)
         self._note = f" {len(ids)}+{made} tokens"
-        usage = {"prompt_tokens": len(ids), "completion_tokens": made, "total_tokens": len(ids) + made}
+        usage = _usage(jobs, len(ids), made)
         choices = []
         for i, res in enumerate(results):
             lp = None if ask.logprobs is None else logprobs_object(self.server.tok, res.logprobs, chat)
@@ -671,10 +671,16 @@ class _Handler(BaseHTTPRequestHandler):
         for i, res in enumerate(results):
             self.wfile.write(event([choice(i, None, len(res.logprobs), res.finish)]))
         if include_usage:
-            self.wfile.write(event([], {"prompt_tokens": n_prompt, "completion_tokens": made,
-                                        "total_tokens": n_prompt + made}))
+            self.wfile.write(event([], _usage(jobs, n_prompt, made)))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def _usage(jobs: list[Job], prompt: int, made: int) -> dict:
+    """OpenAI's usage record; `cached_tokens`: the prompt tokens the prompt cache saved prefilling (the first
+    choice's: the prompt is counted once)."""
+    return {"prompt_tokens": prompt, "completion_tokens": made, "total_tokens": prompt + made,
+            "prompt_tokens_details": {"cached_tokens": jobs[0].reused}}
 
 
 def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1", name: str = "model",
