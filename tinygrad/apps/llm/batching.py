@@ -108,7 +108,7 @@ class BatchEngine:
 
     def start(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
               stop: list[str] | None = None, stream: bool = False, n: int = 1,
-              logprobs: int | None = None) -> list[Job]:
+              logprobs: int | None = None, ignore_eos: bool = False) -> list[Job]:
         """Queues `n` generations of the prompt (OpenAI's choices: with a seed, choice i draws with seed + i, so each
         differs and all repeat); with `stream`, their text goes to their shared `events` as it is made."""
         params = params or SamplingParams()
@@ -116,7 +116,8 @@ class BatchEngine:
         jobs = []
         for i in range(n):
             p = params if params.seed is None or i == 0 else replace(params, seed=(params.seed + i) % (1 << 64))
-            d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs)
+            d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
+                         ignore_eos=ignore_eos)
             jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
         for job in jobs:
             self.pending.put(job)

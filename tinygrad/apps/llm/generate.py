@@ -51,9 +51,10 @@ class Decoding:
 
     def __init__(self, tok: Tokenizer, prompt_ids: list[int], max_tokens: int | None, max_context: int,
                  params: SamplingParams | None = None, stop: list[str] | None = None,
-                 on_text: Callable[[str], None] | None = None, logprobs: int | None = None):
+                 on_text: Callable[[str], None] | None = None, logprobs: int | None = None,
+                 ignore_eos: bool = False):
         self.tok, self.max_tokens, self.max_context, self.on_text = tok, max_tokens, max_context, on_text
-        self.logprobs = logprobs
+        self.logprobs, self.ignore_eos = logprobs, ignore_eos
         self.sampler = Sampler(params or SamplingParams())
         self.stop = [s for s in (stop or []) if s]
         self.res = Result(list(prompt_ids), seed=self.sampler.seed)
@@ -79,7 +80,7 @@ class Decoding:
         res = self.res
         res.ids.append(nxt)
         self.history.append(nxt)
-        if nxt == self.tok.eos or nxt in self.tok.end_ids:
+        if not self.ignore_eos and (nxt == self.tok.eos or nxt in self.tok.end_ids):
             res.finish = "stop"
             if self.logprobs is not None:  # its text is not in the answer
                 res.logprobs.pop()

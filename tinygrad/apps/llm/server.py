@@ -8,7 +8,8 @@ out by the model's chat template; a model without one answers the chat endpoint 
 is cut to the operator's `max_tokens_cap`), `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`,
 `presence_penalty`, `frequency_penalty`, `seed` (unset: a random one; set: the same text whatever else runs),
 `stop` (a string or a list), `stream_options.include_usage`, `n` (choices; with a seed, choice i uses seed + i) and
-logprobs (completions: `logprobs`, the number of alternatives; chat: `logprobs: true` and `top_logprobs`). What
+logprobs (completions: `logprobs`, the number of alternatives; chat: `logprobs: true` and `top_logprobs`), and
+vLLM's `ignore_eos` (generate max_tokens whatever comes: for benchmarks). What
 the server does not do (tools, images, response_format, logit_bias, ...) is refused with a 400 naming the field
 rather than ignored, and a request for another model than the one served is a 404. Errors have OpenAI's shape:
 `{"error": {message, type, param, code}}`.
@@ -147,9 +148,10 @@ class Ask:
     """A request's parsed options."""
 
     def __init__(self, params: SamplingParams, max_tokens: int | None, stop: list[str], stream: bool,
-                 include_usage: bool, n: int = 1, logprobs: int | None = None):
+                 include_usage: bool, n: int = 1, logprobs: int | None = None, ignore_eos: bool = False):
         self.params, self.max_tokens, self.stop = params, max_tokens, stop
         self.stream, self.include_usage, self.n, self.logprobs = stream, include_usage, n, logprobs
+        self.ignore_eos = ignore_eos
 
 
 def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
@@ -203,8 +205,11 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise RequestError(400, "'stream_options' must be an object", "stream_options")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise RequestError(400, "'ignore_eos' must be a boolean", "ignore_eos")
     return Ask(params, max_tokens, stop, bool(body.get("stream")), bool((so or {}).get("include_usage")), n,
-               logprobs)
+               logprobs, ignore_eos)
 
 
 def _logprobs(body: dict, chat: bool, num) -> int | None:
@@ -559,7 +564,8 @@ class _Handler(BaseHTTPRequestHandler):
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created, name = int(time.time()), self.server.name
         kind = "chat.completion" if chat else "text_completion"
-        jobs = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, ask.stream, ask.n, ask.logprobs)
+        jobs = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, ask.stream, ask.n, ask.logprobs,
+                                        ask.ignore_eos)
         if ask.stream:
             self._stream(jobs, rid, created, chat, kind, len(ids), ask)
             return
