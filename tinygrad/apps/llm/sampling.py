@@ -100,7 +100,8 @@ def _draw(logits: Tensor, params: Tensor, noise: Tensor, seen: Tensor | None = N
     return (keep.where(x, float("-inf")) + gumbel * col(_NOISE)).argmax(axis=1).realize()
 
 
-# (device, rows, vocab, penalized, filtered) -> the TinyJit of _draw; and the keys whose kernels are compiled
+# (device, rows, vocab, penalized, filtered, logits' dtype) -> the TinyJit of _draw; and the keys whose kernels are
+# compiled
 _JITS: dict[tuple, TinyJit] = {}
 _WARM: set[tuple] = set()
 
@@ -184,7 +185,7 @@ def sample_rows(logits: Tensor, samplers: list[Sampler], histories: list[list[in
     device = logits.device
     penalized = any(s.penalized for s in samplers)
     filtered = any(s.filtered for s in samplers)
-    key = (device, rows, vocab, penalized, filtered)
+    key = (device, rows, vocab, penalized, filtered, logits.dtype)
     fn = _JITS.get(key)
     if fn is None:
         fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, filtered=filtered))
