@@ -36,6 +36,7 @@ from tinygrad.apps.llm.tokenizer import Tokenizer
 class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
+
 # prompt tokens prefilled between two decode steps: the model's largest prefill chunk, so a piece is one kernel run
 PREFILL_PIECE = 64
 
@@ -89,8 +90,9 @@ class Job:
 
 
 class BatchEngine:
-    """Runs generations for many callers on one model (see the module docstring). `start` queues a generation and
-    returns its Job at once; `submit` waits for it and returns the Result (or raises what went wrong)."""
+    """Runs generations for many callers on one model (see the module docstring). `start` queues a request's
+    generations and returns their Jobs at once; `submit` waits for one and returns its Result (or raises what went
+    wrong)."""
 
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
