@@ -1,8 +1,10 @@
 """Continuous batching for the server: one thread owns the model and advances every running request together.
 
-A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces of
-`prefill_piece` tokens, one piece between two decode steps of the requests already running, so a long prompt delays
-their next tokens by a piece's time, never by its whole prefill. From then on each step is one
+A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces, one piece
+between two decode steps of the requests already running, so a long prompt delays their next tokens by a piece's
+time, never by its whole prefill. While requests decode, a piece is as many tokens (in steps of the model's smallest
+prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in PREFILL_BUDGET_S; with none decoding,
+up to IDLE_PIECE tokens (nobody waits, and bigger chunks prefill faster). From then on each step is one
 `Transformer.forward_batch` over all running requests: the weights are read once for all of them,
 which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
@@ -37,8 +39,12 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-# prompt tokens prefilled between two decode steps: the model's largest prefill chunk, so a piece is one kernel run
-PREFILL_PIECE = 64
+# the most prompt tokens prefilled between two decode steps, and the time a piece may take (what a running stream's
+# token waits for beside a long prompt: a 200 ms gap is where streamed text starts to look stuck)
+PREFILL_PIECE = 256
+PREFILL_BUDGET_S = 0.1
+MIN_PIECE = 16          # the model's smallest prefill chunk (model.PREFILL_CHUNKS)
+IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
 # many of its tokens' logprobs are out by then)
@@ -96,6 +102,7 @@ class BatchEngine:
 
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
+        self.prefill_s_per_token: float | None = None   # measured, a moving average over the pieces
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -211,13 +218,17 @@ class BatchEngine:
             self._end(job.slot, job, Cancelled(job.cancelled))
             return
         ids = job.prompt_ids
-        piece = ids[job.filled:job.filled + self.prefill_piece]
+        piece = ids[job.filled:job.filled + self._piece()]
         last = job.filled + len(piece) == len(ids)
         try:
+            t0 = time.perf_counter()
             if len(piece) == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
                 out = self.model.forward_batch(piece, [job.filled], [job.slot])
             else:
                 out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
+            per = (time.perf_counter() - t0) / len(piece)
+            self.prefill_s_per_token = per if self.prefill_s_per_token is None else \
+                (self.prefill_s_per_token + per) / 2
             job.filled += len(piece)
             if not last:
                 return
@@ -228,6 +239,16 @@ class BatchEngine:
             self._end(job.slot, job, e)
             return
         self._push(job.slot, job, first)
+
+    def _piece(self) -> int:
+        """How many prompt tokens the next piece takes (see the module docstring)."""
+        if not self.active:
+            return IDLE_PIECE
+        smallest = min(MIN_PIECE, self.prefill_piece)
+        if self.prefill_s_per_token is None:
+            return smallest
+        fits = int(PREFILL_BUDGET_S / self.prefill_s_per_token) // smallest * smallest
+        return max(smallest, min(self.prefill_piece, fits))
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
