@@ -43,7 +43,7 @@ class Cancelled(Exception):
 # token waits for beside a long prompt: a 200 ms gap is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
 PREFILL_BUDGET_S = 0.1
-MIN_PIECE = 16          # the model's smallest prefill chunk (model.PREFILL_CHUNKS)
+MIN_PIECE, LARGE_PIECE = 16, 64     # the model's prefill chunks (model.PREFILL_CHUNKS)
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
@@ -247,8 +247,10 @@ class BatchEngine:
         smallest = min(MIN_PIECE, self.prefill_piece)
         if self.prefill_s_per_token is None:
             return smallest
-        fits = int(PREFILL_BUDGET_S / self.prefill_s_per_token) // smallest * smallest
-        return max(smallest, min(self.prefill_piece, fits))
+        fits = int(PREFILL_BUDGET_S / self.prefill_s_per_token)
+        # whole chunks of the largest size past it (a 48-token piece runs three small chunks, slower a token)
+        step = LARGE_PIECE if fits >= LARGE_PIECE else smallest
+        return max(smallest, min(self.prefill_piece, fits // step * step))
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
