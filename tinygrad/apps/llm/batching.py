@@ -3,7 +3,8 @@
 A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces, one piece
 between two decode steps of the requests already running, so a long prompt delays their next tokens by a piece's
 time, never by its whole prefill. While requests decode, a piece is as many tokens (in steps of the model's smallest
-prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in PREFILL_BUDGET_S; with none decoding,
+prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in what GAP_TARGET_S leaves after a
+decode step (measured too); with none decoding,
 up to IDLE_PIECE tokens (nobody waits, and bigger chunks prefill faster). From then on each step is one
 `Transformer.forward_batch` over all running requests: the weights are read once for all of them,
 which is what a decode step is bound by, and each request samples its own next token from its row with its own
@@ -39,10 +40,10 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-# the most prompt tokens prefilled between two decode steps, and the time a piece may take (what a running stream's
-# token waits for beside a long prompt: a 200 ms gap is where streamed text starts to look stuck)
+# the most prompt tokens prefilled between two decode steps, and the gap between a running stream's tokens that a
+# piece and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
-PREFILL_BUDGET_S = 0.1
+GAP_TARGET_S = 0.15
 MIN_PIECE, LARGE_PIECE = 16, 64     # the model's prefill chunks (model.PREFILL_CHUNKS)
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 
@@ -103,6 +104,7 @@ class BatchEngine:
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.prefill_s_per_token: float | None = None   # measured, a moving average over the pieces
+        self.step_s = 0.0                               # a decode step's time, a moving average too
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -247,7 +249,7 @@ class BatchEngine:
         smallest = min(MIN_PIECE, self.prefill_piece)
         if self.prefill_s_per_token is None:
             return smallest
-        fits = int(PREFILL_BUDGET_S / self.prefill_s_per_token)
+        fits = int(max(GAP_TARGET_S - self.step_s, 0.0) / self.prefill_s_per_token)
         # whole chunks of the largest size past it (a 48-token piece runs three small chunks, slower a token)
         step = LARGE_PIECE if fits >= LARGE_PIECE else smallest
         return max(smallest, min(self.prefill_piece, fits // step * step))
@@ -262,6 +264,7 @@ class BatchEngine:
         slots = sorted(self.active)
         jobs = [self.active[s] for s in slots]
         try:
+            t0 = time.perf_counter()
             logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
             tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
                                  [j.d.res.ids for j in jobs])
@@ -270,6 +273,7 @@ class BatchEngine:
                 for row, j in enumerate(jobs):
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
+            self.step_s = (self.step_s + time.perf_counter() - t0) / 2
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
