@@ -192,7 +192,7 @@ def main() -> None:
         path = args.model or default_model()
     gpu = Device.DEFAULT != "CPU" and not Device.DEFAULT.startswith("CLANG")
     counts = [int(c) for c in (args.streams or ("1,8,32" if gpu else "1,4,8")).split(",")]
-    slots = 2 if args.gap or args.turns else 64 if args.load else max(counts)
+    slots = 2 if args.gap or args.turns else max(counts)  # --load: its clients queue for these
     kv, tensors = gguf_tensors(path)
     tok = Tokenizer.from_gguf(kv)
     t0 = time.perf_counter()
