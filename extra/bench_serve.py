@@ -133,7 +133,10 @@ def load(port: int, tok, clients: int, requests: int) -> dict:
     for t in threads:
         t.join()
     ttft = [s.first - s.sent for s in done if not s.error]
-    return {"requests": len(done), "errors": sum(1 for s in done if s.error), "wall_s": time.perf_counter() - t0,
+    errors = [s.error for s in done if s.error]
+    if errors:
+        print(f"first error: {errors[0]}", file=sys.stderr)
+    return {"requests": len(done), "errors": len(errors), "wall_s": time.perf_counter() - t0,
             "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99)}
 
 

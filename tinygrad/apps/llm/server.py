@@ -260,6 +260,9 @@ class LLMServer(ThreadingHTTPServer):
     """The server (see the module docstring). Timeouts are in seconds; `access_log` takes each request's line."""
 
     daemon_threads = True
+    # the listen backlog: socketserver's 5 overflowed under 64 clients connecting at once (connections reset or their
+    # handshakes retried a second later)
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], model: Transformer, tok: Tokenizer, name: str = "model",
                  chat_template: ChatTemplate | None = None, *, api_key: str | None = None,
