@@ -17,9 +17,10 @@ values above it, so ties at the boundary are kept together.
 
 The draw runs on all the rows of a batch step at once (`sample_rows`: each row its own request's parameters), as one
 TinyJit replay. Every parameter is an input tensor, never a constant in a kernel, so a new temperature or top-k
-compiles nothing: the kernels depend only on the number of rows and on two switches (whether any row penalizes, and
-whether any row filters with top-k or top-p, which cost 2 * TOPP_STEPS reductions a row when on). `warm_up` compiles
-them all for 1..max_rows rows, which the server does at start-up, so no request ever waits for a compiler.
+compiles nothing: the kernels depend only on the number of rows, on whether any row penalizes, and on the most any
+row asks for: greedy (an argmax), sampled, or filtered with top-k or top-p (2 * TOPP_STEPS reductions a row).
+`warm_up` compiles them all for 1..max_rows rows, which the server does at start-up, so no request ever waits for a
+compiler.
 """
 from __future__ import annotations
 
@@ -78,18 +79,25 @@ _NPARAMS = 6
 _OFF = -1e30   # log(min_p) of a row without min-p: every logit passes (a finite stand-in for -inf)
 
 
-def _draw(logits: Tensor, params: Tensor, noise: Tensor, seen: Tensor | None = None, penalty: Tensor | None = None,
-          filtered: bool = False) -> Tensor:
+# what a draw does to every row, by how much its rows ask for (see Sampler.mode)
+GREEDY, SAMPLED, FILTERED = 0, 1, 2
+
+
+def _draw(logits: Tensor, params: Tensor, noise: Tensor | None, seen: Tensor | None = None,
+          penalty: Tensor | None = None, mode: int = SAMPLED) -> Tensor:
     """The chosen ids (rows,) of logits (rows, vocab): each row penalized, divided by its temperature (1 for a
-    greedy row), filtered, and perturbed by its Gumbel noise (times 0 for a greedy row: the plain argmax)."""
+    greedy row), filtered, and perturbed by its Gumbel noise (times 0 for a greedy row: the plain argmax). With
+    every row greedy (mode GREEDY, no noise) only the penalties and the argmax run."""
     col = lambda c: params[:, c:c + 1]  # noqa: E731
     x = logits.cast(dtypes.float32)
     if seen is not None:
         rp = col(_REPEAT)
         x = (seen > 0).where((x > 0).where(x / rp, x * rp), x) - penalty
+    if mode == GREEDY:
+        return x.argmax(axis=1).realize()
     x = x / col(_TEMP)
     keep = x >= x.max(axis=1, keepdim=True) + col(_LOG_MIN_P)
-    if filtered:
+    if mode == FILTERED:
         keep = keep & (x >= _threshold(x, x.min(axis=1, keepdim=True),
                                        lambda m: m.sum(axis=1, keepdim=True) >= col(_TOP_K)))
         probs = keep.where((x - x.max(axis=1, keepdim=True)).exp(), 0.0)
@@ -100,33 +108,34 @@ def _draw(logits: Tensor, params: Tensor, noise: Tensor, seen: Tensor | None = N
     return (keep.where(x, float("-inf")) + gumbel * col(_NOISE)).argmax(axis=1).realize()
 
 
-# (device, rows, vocab, penalized, filtered, logits' dtype) -> the TinyJit of _draw; and the keys whose kernels are
+# (device, rows, vocab, penalized, mode, logits' dtype) -> the TinyJit of _draw; and the keys whose kernels are
 # compiled
 _JITS: dict[tuple, TinyJit] = {}
 _WARM: set[tuple] = set()
 
 
-def _inputs(device: str, rows: int, vocab: int, penalized: bool) -> list[Tensor]:
+def _inputs(device: str, rows: int, vocab: int, penalized: bool, mode: int) -> list[Tensor | None]:
     """Neutral inputs of a draw: greedy rows, no noise, nothing seen."""
     params = np.tile(np.array([1.0, 0.0, _OFF, vocab, 1.0, 1.0], np.float32), (rows, 1))
-    ins = [Tensor(params, device=device), Tensor(np.full((rows, vocab), 0.5, np.float32), device=device)]
+    ins = [Tensor(params, device=device),
+           None if mode == GREEDY else Tensor(np.full((rows, vocab), 0.5, np.float32), device=device)]
     if penalized:
         ins += [Tensor(np.zeros((rows, vocab), np.float32), device=device) for _ in range(2)]
     return ins
 
 
 def warm_up(device: str, vocab: int, max_rows: int, dtype=dtypes.float32) -> int:
-    """Compiles the draw's kernels for 1..max_rows rows of logits of `dtype` and every pair of switches (a no-op for
-    what is compiled already). Returns how many draws it ran."""
+    """Compiles the draw's kernels for 1..max_rows rows of logits of `dtype`, penalized or not, in every mode (a
+    no-op for what is compiled already). Returns how many draws it ran."""
     ran = 0
     for rows in range(1, max_rows + 1):
         for penalized in (False, True):
-            for filtered in (False, True):
-                key = (device, rows, vocab, penalized, filtered, dtype)
+            for mode in (GREEDY, SAMPLED, FILTERED):
+                key = (device, rows, vocab, penalized, mode, dtype)
                 if key in _WARM:
                     continue
                 logits = Tensor.zeros(rows, vocab, dtype=dtype, device=device).contiguous().realize()
-                _draw(logits, *_inputs(device, rows, vocab, penalized), filtered=filtered).numpy()
+                _draw(logits, *_inputs(device, rows, vocab, penalized, mode), mode=mode).numpy()
                 _WARM.add(key)
                 ran += 1
     return ran
@@ -142,7 +151,9 @@ class Sampler:
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self.rng = np.random.default_rng(self.seed)
         self.penalized = params.repeat_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
-        self.filtered = params.temperature > 0 and (0 < params.top_k or params.top_p < 1.0)
+        # GREEDY: temperature 0; FILTERED: top-k or top-p, which cost 2 * TOPP_STEPS reductions; else SAMPLED
+        self.mode = GREEDY if params.temperature == 0 else FILTERED if 0 < params.top_k or params.top_p < 1.0 \
+            else SAMPLED
 
     def _row(self, vocab: int) -> np.ndarray:
         p = self.p
@@ -184,14 +195,14 @@ def sample_rows(logits: Tensor, samplers: list[Sampler], histories: list[list[in
     rows, vocab = logits.shape
     device = logits.device
     penalized = any(s.penalized for s in samplers)
-    filtered = any(s.filtered for s in samplers)
-    key = (device, rows, vocab, penalized, filtered, logits.dtype)
+    mode = max(s.mode for s in samplers)   # the most any row asks for
+    key = (device, rows, vocab, penalized, mode, logits.dtype)
     fn = _JITS.get(key)
     if fn is None:
-        fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, filtered=filtered))
+        fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, mode=mode))
     params = np.stack([s._row(vocab) for s in samplers])
-    noise = np.stack([s._noise(vocab) for s in samplers])
-    ins = [Tensor(params, device=device), Tensor(noise, device=device)]
+    noise = None if mode == GREEDY else Tensor(np.stack([s._noise(vocab) for s in samplers]), device=device)
+    ins = [Tensor(params, device=device), noise]
     if penalized:
         pen = [s._penalties(vocab, h, g) for s, h, g in zip(samplers, histories, generated)]
         ins += [Tensor(np.stack([a for a, _ in pen]), device=device), Tensor(np.stack([b for _, b in pen]),
