@@ -1,7 +1,8 @@
 """tinygrad.apps.llm.server: the OpenAI-style HTTP server on the small synthetic Gemma 3 of test_llm.py, driven with
-urllib and raw sockets: OpenAI's request semantics (seeds, token limits, stop strings, usage in streams, content
-parts, refusals of what it does not do, error shape), isolation between clients (slow readers, disconnects, slow and
-oversized requests, keep-alive after a rejected body) and operations (API key, /health, a port in use, access log)."""
+urllib, raw sockets and the official `openai` client: OpenAI's request semantics (seeds, token limits, stop strings,
+usage in streams, content parts, refusals of what it does not do, error shape), isolation between clients (slow
+readers, disconnects, slow and oversized requests, keep-alive after a rejected body) and operations (API key, /health,
+a port in use, access log)."""
 import json
 import socket
 import threading
@@ -213,9 +214,10 @@ def test_stream_carries_the_role_first_and_usage_last_when_asked(served):
     ("/v1/chat/completions", _chat("t1", tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools"),
     ("/v1/chat/completions", _chat([{"type": "image_url", "image_url": {"url": "x"}}]), 400, "messages[0].content[0]"),
     ("/v1/chat/completions", _chat("t1", response_format={"type": "json_object"}), 400, "response_format"),
-    ("/v1/chat/completions", _chat("t1", n=2), 400, "n"),
-    ("/v1/chat/completions", _chat("t1", logprobs=True), 400, "logprobs"),
-    ("/v1/completions", {"prompt": "t1", "logprobs": 3}, 400, "logprobs"),
+    ("/v1/chat/completions", _chat("t1", n=17), 400, "n"),
+    ("/v1/chat/completions", _chat("t1", top_logprobs=2), 400, "top_logprobs"),
+    ("/v1/chat/completions", _chat("t1", logprobs=True, top_logprobs=21), 400, "top_logprobs"),
+    ("/v1/completions", {"prompt": "t1", "logprobs": -1}, 400, "logprobs"),
     ("/v1/chat/completions", _chat("t1", model="gpt-4o"), 404, "model"),
     ("/v1/chat/completions", {"messages": [{"role": "x"}]}, 400, "messages[0].role"),
     ("/v1/completions", {"prompt": 3}, 400, "prompt"),
@@ -329,6 +331,42 @@ def test_a_reader_stopped_past_the_write_timeout_loses_its_request(tiny, monkeyp
         while not s.log and time.monotonic() < deadline:
             time.sleep(0.01)
         assert "too slow" in s.log[0], s.log
+    finally:
+        s.close()
+
+
+def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(tiny, monkeypatch):
+    model, tok = tiny[0], tiny[1]
+    calls = []
+    real_forward, real_batch = model.forward, model.forward_batch
+
+    def forward(ids, start_pos, *a, **kw):
+        calls.append(("prefill", start_pos, len(ids)))
+        return real_forward(ids, start_pos, *a, **kw)
+
+    def batch(tokens, *a, **kw):
+        time.sleep(0.02)  # a step of a bigger model's length: the stream outlives the prefill
+        calls.append(("step", len(tokens)))
+        return real_batch(tokens, *a, **kw)
+    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(model, "forward_batch", batch)
+    s = Served(tiny, prefill_piece=4)
+    try:
+        body = {"prompt": "t2 t3", "max_tokens": 40, "temperature": 1.0, "seed": 1, "stream": True}
+        sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
+        while b"data:" not in sock.recv(4096):  # the stream is running
+            pass
+        long_prompt = " ".join(f"t{i % 9 + 1}" for i in range(40))
+        n = len(tok.encode(long_prompt))
+        assert n > 20
+        st, _ = s.post("/v1/completions", {"prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+        assert st == 200
+        pieces = [k for k, c in enumerate(calls) if c[0] == "prefill"][1:]  # the stream's own prefill came first
+        # (a last piece of one token runs as a decode step of its own)
+        assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 > 1 else [])
+        # a decode step of the running stream (both sequences, once the long one decodes) between every two pieces
+        assert all(any(c[0] == "step" for c in calls[a + 1:b]) for a, b in zip(pieces, pieces[1:])), calls
+        sock.close()
     finally:
         s.close()
 
@@ -467,3 +505,211 @@ def test_a_port_in_use_is_a_clear_error(tiny, served, capsys):
             "--max-tokens-cap", "8", "--api-key", "k"]
     assert llm_main(argv) == 1
     assert f"port {served.port} is in use on 127.0.0.1" in capsys.readouterr().err
+
+
+# ---- the official openai client ---------------------------------------------------------------------------------
+@pytest.fixture
+def client(served):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_the_openai_client_completions_and_chat_plain_and_streamed(tiny, client):
+    model, tok, template, _ = tiny
+    want = generate(model, tok, tok.encode("t2 t3"), 6, SamplingParams()).text
+    out = client.completions.create(model="tiny", prompt="t2 t3", max_tokens=6, temperature=0)
+    assert out.choices[0].text == want and out.usage.prompt_tokens == len(tok.encode("t2 t3"))
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    chunks = list(client.completions.create(model="tiny", prompt="t2 t3", max_tokens=6, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want
+    assert chunks[-1].usage.completion_tokens == out.usage.completion_tokens
+    ids = template.encode(tok, [{"role": "user", "content": "t4"}])
+    want = generate(model, tok, ids, 5, SamplingParams()).text
+    out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}], max_tokens=5,
+                                         temperature=0)
+    assert out.choices[0].message.content == want and out.choices[0].message.role == "assistant"
+    assert out.usage.prompt_tokens == len(ids) and out.object == "chat.completion"
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}],
+                                                 max_tokens=5, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant" and all(c.usage is None for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_openai_client_seed_stop_and_errors(client):
+    openai = pytest.importorskip("openai")
+    ask = {"model": "tiny", "prompt": "t2 t3", "max_tokens": 10, "temperature": 1.5, "seed": 11}
+    a, b = (client.completions.create(**ask).choices[0].text for _ in range(2))
+    assert a == b
+    stop = a[len(a) // 2:len(a) // 2 + 2]
+    out = client.completions.create(**ask, stop=[stop])
+    assert out.choices[0].text == a[:a.find(stop)] and out.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "t1"}])
+    assert e.value.status_code == 404 and e.value.code == "model_not_found" and "'tiny'" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t1"}],
+                                       response_format={"type": "json_object"})
+    assert e.value.param == "response_format" and e.value.type == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="t1", max_tokens=0)
+    assert e.value.param == "max_tokens" and e.value.status_code == 400
+    assert [m.id for m in client.models.list()] == ["tiny"]
+
+
+def test_n_choices_and_logprobs_in_openais_shapes(tiny, client):
+    model, tok, _, _ = tiny
+    ask = {"model": "tiny", "prompt": "t2 t3", "max_tokens": 8, "temperature": 1.5, "seed": 5}
+    out = client.completions.create(**ask, n=3, logprobs=2)
+    texts = [c.text for c in out.choices]
+    assert [c.index for c in out.choices] == [0, 1, 2] and len(set(texts)) > 1  # each choice draws its own
+    # choice i draws with seed + i: the same text as a request of its own with that seed
+    assert texts[1] == client.completions.create(**{**ask, "seed": 6}).choices[0].text
+    assert out.usage.completion_tokens > len(out.choices) and out.usage.prompt_tokens == len(tok.encode("t2 t3"))
+    for c in out.choices:
+        lp = c.logprobs
+        assert "".join(lp.tokens) == c.text and len(lp.token_logprobs) == len(lp.tokens)
+        assert all(v <= 0 for v in lp.token_logprobs) and all(len(t) == 2 for t in lp.top_logprobs)
+        assert lp.text_offset == [sum(len(t) for t in lp.tokens[:k]) for k in range(len(lp.tokens))]
+    # greedy: the chosen token is the likeliest, its logprob the model's own (a softmax of its logits)
+    ids = tok.encode("t2 t3")
+    logits = model.forward(ids, 0, jit=False).numpy().astype("float64")
+    want = logits - (logits.max() + __import__("numpy").log(__import__("numpy").exp(logits - logits.max()).sum()))
+    out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "t4"}], max_tokens=4,
+                                         temperature=0, logprobs=True, top_logprobs=3)
+    content = out.choices[0].logprobs.content
+    assert "".join(r.token for r in content) == out.choices[0].message.content
+    assert all(r.top_logprobs[0].token == r.token and r.top_logprobs[0].logprob == r.logprob for r in content)
+    assert all(bytes(r.bytes).decode("utf-8", "replace") == r.token for r in content)
+    out = client.completions.create(model="tiny", prompt="t2 t3", max_tokens=1, temperature=0, logprobs=1)
+    assert abs(out.choices[0].logprobs.token_logprobs[0] - want.max()) < 1e-4
+    # streamed: each chunk carries its choice's index and its tokens' logprobs
+    chunks = list(client.completions.create(**ask, n=2, logprobs=1, stream=True))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(c.text for c in mine) == texts[i]
+        assert "".join(t for c in mine if c.logprobs for t in c.logprobs.tokens) == texts[i]
+
+
+def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
+    from tinygrad.engine.realize import method_cache
+    body = {"prompt": "t2 t3", "max_tokens": 4}
+    # the model's own kernels for one and two rows (prefill, decode steps): compiled by a first greedy request
+    assert served.post("/v1/completions", {**body, "temperature": 0, "n": 2})[0] == 200
+    before = len(method_cache)
+    asks = [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 3}, {"temperature": 1.0, "top_k": 7, "top_p": 0.5},
+            {"temperature": 0.9, "top_p": 0.9, "min_p": 0.2}, {"temperature": 0, "repetition_penalty": 1.3},
+            {"temperature": 1.1, "presence_penalty": 0.5, "frequency_penalty": 1.0, "top_k": 4},
+            {"temperature": 0.5, "min_p": 0.05, "repetition_penalty": 0.8, "n": 2, "logprobs": 2}]
+    for k, ask in enumerate(asks):
+        st, text = served.post("/v1/completions", {**body, "seed": k, **ask})
+        assert st == 200, text
+    assert len(method_cache) == before  # every path was compiled at start-up, with its values as inputs
+
+
+def test_metrics_in_prometheus_text_format(tiny, served):
+    st, text = served.post("/v1/completions", {"prompt": "t2 t3", "max_tokens": 3, "temperature": 0})
+    usage = json.loads(text)["usage"]
+    assert served.post("/v1/completions", {"prompt": "t1", "model": "other"})[0] == 404
+    st, text = served.get("/metrics")
+    assert st == 200
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert line.split()[1] in ("HELP", "TYPE")
+            continue
+        name, value = line.rsplit(" ", 1)
+        samples[name] = float(value)
+    assert samples['llm_requests_total{endpoint="/v1/completions",status="200"}'] == 1
+    assert samples['llm_requests_total{endpoint="/v1/completions",status="404"}'] == 1
+    assert samples["llm_prompt_tokens_total"] == usage["prompt_tokens"]
+    assert samples["llm_completion_tokens_total"] == usage["completion_tokens"]
+    buckets = [v for k, v in samples.items() if k.startswith("llm_time_to_first_token_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == samples["llm_time_to_first_token_seconds_count"] == 1
+    assert 0 < samples["llm_time_to_first_token_seconds_sum"] < 60
+    assert samples["llm_queue_depth"] == 0 and samples["llm_running_streams"] == 0
+    assert "# TYPE llm_time_to_first_token_seconds histogram" in text
+
+
+def test_graceful_stop_finishes_or_cancels_the_running_requests(tiny, monkeypatch):
+    model = tiny[0]
+    real = model.forward_batch
+
+    def slow(*a, **kw):
+        time.sleep(0.05)
+        return real(*a, **kw)
+    monkeypatch.setattr(model, "forward_batch", slow)
+    for grace, max_tokens in ((10.0, 4), (0.3, 40)):
+        s = Served(tiny)
+        body = {"prompt": "t2 t3", "max_tokens": max_tokens, "temperature": 1.0, "seed": 1, "stream": True}
+        sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
+        while b"data:" not in sock.recv(4096):
+            pass
+        got = []
+        stopper = threading.Thread(target=lambda srv=s.srv, g=grace, out=got: out.append(srv.stop(g)))
+        stopper.start()
+        deadline = time.monotonic() + 3  # the accept loop ends within its poll interval (0.5 s)
+        with pytest.raises(ConnectionError):  # no new connections once stopping (refused, or reset in the backlog)
+            while time.monotonic() < deadline:
+                socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+                time.sleep(0.05)
+        rest = _read_all(sock)
+        stopper.join(timeout=30)
+        # within the grace period the stream ends whole; past it, it is cut off and counted as cancelled
+        assert got == ([0] if grace > 1 else [1]) and (b"[DONE]" in rest) == (grace > 1)
+        s.srv.server_close()
+
+
+def test_sigterm_stops_the_server_gracefully_and_exits_0(tiny, capsys):
+    import os
+    import signal
+    model, tok, _, _ = tiny
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+
+    def terminate():  # once it answers: the signal handlers are set by then
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=terminate, daemon=True).start()
+    assert serve(model, tok, port, "127.0.0.1", access_log=None) == 0
+    assert "shutting down" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # its handlers are put back
+
+
+def test_the_next_turn_reuses_the_last_turns_kv_cache_and_answers_as_a_cold_run(tiny, monkeypatch):
+    model, tok, template, _ = tiny
+    prefilled = []
+    real = model.forward
+
+    def forward(ids, start_pos, *a, **kw):
+        prefilled.append(len(ids))
+        return real(ids, start_pos, *a, **kw)
+    s = Served(tiny)
+    try:
+        turn1 = [{"role": "user", "content": "t4 t5"}]
+        ask = {"max_tokens": 5, "temperature": 0.8, "seed": 2}
+        out1 = json.loads(s.post("/v1/chat/completions", {"messages": turn1, **ask})[1])
+        answer = out1["choices"][0]["message"]["content"]
+        turn2 = turn1 + [{"role": "assistant", "content": answer}, {"role": "user", "content": "t6 t7"}]
+        ids1, ids2 = template.encode(tok, turn1), template.encode(tok, turn2)
+        monkeypatch.setattr(model, "forward", forward)
+        reused = s.srv.engine.reused
+        out2 = json.loads(s.post("/v1/chat/completions", {"messages": turn2, **ask})[1])
+        saved = s.srv.engine.reused - reused
+        assert out2["usage"]["prompt_tokens_details"]["cached_tokens"] == saved
+        assert saved >= len(ids1)  # the whole first prompt, and the answer as far as its tokens came back the same
+        assert sum(prefilled) + saved == len(ids2) or (sum(prefilled) == 0 and saved == len(ids2) - 1)
+        monkeypatch.undo()
+        cold = generate(model, tok, ids2, 5, SamplingParams(temperature=0.8, seed=2))
+        assert out2["choices"][0]["message"]["content"] == cold.text
+    finally:
+        s.close()

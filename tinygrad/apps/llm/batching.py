@@ -1,25 +1,38 @@
 """Continuous batching for the server: one thread owns the model and advances every running request together.
 
-A request gets a free sequence slot of the model (its own KV cache), its prompt is prefilled alone, and from then on
-each step is one `Transformer.forward_batch` over all running requests: the weights are read once for all of them,
+A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces, one piece
+between two decode steps of the requests already running, so a long prompt delays their next tokens by a piece's
+time, never by its whole prefill. While requests decode, a piece is as many tokens (in steps of the model's smallest
+prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in what GAP_TARGET_S leaves after a
+decode step (measured too); with none decoding,
+up to IDLE_PIECE tokens (nobody waits, and bigger chunks prefill faster). From then on each step is one
+`Transformer.forward_batch` over all running requests: the weights are read once for all of them,
 which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
 
-The engine's thread never touches a network socket: a job's text goes into its own bounded queue (`Job.events`),
-which the caller's thread drains and writes. A job whose queue is full (its reader is not keeping up) is cancelled
-rather than waited for, and a caller can cancel its job at any time (`Job.cancel`, e.g. its client hung up): the
-engine ends a cancelled job before its next step, freeing the slot.
+The engine's thread never touches a network socket: a job's text goes into a bounded queue (`Job.events`, shared by
+the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
+reader is not keeping up) is cancelled rather than waited for, and a caller can cancel its job at any time
+(`Job.cancel`, e.g. its client hung up): the engine ends a cancelled job before its next step, freeing the slot.
+
+Prompt cache: a slot's KV cache keeps the sequence it last held after its job ends (`cached`: the ids whose keys and
+values it holds). A new job takes the free slot whose sequence shares the longest prefix with its prompt and
+prefills only the rest: the next turn of a conversation (its prompt the last one's, the answer, and the new message)
+reuses the whole of the last turn. A position's keys and values depend on the ids up to it only, so what is reused is
+what a cold prefill would compute.
 """
 from __future__ import annotations
 
 import queue
 import threading
+import time
+from dataclasses import replace
 from typing import Callable
 
 from tinygrad.apps.llm.generate import Decoding, Result
 from tinygrad.apps.llm.model import Transformer
-from tinygrad.apps.llm.sampling import SamplingParams
+from tinygrad.apps.llm.sampling import SamplingParams, sample_rows, warm_up
 from tinygrad.apps.llm.tokenizer import Tokenizer
 
 
@@ -27,27 +40,46 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-class Job:
-    """One request in the engine. `events` holds its text as it is made (strings; None once it is over); `done` is
-    set when it is over, with `result` or `error` set first."""
+# the most prompt tokens prefilled between two decode steps, and the gap between a running stream's tokens that a
+# piece and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
+PREFILL_PIECE = 256
+GAP_TARGET_S = 0.15
+MIN_PIECE, LARGE_PIECE = 16, 64     # the model's prefill chunks (model.PREFILL_CHUNKS)
+IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 
-    def __init__(self, decoding: Decoding, prompt_ids: list[int], buffer: int, stream: bool):
-        self.d, self.prompt_ids = decoding, prompt_ids
+# what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
+# many of its tokens' logprobs are out by then)
+Event = tuple[int, "str | None", int]
+
+
+class Job:
+    """One generation in the engine. `events` holds its text as it is made (see Event; shared with the other choices
+    of its request, which keep `reserve` places in it for their ends); `done` is set when it is over, with `result` or
+    `error` set first."""
+
+    def __init__(self, decoding: Decoding, prompt_ids: list[int], events: queue.Queue[Event], stream: bool,
+                 index: int = 0, reserve: int = 1):
+        self.d, self.prompt_ids, self.index, self.reserve = decoding, prompt_ids, index, reserve
         self.next = -1              # the token sampled last, which the next step feeds in
+        self.slot: int | None = None
+        self.filled = 0             # prompt tokens in its slot's cache so far
+        self.reused = 0             # of which the prompt cache kept from the slot's last sequence
+        self.started = time.monotonic()
+        self.first_at: float | None = None   # when its first token was sampled (time to first token)
         self.error: BaseException | None = None
         self.result: Result | None = None
         self.done = threading.Event()
-        self.events: queue.Queue[str | None] = queue.Queue(buffer + 1)  # + 1: room for the end's None
+        self.events = events
         self.cancelled: str | None = None   # why, once cancelled
         if stream:
             decoding.on_text = self._text
 
     def _text(self, text: str) -> None:
         """The engine's callback: never blocks; a reader this far behind loses its request."""
-        if self.events.qsize() >= self.events.maxsize - 1:
+        if self.events.qsize() >= self.events.maxsize - self.reserve:
             self.cancel("the client is not reading its stream")
             raise Cancelled(self.cancelled)
-        self.events.put_nowait(text)
+        self.events.put_nowait((self.index, text, len(self.d.res.logprobs)))
 
     def cancel(self, why: str = "cancelled") -> None:
         if self.cancelled is None:
@@ -65,32 +97,49 @@ class Job:
 
 
 class BatchEngine:
-    """Runs generations for many callers on one model (see the module docstring). `start` queues a generation and
-    returns its Job at once; `submit` waits for it and returns the Result (or raises what went wrong)."""
+    """Runs generations for many callers on one model (see the module docstring). `start` queues a request's
+    generations and returns their Jobs at once; `submit` waits for one and returns its Result (or raises what went
+    wrong)."""
 
-    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256):
-        self.model, self.tok, self.buffer = model, tok, buffer
+    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
+        self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
+        self.prefill_s_per_token: float | None = None   # measured, a moving average over the pieces
+        self.step_s = 0.0                               # a decode step's time, a moving average too
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
-        self.active: dict[int, Job] = {}
+        self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
+        self.active: dict[int, Job] = {}    # decoding, by slot
+        self.cached: dict[int, list[int]] = {}   # the ids whose keys and values a free slot's cache holds
+        self.reused = 0             # prompt tokens whose prefill the prompt cache saved
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
+        # every sampling path's kernels, for every batch size, before the first request (see sampling.py)
+        warm_up(model.device, model.cfg.vocab, len(model.caches))
         self.thread = threading.Thread(target=self._loop, name="llm-batch-engine", daemon=True)
         self.thread.start()
 
     def start(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
-              stop: list[str] | None = None, stream: bool = False) -> Job:
-        """Queues a generation; with `stream`, its text goes to the Job's `events` as it is made."""
-        job = Job(Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, params, stop),
-                  list(prompt_ids), self.buffer, stream)
-        self.pending.put(job)
-        return job
+              stop: list[str] | None = None, stream: bool = False, n: int = 1,
+              logprobs: int | None = None, ignore_eos: bool = False) -> list[Job]:
+        """Queues `n` generations of the prompt (OpenAI's choices: with a seed, choice i draws with seed + i, so each
+        differs and all repeat); with `stream`, their text goes to their shared `events` as it is made."""
+        params = params or SamplingParams()
+        events: queue.Queue[Event] = queue.Queue(self.buffer * n + n)  # + n: room for each end's None
+        jobs = []
+        for i in range(n):
+            p = params if params.seed is None or i == 0 else replace(params, seed=(params.seed + i) % (1 << 64))
+            d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
+                         ignore_eos=ignore_eos)
+            jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
+        for job in jobs:
+            self.pending.put(job)
+        return jobs
 
     def submit(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
                stop: list[str] | None = None, on_text: Callable[[str], None] | None = None) -> Result:
         """Generates on the caller's thread's behalf; `on_text` is called on the caller's thread, never the engine's."""
-        job = self.start(prompt_ids, max_tokens, params, stop, stream=on_text is not None)
+        job = self.start(prompt_ids, max_tokens, params, stop, stream=on_text is not None)[0]
         if on_text is not None:
-            while (text := job.events.get()) is not None:
+            while (text := job.events.get()[1]) is not None:
                 try:
                     on_text(text)
                 except BaseException:
@@ -99,10 +148,25 @@ class BatchEngine:
         job.wait()
         return job.outcome()
 
+    def cancel_all(self, why: str) -> None:
+        """Cancels every job, waiting or running (the engine ends them before its next step)."""
+        with self.pending.mutex:
+            waiting = list(self.pending.queue)
+        for job in waiting + list(self.filling) + list(self.active.values()):
+            job.cancel(why)
+
     def _end(self, slot: int | None, job: Job, error: BaseException | None = None) -> None:
+        if job in self.filling:
+            self.filling.remove(job)
         if slot is not None:
             self.active.pop(slot, None)
             self.free.append(slot)
+            if job.filled < len(job.prompt_ids):     # ended while its prompt was prefilled
+                self.cached[slot] = job.prompt_ids[:job.filled]
+            elif error is None or isinstance(error, Cancelled):
+                self.cached[slot] = job.d.history[:job.d.pos]   # the last sampled token was never fed
+            else:                                    # a failed step may have written part of a position
+                self.cached[slot] = []
         if error is None:
             try:
                 job.result = job.d.finish()
@@ -113,12 +177,14 @@ class BatchEngine:
         job.error = error
         job.done.set()
         try:
-            job.events.put_nowait(None)
+            job.events.put_nowait((job.index, None, len(job.d.res.logprobs)))
         except queue.Full:  # the queue keeps a place for the end, but a cancelled reader may have left it full
             pass
 
     def _push(self, slot: int, job: Job, token: int) -> None:
         """Feeds a job its new token; ends it when it is over, or when its callback fails."""
+        if job.first_at is None:
+            job.first_at = time.monotonic()
         try:
             going = job.d.push(token)
         except Exception as e:  # noqa: BLE001 - a streaming client that went away ends its own request
@@ -130,18 +196,63 @@ class BatchEngine:
             self._end(slot, job)
 
     def _admit(self, job: Job) -> None:
-        """Prefills a new job in a free slot and takes its first token."""
+        """Gives a new job a free slot; its prompt is prefilled piece by piece (_fill)."""
         if job.cancelled is not None:  # its client left while it waited
             self._end(None, job, Cancelled(job.cancelled))
             return
-        slot = self.free.pop(0)
-        self.active[slot] = job
-        try:
-            first = job.d.sample(self.model.forward(job.prompt_ids, 0, slot=slot))
-        except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
-            self._end(slot, job, e)
+        # the free slot whose cache shares the longest prefix with the prompt (the first freed among equals); its
+        # last token is always prefilled again, for the logits of the first sample
+        ids = job.prompt_ids
+        shared = {s: _common(self.cached.get(s, []), ids) for s in self.free}
+        job.slot = max(self.free, key=lambda s: shared[s])
+        self.free.remove(job.slot)
+        job.filled = min(shared[job.slot], len(ids) - 1)
+        job.reused = job.filled
+        self.reused += job.filled
+        self.cached[job.slot] = []
+        self.filling.append(job)
+
+    def _fill(self) -> None:
+        """Prefills the next piece of the first admitted job's prompt; after its last piece the job takes its first
+        token and joins the decode steps."""
+        job = self.filling[0]
+        if job.cancelled is not None:
+            self._end(job.slot, job, Cancelled(job.cancelled))
             return
-        self._push(slot, job, first)
+        ids = job.prompt_ids
+        piece = ids[job.filled:job.filled + self._piece()]
+        last = job.filled + len(piece) == len(ids)
+        try:
+            t0 = time.perf_counter()
+            if len(piece) == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
+                out = self.model.forward_batch(piece, [job.filled], [job.slot])
+            else:
+                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
+            per = (time.perf_counter() - t0) / len(piece)
+            self.prefill_s_per_token = per if self.prefill_s_per_token is None else \
+                (self.prefill_s_per_token + per) / 2
+            job.filled += len(piece)
+            if not last:
+                return
+            self.filling.pop(0)
+            self.active[job.slot] = job
+            first = job.d.sample(out)
+        except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
+            self._end(job.slot, job, e)
+            return
+        self._push(job.slot, job, first)
+
+    def _piece(self) -> int:
+        """How many prompt tokens the next piece takes (see the module docstring)."""
+        if not self.active:
+            return IDLE_PIECE
+        smallest = min(MIN_PIECE, self.prefill_piece)
+        if self.prefill_s_per_token is None:
+            return smallest
+        fits = int(max(GAP_TARGET_S - self.step_s, 0.0) / self.prefill_s_per_token)
+        # whole chunks of the largest size past it (a 48-token piece runs three small chunks, slower a token)
+        step = LARGE_PIECE if fits >= LARGE_PIECE else smallest
+        return max(smallest, min(self.prefill_piece, fits // step * step))
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
@@ -153,8 +264,16 @@ class BatchEngine:
         slots = sorted(self.active)
         jobs = [self.active[s] for s in slots]
         try:
+            t0 = time.perf_counter()
             logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
-            tokens = [j.d.sample(logits[row]) for row, j in enumerate(jobs)]
+            tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
+                                 [j.d.res.ids for j in jobs])
+            if any(j.d.logprobs is not None for j in jobs):
+                host = logits.numpy()
+                for row, j in enumerate(jobs):
+                    if j.d.logprobs is not None:
+                        j.d.note_logprobs(host[row], tokens[row])
+            self.step_s = (self.step_s + time.perf_counter() - t0) / 2
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
@@ -168,9 +287,22 @@ class BatchEngine:
             # new requests take free slots; with nothing running, wait for one
             while self.free:
                 try:
-                    job = self.pending.get(block=not self.active)
+                    job = self.pending.get(block=not self.active and not self.filling)
                 except queue.Empty:
                     break
                 self._admit(job)
+            # one piece of prefill, then one decode step: a long prompt never holds the running streams for long
+            if self.filling:
+                self._fill()
             if self.active:
                 self._step()
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of a and b."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,11 +1,18 @@
 """Generation: a prompt's ids through the model, then one token at a time (sampled on the device, see sampling.py),
 stopping at EOS, at a stop string (the text is cut before it), after max_tokens (None: no limit but the context's
-end), or at the context's end."""
+end), or at the context's end.
+
+With `logprobs` (an int: how many alternatives), each generated token's log-probability is kept, with the `logprobs`
+likeliest tokens' at its position. They are the model's own distribution (the softmax of its logits), before the
+penalties, the temperature and the filters change what is drawn from, as OpenAI and vLLM report them; an EOS that
+ends the generation has none (its text is not in the answer)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import Sampler, SamplingParams
@@ -22,6 +29,18 @@ class Result:
     ttft_s: float = 0.0
     finish: str = "length"  # "stop": EOS or a stop string; "length": max_tokens or the context's end
     seed: int = 0           # the sampler's seed (drawn at random when none was given)
+    # with logprobs asked for, one (token, logprob, [(alternative, logprob), ...] likeliest first) per generated token
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[int, float, list[tuple[int, float]]]:
+    """`token`'s log-probability under the logits (vocab,) copied to the host (only requests that ask for logprobs
+    pay for the copy), and the `top` likeliest tokens'."""
+    x = np.asarray(logits, np.float64)
+    lp = x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+    best = np.argpartition(-lp, top)[:top] if 0 < top < len(lp) else np.arange(len(lp) if top else 0)
+    best = best[np.argsort(-lp[best], kind="stable")]
+    return token, float(lp[token]), [(int(i), float(lp[i])) for i in best]
 
 
 class Decoding:
@@ -32,8 +51,10 @@ class Decoding:
 
     def __init__(self, tok: Tokenizer, prompt_ids: list[int], max_tokens: int | None, max_context: int,
                  params: SamplingParams | None = None, stop: list[str] | None = None,
-                 on_text: Callable[[str], None] | None = None):
+                 on_text: Callable[[str], None] | None = None, logprobs: int | None = None,
+                 ignore_eos: bool = False):
         self.tok, self.max_tokens, self.max_context, self.on_text = tok, max_tokens, max_context, on_text
+        self.logprobs, self.ignore_eos = logprobs, ignore_eos
         self.sampler = Sampler(params or SamplingParams())
         self.stop = [s for s in (stop or []) if s]
         self.res = Result(list(prompt_ids), seed=self.sampler.seed)
@@ -44,7 +65,14 @@ class Decoding:
 
     def sample(self, logits) -> int:
         """The next token from the model's logits for this sequence's last position."""
-        return self.sampler(logits, self.history, self.res.ids)
+        token = self.sampler(logits, self.history, self.res.ids)
+        if self.logprobs is not None:
+            self.note_logprobs(logits.numpy(), token)
+        return token
+
+    def note_logprobs(self, logits: np.ndarray, token: int) -> None:
+        """Keeps the logprobs of `token`, drawn from logits (vocab,) on the host (with logprobs asked for)."""
+        self.res.logprobs.append(token_logprobs(np.asarray(logits).reshape(-1), token, self.logprobs or 0))
 
     def push(self, nxt: int) -> bool:
         """Takes the next sampled token; False once generation is over (EOS, a stop string, max_tokens, or the
@@ -52,8 +80,10 @@ class Decoding:
         res = self.res
         res.ids.append(nxt)
         self.history.append(nxt)
-        if nxt == self.tok.eos or nxt in self.tok.end_ids:
+        if not self.ignore_eos and (nxt == self.tok.eos or nxt in self.tok.end_ids):
             res.finish = "stop"
+            if self.logprobs is not None:  # its text is not in the answer
+                res.logprobs.pop()
             return False
         self.text += self.stream.feed(nxt)
         cut = min((self.text.find(s) for s in self.stop if s in self.text), default=-1)

@@ -402,9 +402,11 @@ class Transformer:
         if not 0 <= slot < len(self.caches):
             raise ValueError(f"slot {slot} is not one of this model's {len(self.caches)} sequence slots")
 
-    def forward(self, ids: list[int], start_pos: int, jit: bool = True, slot: int = 0) -> Tensor:
+    def forward(self, ids: list[int], start_pos: int, jit: bool = True, slot: int = 0,
+                logits: bool = True) -> Tensor | None:
         """The logits (vocab,) after `ids` at positions start_pos.. of sequence slot `slot` (its KV cache holds the
-        ones before). A single token after the first position runs the jitted decode step."""
+        ones before). A single token after the first position runs the jitted decode step. With `logits` False only
+        the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only)."""
         n = len(ids)
         self._check_slot(slot)
         if start_pos < 0 or start_pos + n > self.max_context:
@@ -434,6 +436,8 @@ class Transformer:
             h = fn(Tensor(part, device=self.device), self._chunk_pos[c].bind(pos))
             last = min(c, left) - 1
             pos += min(c, left)
+        if not logits:
+            return None
         head = self._jit("head", lambda h: self._head(h).realize())
         return head(h[last:last + 1].contiguous().realize())
 

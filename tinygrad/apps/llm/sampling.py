@@ -14,6 +14,13 @@ but the chosen id.
 top-k and top-p need an order of the vocabulary, which a sort over 262,144 values would give at great cost; instead a
 threshold is found by bisection (TOPP_STEPS halvings of the logit range, each one reduction), which keeps exactly the
 values above it, so ties at the boundary are kept together.
+
+The draw runs on all the rows of a batch step at once (`sample_rows`: each row its own request's parameters), as one
+TinyJit replay. Every parameter is an input tensor, never a constant in a kernel, so a new temperature or top-k
+compiles nothing: the kernels depend only on the number of rows, on whether any row penalizes, and on the most any
+row asks for: greedy (an argmax), sampled, or filtered with top-k or top-p (2 * TOPP_STEPS reductions a row).
+`warm_up` compiles them all for 1..max_rows rows, which the server does at start-up, so no request ever waits for a
+compiler.
 """
 from __future__ import annotations
 
@@ -56,9 +63,9 @@ class SamplingParams:
 
 
 def _threshold(logits: Tensor, lo: Tensor, enough) -> Tensor:
-    """The largest t (to TOPP_STEPS halvings) with enough(logits >= t) true, bisecting between `lo` (where it is
-    true) and the largest logit."""
-    hi = logits.max()
+    """Per row of logits (rows, vocab): the largest t (to TOPP_STEPS halvings) with enough(logits >= t) true,
+    bisecting between `lo` (rows, 1), where it is true, and the row's largest logit."""
+    hi = logits.max(axis=1, keepdim=True)
     for _ in range(TOPP_STEPS):
         mid = (lo + hi) / 2
         ok = enough(logits >= mid)
@@ -66,52 +73,138 @@ def _threshold(logits: Tensor, lo: Tensor, enough) -> Tensor:
     return lo
 
 
+# the columns of a row's parameters (rows, _NPARAMS), in the order _draw reads them
+_TEMP, _NOISE, _LOG_MIN_P, _TOP_K, _TOP_P, _REPEAT = range(6)
+_NPARAMS = 6
+_OFF = -1e30   # log(min_p) of a row without min-p: every logit passes (a finite stand-in for -inf)
+
+
+# what a draw does to every row, by how much its rows ask for (see Sampler.mode)
+GREEDY, SAMPLED, FILTERED = 0, 1, 2
+
+
+def _draw(logits: Tensor, params: Tensor, noise: Tensor | None, seen: Tensor | None = None,
+          penalty: Tensor | None = None, mode: int = SAMPLED) -> Tensor:
+    """The chosen ids (rows,) of logits (rows, vocab): each row penalized, divided by its temperature (1 for a
+    greedy row), filtered, and perturbed by its Gumbel noise (times 0 for a greedy row: the plain argmax). With
+    every row greedy (mode GREEDY, no noise) only the penalties and the argmax run."""
+    col = lambda c: params[:, c:c + 1]  # noqa: E731
+    x = logits.cast(dtypes.float32)
+    if seen is not None:
+        rp = col(_REPEAT)
+        x = (seen > 0).where((x > 0).where(x / rp, x * rp), x) - penalty
+    if mode == GREEDY:
+        return x.argmax(axis=1).realize()
+    x = x / col(_TEMP)
+    keep = x >= x.max(axis=1, keepdim=True) + col(_LOG_MIN_P)
+    if mode == FILTERED:
+        keep = keep & (x >= _threshold(x, x.min(axis=1, keepdim=True),
+                                       lambda m: m.sum(axis=1, keepdim=True) >= col(_TOP_K)))
+        probs = keep.where((x - x.max(axis=1, keepdim=True)).exp(), 0.0)
+        probs = probs / probs.sum(axis=1, keepdim=True)
+        lo = keep.where(x, float("inf")).min(axis=1, keepdim=True)
+        keep = keep & (x >= _threshold(x, lo, lambda m: m.where(probs, 0.0).sum(axis=1, keepdim=True) >= col(_TOP_P)))
+    gumbel = -(-noise.log()).log()
+    return (keep.where(x, float("-inf")) + gumbel * col(_NOISE)).argmax(axis=1).realize()
+
+
+# (device, rows, vocab, penalized, mode, logits' dtype) -> the TinyJit of _draw; and the keys whose kernels are
+# compiled
+_JITS: dict[tuple, TinyJit] = {}
+_WARM: set[tuple] = set()
+
+
+def _inputs(device: str, rows: int, vocab: int, penalized: bool, mode: int) -> list[Tensor | None]:
+    """Neutral inputs of a draw: greedy rows, no noise, nothing seen."""
+    params = np.tile(np.array([1.0, 0.0, _OFF, vocab, 1.0, 1.0], np.float32), (rows, 1))
+    ins = [Tensor(params, device=device),
+           None if mode == GREEDY else Tensor(np.full((rows, vocab), 0.5, np.float32), device=device)]
+    if penalized:
+        ins += [Tensor(np.zeros((rows, vocab), np.float32), device=device) for _ in range(2)]
+    return ins
+
+
+def warm_up(device: str, vocab: int, max_rows: int, dtype=dtypes.float32) -> int:
+    """Compiles the draw's kernels for 1..max_rows rows of logits of `dtype`, penalized or not, in every mode (a
+    no-op for what is compiled already). Returns how many draws it ran."""
+    ran = 0
+    for rows in range(1, max_rows + 1):
+        for penalized in (False, True):
+            for mode in (GREEDY, SAMPLED, FILTERED):
+                key = (device, rows, vocab, penalized, mode, dtype)
+                if key in _WARM:
+                    continue
+                logits = Tensor.zeros(rows, vocab, dtype=dtype, device=device).contiguous().realize()
+                _draw(logits, *_inputs(device, rows, vocab, penalized, mode), mode=mode).numpy()
+                _WARM.add(key)
+                ran += 1
+    return ran
+
+
 class Sampler:
-    """Draws tokens with SamplingParams; one generator per sampler (its seed), so a run is repeatable whatever else
-    runs beside it. `seed` is the seed used (drawn at random when the params have none)."""
+    """One request's sampling: its SamplingParams and its own generator (its seed), so a run is repeatable whatever
+    else runs beside it. `seed` is the seed used (drawn at random when the params have none)."""
 
     def __init__(self, params: SamplingParams):
         params.check()
         self.p = params
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self.rng = np.random.default_rng(self.seed)
-        # greedy picks replay one captured argmax: scheduling it anew took a few times its run time, every token
-        self._argmax = TinyJit(lambda logits: logits.argmax().realize())
+        self.penalized = params.repeat_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
+        # GREEDY: temperature 0; FILTERED: top-k or top-p, which cost 2 * TOPP_STEPS reductions; else SAMPLED
+        self.mode = GREEDY if params.temperature == 0 else FILTERED if 0 < params.top_k or params.top_p < 1.0 \
+            else SAMPLED
+
+    def _row(self, vocab: int) -> np.ndarray:
+        p = self.p
+        if p.temperature == 0:
+            return np.array([1.0, 0.0, _OFF, vocab, 1.0, p.repeat_penalty], np.float32)
+        top_k = p.top_k if 0 < p.top_k < vocab else vocab
+        log_min_p = math.log(p.min_p) if p.min_p > 0 else _OFF
+        return np.array([p.temperature, 1.0, log_min_p, top_k, p.top_p, p.repeat_penalty], np.float32)
+
+    def _noise(self, vocab: int) -> np.ndarray:
+        """Uniform draws in (0, 1) for a sampled row (from this sampler's generator); a constant for a greedy one."""
+        if self.p.temperature == 0:
+            return np.full(vocab, 0.5, np.float32)
+        return np.clip(self.rng.random(vocab, dtype=np.float32), 1e-10, 1 - 1e-7)
+
+    def _penalties(self, vocab: int, history: list[int], generated: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Which tokens the repetition penalty applies to (the last repeat_last_n of `history`), and what the
+        presence and frequency penalties subtract (counted over `generated`)."""
+        p = self.p
+        seen = np.zeros(vocab, np.float32)
+        recent = history[-p.repeat_last_n:] if p.repeat_last_n and p.repeat_penalty != 1.0 else []
+        if recent:
+            seen[np.asarray(recent, np.int64)] = 1.0
+        penalty = np.zeros(vocab, np.float32)
+        if (p.presence_penalty or p.frequency_penalty) and generated:
+            counts = np.bincount(np.asarray(generated, np.int64), minlength=vocab)[:vocab]
+            penalty = (p.frequency_penalty * counts + p.presence_penalty * (counts > 0)).astype(np.float32)
+        return seen, penalty
 
     def __call__(self, logits: Tensor, history: list[int], generated: list[int] | None = None) -> int:
-        """The next token after `history` (prompt and generated ids); `generated` (the ids generated so far) is what
-        the presence and frequency penalties count."""
-        p = self.p
-        logits = logits.cast(dtypes.float32)
-        recent = history[-p.repeat_last_n:] if p.repeat_last_n else []
-        if p.repeat_penalty != 1.0 and recent:
-            seen = (Tensor.arange(logits.shape[0], device=logits.device).reshape(1, -1) ==
-                    Tensor(recent, device=logits.device).reshape(-1, 1)).max(axis=0)
-            logits = seen.where((logits > 0).where(logits / p.repeat_penalty, logits * p.repeat_penalty), logits)
-        if (p.presence_penalty or p.frequency_penalty) and generated:
-            counts = np.bincount(np.asarray(generated, np.int64), minlength=logits.shape[0])[:logits.shape[0]]
-            penalty = p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
-            logits = logits - Tensor(penalty.astype(np.float32), device=logits.device)
-        if p.temperature == 0:
-            return int(self._argmax(logits.contiguous()).item())
-        logits = logits / p.temperature
-        keep = None
-        if p.top_k and p.top_k < logits.shape[0]:
-            t = _threshold(logits, logits.min(), lambda m: m.sum() >= p.top_k)
-            keep = logits >= t
-        if p.min_p > 0:
-            m = logits >= logits.max() + math.log(p.min_p)
-            keep = m if keep is None else keep & m
-        if p.top_p < 1.0:
-            probs = (logits - logits.max()).exp()
-            if keep is not None:
-                probs = keep.where(probs, 0.0)
-            probs = probs / probs.sum()
-            lo = logits.min() if keep is None else keep.where(logits, float("inf")).min()
-            t = _threshold(logits, lo, lambda m: m.where(probs, 0.0).sum() >= p.top_p)
-            m = logits >= t
-            keep = m if keep is None else keep & m
-        if keep is not None:
-            logits = keep.where(logits, float("-inf"))
-        u = Tensor(self.rng.random(logits.shape[0], dtype=np.float32), device=logits.device).clip(1e-10, 1 - 1e-7)
-        return int((logits - (-u.log()).log()).argmax().item())
+        """The next token after `history` (prompt and generated ids) from logits (vocab,); `generated` (the ids
+        generated so far) is what the presence and frequency penalties count."""
+        return sample_rows(logits.reshape(1, -1), [self], [history], [generated or []])[0]
+
+
+def sample_rows(logits: Tensor, samplers: list[Sampler], histories: list[list[int]],
+                generated: list[list[int]]) -> list[int]:
+    """The next token of each row of logits (rows, vocab), row b drawn by samplers[b] after histories[b]."""
+    rows, vocab = logits.shape
+    device = logits.device
+    penalized = any(s.penalized for s in samplers)
+    mode = max(s.mode for s in samplers)   # the most any row asks for
+    key = (device, rows, vocab, penalized, mode, logits.dtype)
+    fn = _JITS.get(key)
+    if fn is None:
+        fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, mode=mode))
+    params = np.stack([s._row(vocab) for s in samplers])
+    noise = None if mode == GREEDY else Tensor(np.stack([s._noise(vocab) for s in samplers]), device=device)
+    ins = [Tensor(params, device=device), noise]
+    if penalized:
+        pen = [s._penalties(vocab, h, g) for s, h, g in zip(samplers, histories, generated)]
+        ins += [Tensor(np.stack([a for a, _ in pen]), device=device), Tensor(np.stack([b for _, b in pen]),
+                                                                              device=device)]
+    return [int(t) for t in fn(logits.contiguous(), *ins).numpy()]

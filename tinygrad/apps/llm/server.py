@@ -1,15 +1,18 @@
 """An OpenAI-style HTTP server for one model: `POST /v1/completions` and `POST /v1/chat/completions`, each answered
-whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, then `data: [DONE]`); `GET /v1/models`
-and `GET /health` (unauthenticated: for load balancers).
+whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, then `data: [DONE]`); `GET /v1/models`,
+`GET /metrics` (Prometheus's text format, see metrics.py) and `GET /health` (unauthenticated: for load balancers).
 
 Requests take `prompt` (completions) or `messages` (chat: role and content, a string or a list of text parts, written
 out by the model's chat template; a model without one answers the chat endpoint with 400), `max_tokens` (chat:
 `max_completion_tokens` too; unset, a chat answer runs to EOS or the context's end, a completion to 16 tokens; either
 is cut to the operator's `max_tokens_cap`), `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`,
 `presence_penalty`, `frequency_penalty`, `seed` (unset: a random one; set: the same text whatever else runs),
-`stop` (a string or a list) and `stream_options.include_usage`. What the server does not do (tools, images,
-response_format, n > 1, logprobs, ...) is refused with a 400 naming the field rather than ignored, and a request for
-another model than the one served is a 404. Errors have OpenAI's shape: `{"error": {message, type, param, code}}`.
+`stop` (a string or a list), `stream_options.include_usage`, `n` (choices; with a seed, choice i uses seed + i) and
+logprobs (completions: `logprobs`, the number of alternatives; chat: `logprobs: true` and `top_logprobs`), and
+vLLM's `ignore_eos` (generate max_tokens whatever comes: for benchmarks). What
+the server does not do (tools, images, response_format, logit_bias, ...) is refused with a 400 naming the field
+rather than ignored, and a request for another model than the one served is a 404. Errors have OpenAI's shape:
+`{"error": {message, type, param, code}}`.
 
 Generations run together, batched (batching.py), on the engine's thread; everything a client can be slow at happens
 on the client's own thread: reading and parsing the request (under a header deadline, a body deadline and a body
@@ -17,7 +20,8 @@ size limit), tokenizing (after a check that the text could fit the context at al
 is fed from a bounded queue; a reader that falls behind or stops for `write_timeout` loses its request). A client
 that hangs up, streaming or not, cancels its generation. A rejected request's connection is closed unless its body
 was read, so the body can't be taken for the next request. Connections past `max_connections` get a 503 at once.
-Each request gets one access-log line.
+Each request gets one access-log line. SIGTERM or Ctrl-C shuts down gracefully (`serve`, `LLMServer.stop`): no new
+connections, the running requests finish within a grace period or are cancelled, and the process exits 0.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import json
 import math
 import queue
 import select
+import signal
 import socket
 import sys
 import threading
@@ -36,8 +41,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-from tinygrad.apps.llm.batching import BatchEngine, Cancelled, Job
+from tinygrad.apps.llm.batching import PREFILL_PIECE, BatchEngine, Cancelled, Job
 from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
+from tinygrad.apps.llm.metrics import Metrics
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import SamplingParams
 from tinygrad.apps.llm.tokenizer import Tokenizer
@@ -47,7 +53,9 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
 _TYPES = {401: "authentication_error"}  # the rest: invalid_request_error below 500, server_error from 500
 # fields a client may send that this server does not act on: refused, since ignoring them changes the answer's meaning
 _UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
-                "logit_bias", "audio", "modalities", "prediction", "suffix", "echo", "best_of", "top_logprobs")
+                "logit_bias", "audio", "modalities", "prediction", "suffix", "echo", "best_of")
+MAX_N = 16            # choices a request may ask for (each takes a slot's turn, as a request of its own does)
+MAX_LOGPROBS = 20     # alternatives a token's logprobs may list (OpenAI's chat limit; its completions allow 5)
 
 
 class RequestError(Exception):
@@ -140,9 +148,10 @@ class Ask:
     """A request's parsed options."""
 
     def __init__(self, params: SamplingParams, max_tokens: int | None, stop: list[str], stream: bool,
-                 include_usage: bool):
+                 include_usage: bool, n: int = 1, logprobs: int | None = None, ignore_eos: bool = False):
         self.params, self.max_tokens, self.stop = params, max_tokens, stop
-        self.stream, self.include_usage = stream, include_usage
+        self.stream, self.include_usage, self.n, self.logprobs = stream, include_usage, n, logprobs
+        self.ignore_eos = ignore_eos
 
 
 def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
@@ -157,8 +166,6 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
         if body.get(key) not in (None, False, {}, []) and not (key == "response_format" and
                                                                body[key] == {"type": "text"}):
             raise RequestError(400, f"'{key}' is not supported by this server", key, "unsupported_parameter")
-    if body.get("logprobs") not in (None, False):
-        raise RequestError(400, "'logprobs' is not supported by this server", "logprobs", "unsupported_parameter")
 
     def num(key, default, kind=float):
         v = body.get(key)
@@ -169,8 +176,10 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
             raise RequestError(400, f"'{key}' must be a finite {'integer' if kind is int else 'number'}, got {v!r}",
                                key)
         return kind(v)
-    if num("n", 1, int) != 1:
-        raise RequestError(400, "'n' other than 1 is not supported by this server", "n", "unsupported_parameter")
+    n = num("n", 1, int)
+    if not 1 <= n <= MAX_N:
+        raise RequestError(400, f"'n' must be 1 to {MAX_N}, got {n}", "n")
+    logprobs = _logprobs(body, chat, num)
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
@@ -196,7 +205,51 @@ def parse_options(body: dict, chat: bool, name: str, cap: int | None) -> Ask:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise RequestError(400, "'stream_options' must be an object", "stream_options")
-    return Ask(params, max_tokens, stop, bool(body.get("stream")), bool((so or {}).get("include_usage")))
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise RequestError(400, "'ignore_eos' must be a boolean", "ignore_eos")
+    return Ask(params, max_tokens, stop, bool(body.get("stream")), bool((so or {}).get("include_usage")), n,
+               logprobs, ignore_eos)
+
+
+def _logprobs(body: dict, chat: bool, num) -> int | None:
+    """How many alternatives each token's logprobs list (None: no logprobs). Completions: `logprobs` is that number;
+    chat: `logprobs: true` asks for them and `top_logprobs` is the number."""
+    if chat:
+        on = body.get("logprobs")
+        if on not in (None, True, False):
+            raise RequestError(400, "'logprobs' must be a boolean", "logprobs")
+        top = num("top_logprobs", None, int)
+        if top is not None and not on:
+            raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        key, k = "top_logprobs", (top or 0) if on else None
+    else:
+        key, k = "logprobs", num("logprobs", None, int)
+    if k is not None and not 0 <= k <= MAX_LOGPROBS:
+        raise RequestError(400, f"'{key}' must be 0 to {MAX_LOGPROBS}, got {k}", key)
+    return k
+
+
+def logprobs_object(tok: Tokenizer, entries: list, chat: bool, offset: int = 0) -> dict:
+    """OpenAI's logprobs of a choice's tokens (entries of Result.logprobs). Completions: parallel lists of the
+    tokens, their logprobs, their alternatives ({token: logprob}) and their offsets in the text (from `offset`, the
+    length of the text before them); chat: one record per token with its UTF-8 bytes."""
+    def piece(t: int) -> tuple[str, bytes]:
+        raw = tok.token_bytes(t)
+        return raw.decode("utf-8", "replace"), raw
+    if chat:
+        def record(t, lp):
+            text, raw = piece(t)
+            return {"token": text, "logprob": lp, "bytes": list(raw)}
+        return {"content": [{**record(t, lp), "top_logprobs": [record(a, alp) for a, alp in top]}
+                            for t, lp, top in entries], "refusal": None}
+    tokens = [piece(t)[0] for t, _, _ in entries]
+    offsets = []
+    for text in tokens:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in entries],
+            "top_logprobs": [{piece(a)[0]: alp for a, alp in top} for _, _, top in entries], "text_offset": offsets}
 
 
 def _stderr_log(line: str) -> None:
@@ -207,12 +260,15 @@ class LLMServer(ThreadingHTTPServer):
     """The server (see the module docstring). Timeouts are in seconds; `access_log` takes each request's line."""
 
     daemon_threads = True
+    # the listen backlog: socketserver's 5 overflowed under 64 clients connecting at once (connections reset or their
+    # handshakes retried a second later)
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], model: Transformer, tok: Tokenizer, name: str = "model",
                  chat_template: ChatTemplate | None = None, *, api_key: str | None = None,
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
-                 max_connections: int = 256,
+                 max_connections: int = 256, prefill_piece: int = PREFILL_PIECE,
                  access_log: Callable[[str], None] | None = _stderr_log):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
@@ -224,7 +280,35 @@ class LLMServer(ThreadingHTTPServer):
         self.max_prompt_chars = model.max_context * max(longest, 1)
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
-        self.engine = BatchEngine(model, tok, buffer=stream_buffer)
+        self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece)
+        self.metrics = Metrics({
+            "llm_queue_depth": ("Requests waiting for a slot.", lambda: engine.pending.qsize()),
+            "llm_running_streams": ("Requests holding a slot (prefilling or generating).",
+                                    lambda: len(engine.active) + len(engine.filling))})
+        self.draining = False       # set by stop(): requests still arriving on open connections get a 503
+        self.in_flight, self._flight_lock = 0, threading.Lock()
+
+    def stop(self, grace: float = 30.0) -> int:
+        """Graceful shutdown: stops taking connections (the listening socket closes: new ones are refused), lets
+        the requests in flight finish for up to `grace` seconds, then cancels what still runs. Call it from another
+        thread than serve_forever's. Returns how many requests were cancelled."""
+        self.draining = True
+        self.shutdown()
+        self.socket.close()
+        deadline = time.monotonic() + grace
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = self.in_flight
+        if left:
+            self.engine.cancel_all("the server is shutting down")
+            deadline = time.monotonic() + 5.0  # their threads answer and log
+            while self.in_flight and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return left
+
+    def flight(self, delta: int) -> None:
+        with self._flight_lock:
+            self.in_flight += delta
 
     def process_request(self, request, client_address) -> None:
         """A thread for each connection, up to `max_connections` at once; past that a connection gets a 503 and is
@@ -305,6 +389,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _log(self) -> None:
         self._logged = True
+        known = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+        self.server.metrics.request(self.path if self.path in known else "other", self._status)
         if self.server.access_log is not None:
             dt = time.monotonic() - self._t0
             self.server.access_log(f'{self.client_address[0]} "{self.command} {self.path}" {self._status or "-"} '
@@ -342,7 +428,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, {"status": "ok"})
                 return
             self._authorize()
-            if self.path == "/v1/models":
+            if self.path == "/metrics":
+                data = self.server.metrics.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [self._model_card()]})
             elif self.path == f"/v1/models/{self.server.name}":
                 self._json(200, self._model_card())
@@ -393,7 +486,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         self._headers_read()
         body_read = False
+        self.server.flight(1)
         try:
+            if self.server.draining:
+                raise RequestError(503, "the server is shutting down")
             self._authorize()
             if self.path not in ("/v1/completions", "/v1/chat/completions"):
                 raise RequestError(404, f"no endpoint {self.path}")
@@ -438,6 +534,9 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 self.close_connection = True
         finally:
+            if self.server.draining:
+                self.close_connection = True
+            self.server.flight(-1)
             self._log()
 
     # ---- generation -----------------------------------------------------------------------------------------------
@@ -454,45 +553,65 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
-    def _watch(self, job: Job) -> bool:
-        """Waits for a job, cancelling it if the client hangs up; whether it ended with the client still there."""
-        while not job.wait(0.1):
-            if self._client_gone():
-                job.cancel("the client disconnected")
-                return False
+    def _watch(self, jobs: list[Job]) -> bool:
+        """Waits for jobs, cancelling them if the client hangs up; whether they ended with the client still there."""
+        for job in jobs:
+            while not job.wait(0.1):
+                if self._client_gone():
+                    for j in jobs:
+                        j.cancel("the client disconnected")
+                    return False
         return True
 
     def _answer(self, chat: bool, ids: list[int], ask: Ask) -> None:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created, name = int(time.time()), self.server.name
         kind = "chat.completion" if chat else "text_completion"
-        job = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, stream=ask.stream)
+        jobs = self.server.engine.start(ids, ask.max_tokens, ask.params, ask.stop, ask.stream, ask.n, ask.logprobs,
+                                        ask.ignore_eos)
         if ask.stream:
-            self._stream(job, rid, created, chat, kind, len(ids), ask.include_usage)
+            self._stream(jobs, rid, created, chat, kind, len(ids), ask)
             return
-        if not self._watch(job):
+        if not self._watch(jobs):
             self._note = " cancelled: the client disconnected"
             self.close_connection = True
             return
-        res = job.outcome()
-        self._note = f" {len(ids)}+{len(res.ids)} tokens"
-        usage = {"prompt_tokens": len(ids), "completion_tokens": len(res.ids), "total_tokens": len(ids) + len(res.ids)}
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": res.text}, "logprobs": None,
-                      "finish_reason": res.finish}
-        else:
-            choice = {"index": 0, "text": res.text, "logprobs": None, "finish_reason": res.finish}
-        self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": [choice],
+        results = [job.outcome() for job in jobs]
+        made = sum(len(r.ids) for r in results)
+        self._count(jobs, len(ids), made)
+        self._note = f" {len(ids)}+{made} tokens"
+        usage = _usage(jobs, len(ids), made)
+        choices = []
+        for i, res in enumerate(results):
+            lp = None if ask.logprobs is None else logprobs_object(self.server.tok, res.logprobs, chat)
+            if chat:
+                choices.append({"index": i, "message": {"role": "assistant", "content": res.text}, "logprobs": lp,
+                                "finish_reason": res.finish})
+            else:
+                choices.append({"index": i, "text": res.text, "logprobs": lp, "finish_reason": res.finish})
+        self._json(200, {"id": rid, "object": kind, "created": created, "model": name, "choices": choices,
                          "usage": usage})
+
+    def _count(self, jobs: list[Job], prompt: int, made: int) -> None:
+        """The metrics of an answered request: its tokens, and its time to the first token of any choice."""
+        self.server.metrics.tokens(prompt, made)
+        firsts = [j.first_at - j.started for j in jobs if j.first_at is not None]
+        if firsts:
+            self.server.metrics.ttft(min(firsts))
 
     def _send(self, data: bytes) -> None:
         """Writes one server-sent event; the socket's timeout is the write timeout, so a reader that stopped raises."""
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _stream(self, job: Job, rid: str, created: int, chat: bool, kind: str, n_prompt: int,
-                include_usage: bool) -> None:
-        """Writes a job's text as server-sent events from this thread, as the engine makes it."""
+    def _stream(self, jobs: list[Job], rid: str, created: int, chat: bool, kind: str, n_prompt: int,
+                ask: Ask) -> None:
+        """Writes the jobs' text as server-sent events from this thread, as the engine makes it: each chunk carries
+        one choice's new text (and the logprobs of the tokens that made it, when asked for)."""
+        tok, include_usage = self.server.tok, ask.include_usage
+        sent = [0] * len(jobs)        # each choice's tokens whose logprobs are out
+        offsets = [0] * len(jobs)     # and the length of its text so far
+
         def event(choices: list, usage: Any = None) -> bytes:
             obj = {"id": rid, "object": kind + (".chunk" if chat else ""), "created": created,
                    "model": self.server.name, "choices": choices}
@@ -500,13 +619,21 @@ class _Handler(BaseHTTPRequestHandler):
                 obj["usage"] = usage
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
-        def choice(text: str | None, finish: str | None = None, role: bool = False) -> dict:
+        def choice(i: int, text: str | None, upto: int | None = None, finish: str | None = None,
+                   role: bool = False) -> dict:
+            lp = None
+            if ask.logprobs is not None and upto is not None:
+                entries = jobs[i].d.res.logprobs[sent[i]:upto]
+                lp = logprobs_object(tok, entries, chat, offsets[i])
+                sent[i] += len(entries)
+            offsets[i] += len(text or "")
             if not chat:
-                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+                return {"index": i, "text": text or "", "logprobs": lp, "finish_reason": finish}
             delta = {"role": "assistant", "content": ""} if role else {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}
 
         self.close_connection = True
+        events = jobs[0].events
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -514,27 +641,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.flush()
-            if chat:  # the first chunk carries the role, as OpenAI's does
-                self._send(event([choice(None, role=True)]))
-            while True:
+            if chat:  # each choice's first chunk carries the role, as OpenAI's does
+                for i in range(len(jobs)):
+                    self._send(event([choice(i, None, role=True)]))
+            running = len(jobs)
+            while running:
                 try:
-                    text = job.events.get(timeout=0.1)
+                    i, text, upto = events.get(timeout=0.1)
                 except queue.Empty:
                     if self._client_gone():
                         raise ConnectionResetError("the client disconnected") from None
-                    if job.done.is_set() and job.events.empty():
+                    if all(j.done.is_set() for j in jobs) and events.empty():
                         break
                     continue
                 if text is None:
-                    break
-                self._send(event([choice(text)]))
+                    running -= 1
+                    continue
+                self._send(event([choice(i, text, upto)]))
         except (ConnectionError, TimeoutError) as e:  # gone, or not reading for write_timeout: its generation ends
-            job.cancel(f"the client is gone ({type(e).__name__})")
+            for job in jobs:
+                job.cancel(f"the client is gone ({type(e).__name__})")
             self._note = " cancelled: the client is gone or too slow"
             return
-        job.wait()
         try:
-            res = job.outcome()
+            results = [(job.wait(), job.outcome())[1] for job in jobs]
         except Cancelled as e:
             self._note = f" cancelled: {e}"
             return
@@ -544,19 +674,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(err)}\n\n".encode())
             self._note = " failed"
             return
-        self._note = f" {n_prompt}+{len(res.ids)} tokens"
-        self.wfile.write(event([choice(None, res.finish)]))
+        made = sum(len(r.ids) for r in results)
+        self._count(jobs, n_prompt, made)
+        self._note = f" {n_prompt}+{made} tokens"
+        for i, res in enumerate(results):
+            self.wfile.write(event([choice(i, None, len(res.logprobs), res.finish)]))
         if include_usage:
-            self.wfile.write(event([], {"prompt_tokens": n_prompt, "completion_tokens": len(res.ids),
-                                        "total_tokens": n_prompt + len(res.ids)}))
+            self.wfile.write(event([], _usage(jobs, n_prompt, made)))
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
 
+def _usage(jobs: list[Job], prompt: int, made: int) -> dict:
+    """OpenAI's usage record; `cached_tokens`: the prompt tokens the prompt cache saved prefilling (the first
+    choice's: the prompt is counted once)."""
+    return {"prompt_tokens": prompt, "completion_tokens": made, "total_tokens": prompt + made,
+            "prompt_tokens_details": {"cached_tokens": jobs[0].reused}}
+
+
 def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1", name: str = "model",
-          chat_template: ChatTemplate | None = None, **options: Any) -> int:
-    """Serve until interrupted (Ctrl-C stops it); `options` go to LLMServer. Returns the exit status: 1 when the
-    address can't be had (in use, or not this machine's)."""
+          chat_template: ChatTemplate | None = None, grace: float = 30.0, **options: Any) -> int:
+    """Serve until SIGTERM or Ctrl-C (SIGINT), then shut down gracefully (LLMServer.stop: no new connections, the
+    running requests finish within `grace` seconds or are cancelled; a second signal cancels them at once) and
+    return 0; `options` go to LLMServer. Returns 1 when the address can't be had (in use, or not this machine's)."""
     try:
         srv = LLMServer((host, port), model, tok, name, chat_template, **options)
     except OSError as e:
@@ -564,11 +704,26 @@ def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1"
         print(f"error: can't serve on {host}:{port}: {why} (choose another with --serve PORT / --host)",
               file=sys.stderr)
         return 1
+    stop, signals = threading.Event(), []
+
+    def on_signal(signum, frame):
+        if stop.is_set():  # a second one: no more waiting
+            srv.engine.cancel_all("the server is shutting down")
+        stop.set()
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        signals = [(sig, signal.signal(sig, on_signal)) for sig in (signal.SIGTERM, signal.SIGINT)]
     print(f"serving {name} on http://{host}:{srv.server_address[1]}/v1", flush=True)
+    threading.Thread(target=srv.serve_forever, name="llm-accept", daemon=True).start()
     try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.2):  # a timed wait: the main thread must come back to run the signal handler
+            pass
+        print(f"shutting down: {srv.in_flight} requests in flight, {grace:g} s to finish", file=sys.stderr,
+              flush=True)
+        cancelled = srv.stop(grace)
+        if cancelled:
+            print(f"cancelled {cancelled} requests still running after {grace:g} s", file=sys.stderr, flush=True)
     finally:
+        for sig, old in signals:
+            signal.signal(sig, old)
         srv.server_close()
     return 0
