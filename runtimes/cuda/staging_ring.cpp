@@ -2,11 +2,50 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #include "cuda_context.h"
 #include "errors.h"
 
 namespace tg::cuda {
+
+namespace {
+
+// A chunk's host memcpy is what bounds a pageable copy (the DMA out of a pinned slot is several times faster than one
+// core's memcpy), so a large chunk is copied by up to kCopyThreads threads, each a contiguous part. Below
+// kParallelBytes a chunk is one memcpy: starting threads would cost more than they save.
+constexpr size_t kParallelBytes = size_t{1} << 20;
+constexpr unsigned kCopyThreads = 4;
+
+void host_copy(void* dst, const void* src, size_t len) {
+  unsigned n = std::min(kCopyThreads, std::max(1u, std::thread::hardware_concurrency()));
+  if (len < kParallelBytes || n < 2) {
+    std::memcpy(dst, src, len);
+    return;
+  }
+  char* to = static_cast<char*>(dst);
+  const char* from = static_cast<const char*>(src);
+  size_t part = (len / n + 63) & ~size_t{63};  // parts start on cache lines
+  std::thread workers[kCopyThreads];
+  unsigned started = 0;
+  size_t done_by_workers = part;  // the caller copies [0, part); the workers the rest
+  for (unsigned i = 1; i < n && done_by_workers < len; ++i) {
+    size_t off = done_by_workers, sz = std::min(part, len - off);
+    try {
+      workers[started] = std::thread([=] { std::memcpy(to + off, from + off, sz); });
+      ++started;
+      done_by_workers += sz;
+    } catch (const std::system_error&) {  // no thread to be had: the caller copies what is left itself
+      break;
+    }
+  }
+  std::memcpy(to, from, std::min(part, len));
+  if (done_by_workers < len) std::memcpy(to + done_by_workers, from + done_by_workers, len - done_by_workers);
+  for (unsigned i = 0; i < started; ++i) workers[i].join();
+}
+
+}  // namespace
 
 StagingRing::StagingRing(const Context& ctx, StagingConfig config) : ctx_(ctx), config_(config) {
   if (config_.slots < 1 || config_.slot_bytes == 0)
@@ -65,7 +104,7 @@ void StagingRing::copyin(CUdeviceptr dst, const void* src, size_t nbytes) {
   for (size_t off = 0; off < nbytes; off += config_.slot_bytes) {
     size_t len = std::min(config_.slot_bytes, nbytes - off);
     Slot& s = next_slot();
-    std::memcpy(s.host, from + off, len);
+    host_copy(s.host, from + off, len);
     ctx_.check("cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync(dst + off, s.host, len, ctx_.stream()),
                "queueing a host-to-device copy");
     ctx_.check("cuEventRecord", d.cuEventRecord(s.done, ctx_.stream()), "recording a staging event");
@@ -90,7 +129,7 @@ void StagingRing::copyout(void* dst, CUdeviceptr src, size_t nbytes) {
   auto drain_one = [&] {
     Chunk c = pending[head++];
     wait(*c.slot);
-    std::memcpy(to + c.off, c.slot->host, c.len);
+    host_copy(to + c.off, c.slot->host, c.len);
   };
   for (size_t off = 0; off < nbytes; off += config_.slot_bytes) {
     if (pending.size() - head == slots_.size()) drain_one();

@@ -3,7 +3,8 @@
 // Only page-locked memory copies asynchronously and at full PCIe speed, and pinning is expensive (tens of ms for
 // 256 MiB), so a few pinned slots are allocated once and reused. A copy is cut into slot-sized chunks; each chunk's
 // DMA is queued on the device's stream and followed by an event, and a slot is reused only after its event has
-// fired. So the host's memcpy of one chunk overlaps the DMA of the previous ones.
+// fired. So the host's memcpy of one chunk overlaps the DMA of the previous ones; a large chunk's memcpy is split
+// across a few threads, since one core's memcpy is slower than the DMA.
 #pragma once
 
 #include <cstddef>

@@ -278,6 +278,19 @@ def test_staging_ring_roundtrips(slots, slot_bytes, sizes):
         uninstall_fake_cuda()
 
 
+def test_large_chunks_are_copied_whole_by_the_copy_threads(fake):
+    # chunks of 1 MiB and more are memcpy'd by a few threads, each a part: every byte lands once, in order, with
+    # a length no thread count divides and a last chunk smaller than the rest
+    d = _staged(2, 3 << 20)
+    n = (7 << 20) + 13
+    buf = _cuda.DeviceBuffer(d, n)
+    data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    _cuda.copyin(buf, data)
+    out = np.zeros_like(data)
+    _cuda.copyout(out, buf)
+    np.testing.assert_array_equal(out, data)
+
+
 def test_transfer_on_one_gpu(dev):
     a, b = _cuda.DeviceBuffer(dev, 64), _cuda.DeviceBuffer(dev, 64)
     _cuda.copyin(a, bytes(range(64)))
