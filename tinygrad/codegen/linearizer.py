@@ -175,7 +175,9 @@ class Linearizer:
             padded = -(-s // opt.amt) * opt.amt
             if padded == s:
                 raise ValueError(f"{opt}: axis {opt.axis} (size {s}) is a multiple of {opt.amt} already")
-            if is_reduce and not all(pads_to_zero(r) for r in self.reduceops):
+            # NOTE: on a GPU a padded term that is not zero reads as the reduction's identity (rows.guard_padding);
+            # a CPU kernel's vector lanes would each need that select, so there only sums of zeros pad
+            if is_reduce and not self.gpu and not all(pads_to_zero(r) for r in self.reduceops):
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
                                  "are zero")
             self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
@@ -678,6 +680,8 @@ class Linearizer:
                 blocks = plan_blocks(trips, len(rcombos), block)
         memo = {}
         rows.hoist(self, src, gcombos, red, memo)  # (a row kernel's: the reduces before this one are in `red`)
+        guard = bool(self._dim_limits) and any(d in self._dim_limits for d in self.reduce_axes) and \
+            not pads_to_zero(rop)
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
@@ -692,6 +696,8 @@ class Linearizer:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
                 val = self._lower_ast(src, combo, False, red, memo)
+                if guard:
+                    val = rows.guard_padding(self, val, combo, start, dtype)
                 accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
         for lp, parent in reversed(loops):
             if parent is not None:

@@ -12,10 +12,12 @@ on a GPU the threads of a block split the row (GROUP, interleaved so neighbourin
 combine each reduce through shared memory, and each stores its share of an output row.
 """
 from tinygrad.codegen.ast_facts import LEAVES, is_one
+from tinygrad.codegen.emitter import is_true
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import UOps
 from tinygrad.helpers import toposort
-from tinygrad.ops import ReduceOps
+from tinygrad.ops import ReduceOps, TernaryOps
+from tinygrad.shape.symbolic import Node, NumNode
 
 
 def classify(lin):
@@ -41,7 +43,9 @@ def classify(lin):
 
 def row_opts(lin):
     """The Opts of a row kernel: on the CPU, the heuristic's VECTORIZE and UNROLL along the row; on a GPU, GROUP of
-    the innermost reduced dim by the largest power of two up to 64 that divides it (else a thread a row)."""
+    the innermost reduced dim by the largest power of two up to 64 that divides it (else a thread a row). A row of
+    128 or more that no 32 divides (1000, 1001, 4097, a vocabulary of 50257) is padded to a multiple of 64 and
+    grouped by 64, the threads past the row's end guarded (`guard_padding`): a block of threads a row still."""
     if not lin.gpu:
         if lin.opts.has_local:
             return []
@@ -56,7 +60,30 @@ def row_opts(lin):
     amt = 64
     while amt >= 2 and (size % amt or size < 2 * amt):
         amt //= 2
+    if amt < 32 and size >= 2 * 64:
+        return [Opt(OptOps.PADTO, axis, 64), Opt(OptOps.GROUP, axis, 64)]
     return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
+
+
+def guard_padding(lin, val, combo, start, dtype):
+    """A reduce's term `val` at tile position `combo`, or the reduction's identity `start` past the end of a padded
+    reduced dim (PADTO): there the loads read 0, and exp(0 - max) or a max over zeros is not what the row holds."""
+    nodes = lin._idx_nodes(combo, False)
+    valid = Node.ands([nodes[d] < lim for d, lim in lin._dim_limits.items() if d in lin.reduce_axes])
+    if is_true(valid):
+        return val
+    ident = lin.em.const(start, dtype)
+    scalar = not isinstance(val, tuple) and val.dtype.count == 1
+    lane = lin._lane
+    if scalar and (lane is None or lane not in valid.vars()):
+        return lin.em.uop(UOps.ALU, dtype, (lin.em.lower_node(valid), val, ident), TernaryOps.WHERE)
+    # a vector's lanes, each under its own condition
+    out = []
+    for i in range(lin.vector_width):
+        cond = valid if lane is None else valid.substitute({lane: NumNode(i)})
+        out.append(lin.em.uop(UOps.ALU, dtype, (lin.em.lower_node(cond), lin._lane_of(val, i), ident),
+                              TernaryOps.WHERE))
+    return tuple(out)
 
 
 def lower_row_tail(lin, gcombos, red):
