@@ -14,9 +14,9 @@ combine each reduce through shared memory, and each stores its share of an outpu
 from tinygrad.codegen.ast_facts import LEAVES, is_one
 from tinygrad.codegen.emitter import is_true
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import UOps
+from tinygrad.codegen.uops import VECTOR_DTYPES, UOps
 from tinygrad.helpers import toposort
-from tinygrad.ops import ReduceOps, TernaryOps
+from tinygrad.ops import BufferOps, ReduceOps, TernaryOps
 from tinygrad.shape.symbolic import Node, NumNode
 
 
@@ -62,7 +62,24 @@ def row_opts(lin):
         amt //= 2
     if amt < 32 and size >= 2 * 64:
         return [Opt(OptOps.PADTO, axis, 64), Opt(OptOps.GROUP, axis, 64)]
+    vec = _vector_lanes(lin)
+    if amt >= 32 and vec >= 2 and size % (vec * amt) == 0:
+        # 16-byte loads: a warp's threads of a row read one run of 128 bytes or more, a load instruction each
+        return [Opt(OptOps.VECTORIZE, axis, vec), Opt(OptOps.GROUP, axis, amt)]
     return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
+
+
+def _vector_lanes(lin):
+    """The lanes of a 16-byte vector of what a row kernel's reduces load, where every buffer they read is of a type
+    the GPU renderers load as whole vectors (VECTOR_DTYPES: not half, which is read element by element); else 1."""
+    size = 0
+    for rop in lin.reduceops:
+        for op in rop.toposort():
+            if op.op is BufferOps.LOAD:
+                if op.arg.dtype not in VECTOR_DTYPES:
+                    return 1
+                size = max(size, op.arg.dtype.itemsize)
+    return 16 // size if size else 1
 
 
 def guard_padding(lin, val, combo, start, dtype):
