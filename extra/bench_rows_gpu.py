@@ -64,7 +64,7 @@ def main():
     dev = Device["CUDA"]
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}")
     header = f"{'op':<12}{'dtype':<9}{'shape':<12}{'kernels':>8}{'kernel us':>11}{'jit us':>9}{'torch us':>10}" \
-             f"{'tiny GB/s':>11}{'torch GB/s':>11}{'ratio':>7}{'maxerr':>10}"
+             f"{'tiny GB/s':>11}{'torch GB/s':>11}{'ratio':>8}{'maxerr':>10}"
     print(header)
     rng = np.random.default_rng(0)
     for name in args.ops.split(","):
@@ -88,7 +88,7 @@ def main():
                 mark = "" if err <= TOL[dname] * max(1.0, float(np.abs(want).max())) else " FAIL"
                 print(f"{name:<12}{dname:<9}{'x'.join(map(str, shape)):<12}{kernels:>8}{t_kernel * 1e6:>11.1f}"
                       f"{t_jit * 1e6:>9.1f}{t_torch * 1e6:>10.1f}{nbytes / t_kernel / 1e9:>11.0f}"
-                      f"{nbytes / t_torch / 1e9:>11.0f}{t_torch / t_kernel:>6.2f}x{err:>10.2e}{mark}")
+                      f"{nbytes / t_torch / 1e9:>11.0f} {t_torch / t_kernel:>6.2f}x{err:>10.2e}{mark}")
 
 
 if __name__ == "__main__":
