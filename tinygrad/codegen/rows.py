@@ -15,6 +15,7 @@ from tinygrad.codegen.ast_facts import LEAVES, is_one
 from tinygrad.codegen.emitter import is_true
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES, UOps
+from tinygrad.dtype import dtypes
 from tinygrad.helpers import toposort
 from tinygrad.ops import BufferOps, ReduceOps, TernaryOps
 from tinygrad.shape.symbolic import Node, NumNode
@@ -43,9 +44,11 @@ def classify(lin):
 
 def row_opts(lin):
     """The Opts of a row kernel: on the CPU, the heuristic's VECTORIZE and UNROLL along the row; on a GPU, GROUP of
-    the innermost reduced dim by the largest power of two up to 64 that divides it (else a thread a row). A row of
-    128 or more that no 32 divides (1000, 1001, 4097, a vocabulary of 50257) is padded to a multiple of 64 and
-    grouped by 64, the threads past the row's end guarded (`guard_padding`): a block of threads a row still."""
+    the innermost reduced dim by 256, 128, 64 or 32 threads, the most that leave each thread 4 steps of the row (of
+    16-byte vectors where every buffer read is float32 and they divide the row), the row padded to a multiple of the
+    group where that does not divide it (1000, 1001, 4097, a vocabulary of 50257), the threads past its end guarded
+    (`guard_padding`); a short row of 128 float32 takes a warp (a vector a thread); shorter rows a group of the
+    largest power of two up to 64 that divides them (else a thread a row)."""
     if not lin.gpu:
         if lin.opts.has_local:
             return []
@@ -57,15 +60,21 @@ def row_opts(lin):
     size = lin.full_shape[axis]
     if not isinstance(size, int):
         return []
+    vec = _vector_lanes(lin)
+    for g in (256, 128, 64, 32):
+        # 16-byte loads: a warp's threads of a row read one run of 128 bytes or more, a load instruction each
+        if vec > 1 and size % (vec * g) == 0 and size >= 4 * vec * g:
+            return [Opt(OptOps.VECTORIZE, axis, vec), Opt(OptOps.GROUP, axis, g)]
+    for g in (256, 128, 64, 32):
+        # NOTE: a row no `g` divides is padded to a multiple of it; the threads past its end add the identity
+        if size >= 4 * g:
+            return [Opt(OptOps.GROUP, axis, g)] if size % g == 0 else [Opt(OptOps.PADTO, axis, g),
+                                                                        Opt(OptOps.GROUP, axis, g)]
+    if vec > 1 and size % (vec * 32) == 0:
+        return [Opt(OptOps.VECTORIZE, axis, vec), Opt(OptOps.GROUP, axis, 32)]  # a warp a short row
     amt = 64
     while amt >= 2 and (size % amt or size < 2 * amt):
         amt //= 2
-    if amt < 32 and size >= 2 * 64:
-        return [Opt(OptOps.PADTO, axis, 64), Opt(OptOps.GROUP, axis, 64)]
-    vec = _vector_lanes(lin)
-    if amt >= 32 and vec >= 2 and size % (vec * amt) == 0:
-        # 16-byte loads: a warp's threads of a row read one run of 128 bytes or more, a load instruction each
-        return [Opt(OptOps.VECTORIZE, axis, vec), Opt(OptOps.GROUP, axis, amt)]
     return [Opt(OptOps.GROUP, axis, amt)] if amt >= 2 else []
 
 
@@ -147,3 +156,31 @@ def hoist(lin, root, gcombos, red, memo):
         if id(op) in hoisted:
             for g in gcombos:
                 lin._lower_ast(op, g, False, red, memo)
+
+
+def tree_combine(lin, slots, op, dtype):
+    """GROUP of a row kernel (32 to 256 threads a row, a power of two): the group's partials, in shared memory (a
+    slot per thread, `slots` as linearizer._group_combine makes them, after a barrier), fold in a tree: at each level
+    the first half of the group adds the second half's slots into its own, then a barrier; every thread reads the
+    row's result from its first thread's slot. log2(group) levels, where reading every partial costs `group` loads
+    a thread."""
+    stride = lin._group_stride
+    zero = lin.em.const(dtypes.as_const(0, dtype), dtype)
+    half = lin.group // 2
+    while half >= 1:
+        active = lin.em.lt(lin._group_idx, lin.em.const(half))
+        there = lin.em.add(lin._thread_id, lin.em.const(half * stride))
+        for _, _, temps in slots:
+            for t in temps:
+                # NOTE: not cachable: the same slot holds another value after each barrier
+                mine = lin.em.uop(UOps.LOAD, dtype, (t, lin._thread_id, active, zero), None, False)
+                other = lin.em.uop(UOps.LOAD, dtype, (t, there, active, zero), None, False)
+                lin.em.uop(UOps.STORE, None, (t, lin._thread_id, lin.em.uop(UOps.ALU, dtype, (mine, other), op),
+                                              active), None, False)
+        lin.em.uop(UOps.BARRIER, None, (), None, False)
+        half //= 2
+    out = {}
+    for key, scalar, temps in slots:
+        vals = [lin.em.uop(UOps.LOAD, dtype, (t, lin._base_id), None, False) for t in temps]
+        out[key] = vals[0] if scalar else tuple(vals)
+    return out
