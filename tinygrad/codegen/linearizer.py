@@ -820,6 +820,10 @@ class Linearizer:
                     val = self._cast_any(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src[0])
                 elif op.op is TernaryOps.MULACC:
                     val = self._alu_any(BinaryOps.ADD, dt, (self._alu_any(BinaryOps.MUL, dt, src[:2]), src[2]))
+                elif op.op is BinaryOps.DIV and rows.divides_by_the_row(self, op, dt):
+                    # x / s over a row, s from its reduces: x * (1/s), one division a thread (the compiler hoists
+                    # it), not an IEEE division an element (softmax's normalisation)
+                    val = self._alu_any(BinaryOps.MUL, dt, (src[0], self._alu_any(UnaryOps.RECIP, dt, src[1:])))
                 else:
                     val = self._alu_any(op.op, dt, src)
             memo[key] = val

@@ -91,6 +91,15 @@ def _vector_lanes(lin):
     return 16 // size if size else 1
 
 
+def divides_by_the_row(lin, op, dtype):
+    """Is `op` (a DIV of `dtype`) a GPU row kernel's float division of an element of the row by a value the same
+    along the whole row (computed from the row's reduces, or a constant)?"""
+    if not (lin.gpu and lin.row_kernel and dtypes.is_float(dtype)):
+        return False
+    rdims = set(lin.reduce_axes)
+    return bool(lin.op_dims[id(op.src[0])] & rdims) and not lin.op_dims[id(op.src[1])] & rdims
+
+
 def guard_padding(lin, val, combo, start, dtype):
     """A reduce's term `val` at tile position `combo`, or the reduction's identity `start` past the end of a padded
     reduced dim (PADTO): there the loads read 0, and exp(0 - max) or a max over zeros is not what the row holds."""
