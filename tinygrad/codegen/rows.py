@@ -9,7 +9,10 @@ a loop, inside one kernel: the case of rows too long to keep on chip.
 
 On the CPU a row kernel takes the heuristic's vectors and unrolling along the row, so every loop of it is vectorised;
 on a GPU the threads of a block split the row (GROUP, interleaved so neighbouring threads read neighbouring elements),
-combine each reduce through shared memory, and each stores its share of an output row.
+combine each reduce through shared memory, and each stores its share of an output row. A group of a warp or more (32
+to 256 threads a row) takes the block's x threads, so a warp reads one run of the row, and folds its partials in a
+tree (`tree_combine`); a row the group does not divide is padded, its padded terms the reduction's identity
+(`guard_padding`), so a row of 1001 or 50257 still has a block of threads.
 """
 from tinygrad.codegen.ast_facts import LEAVES, is_one
 from tinygrad.codegen.emitter import is_true
