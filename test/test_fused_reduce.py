@@ -179,3 +179,34 @@ def test_grouped_row_kernels_on_the_host_emulation():
     kernels = [Kernel(_t(b).softmax(-1), opts=o) for o in configs]
     for got, k in zip(_run(kernels), kernels):
         np.testing.assert_allclose(got.reshape(want.shape), want, atol=1e-6, rtol=1e-5, err_msg=k.src)
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 1001), (2, 4097), (1, 50257), (2, 3, 1001), (5, 4096), (7, 128)])
+def test_rows_of_any_length_take_a_block_of_threads_on_the_host_emulation(shape):
+    # a row takes 32 to 256 threads, neighbours in a warp, their partials folded in a tree in shared memory; rows the
+    # group does not divide are padded (the padded terms of max and of sum(exp(x - max)) read as the reduction's
+    # identity); float32 rows of 4096 read 16-byte vectors
+    from test.unit.test_gpu_codegen import Kernel, _run, _t
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal(shape) * 3).astype(np.float32)
+    h = a.astype(np.float16)
+    ta, th = torch.tensor(a), torch.tensor(h.astype(np.float32))
+    n = shape[-1]
+    cases = [
+        (_t(a).softmax(-1), torch.softmax(ta, -1), 1e-5),
+        (_t(a).log_softmax(-1), torch.log_softmax(ta, -1), 1e-5),
+        (_t(a).layernorm(-1), torch.nn.functional.layer_norm(ta, (n,)), 1e-4),
+        (_t(a).logsumexp(-1), torch.logsumexp(ta, -1), 1e-5),
+        (RMSNorm(n)._norm(_t(a)), _rmsnorm_torch(ta), 1e-4),
+        (_t(a).argmax(-1), torch.argmax(ta, -1), 0),
+        (_t(h).softmax(-1), torch.softmax(th, -1), 2e-3),
+        (_t(h).layernorm(-1), torch.nn.functional.layer_norm(th, (n,)), 2e-2),
+    ]
+    kernels = [Kernel(t) for t, _, _ in cases]
+    assert all(k.lin.group in (32, 64, 128, 256) and k.lin.local_size[0] == k.lin.group for k in kernels), \
+        [k.lin.local_size for k in kernels]
+    assert ("tg_vload<float, 4>" in kernels[0].src) == (n == 4096)
+    for (_, want, tol), got, k in zip(cases, _run(kernels), kernels):
+        want = want.numpy()
+        np.testing.assert_allclose(got.reshape(want.shape).astype(np.float32), want, atol=tol, rtol=tol,
+                                   err_msg=k.src)

@@ -106,6 +106,7 @@ class Linearizer:
         # a grouped kernel's (or a TC kernel's) thread position, set by _grid_indices (or _lower_tc)
         self._group_idx = self._base_id = self._thread_id = None
         self._block_threads = 0
+        self._group_stride = 1  # between the slots of a group's neighbouring threads in shared memory
         # linearize's state: the CSE table and its scopes, each Variable's uop, the loop indices, the lane Variable
         self.buf_uops = {}
         self.em = Emitter(self.uops)
@@ -175,7 +176,9 @@ class Linearizer:
             padded = -(-s // opt.amt) * opt.amt
             if padded == s:
                 raise ValueError(f"{opt}: axis {opt.axis} (size {s}) is a multiple of {opt.amt} already")
-            if is_reduce and not all(pads_to_zero(r) for r in self.reduceops):
+            # NOTE: on a GPU a padded term that is not zero reads as the reduction's identity (rows.guard_padding);
+            # a CPU kernel's vector lanes would each need that select, so there only sums of zeros pad
+            if is_reduce and not self.gpu and not all(pads_to_zero(r) for r in self.reduceops):
                 raise ValueError(f"{opt}: axis {opt.axis} is reduced, and the reduce is not a sum whose padded terms "
                                  "are zero")
             self.full_shape = self.full_shape[:opt.axis] + (padded,) + self.full_shape[opt.axis + 1:]
@@ -220,8 +223,10 @@ class Linearizer:
                 raise ValueError(f"{opt}: one reduced dim of a kernel on the GPU grid can be grouped")
             if self.no_locals:
                 raise ValueError(f"{opt}: the kernel has NOLOCALS")
-            if not 2 <= amt <= 64 or left % amt != 0:
-                raise ValueError(f"{opt}: 2 to 64 threads that divide the {left} steps left of axis {opt.axis}")
+            # a row kernel's group may be a block of 256: its partials meet in a tree (rows.tree_combine)
+            most = 256 if self.row_kernel else 64
+            if not 2 <= amt <= most or left % amt != 0:
+                raise ValueError(f"{opt}: 2 to {most} threads that divide the {left} steps left of axis {opt.axis}")
             self.group_axis, self.group = opt.axis, amt
             self.group_top = opt.op is OptOps.GROUPTOP
             return
@@ -381,11 +386,17 @@ class Linearizer:
         for d in global_axes:
             steps[d] = full[d] // self.upcasts[d] if isinstance(full[d], int) else full[d]
         grouped = self.group_axis != -1
+        # a row kernel's group of a warp or more takes the block's x threads: a warp's threads are neighbours along
+        # the row (its loads one run of memory, and up to 256 threads a row: z has at most 64)
+        row_group = grouped and self.row_kernel and self.group >= 32
         gmax = list(self.opts.global_max or CUDA_GLOBAL_MAX)
+        lmax = self.opts.local_max or CUDA_LOCAL_MAX
+        if row_group:
+            lmax = (lmax[1], lmax[2], 1)  # the outputs' threads are the block's y and z
         if grouped:
-            gmax[2] = 1  # the block's z dimension holds the group's threads: outputs use x and y
+            gmax[2] = 1  # the group takes a dimension of the block's threads: outputs use the grid's x and y
         # NOLOCALS: blocks of one thread
-        plan = plan_grid(steps, gmax, (1, 1, 1) if self.no_locals else self.opts.local_max or CUDA_LOCAL_MAX,
+        plan = plan_grid(steps, gmax, (1, 1, 1) if self.no_locals else lmax,
                          max_threads=1 if self.no_locals else 1024 // self.group,
                          target_threads=1 if self.no_locals else max(1, TARGET_THREADS // self.group),
                          local=self.local_dims)
@@ -404,7 +415,8 @@ class Linearizer:
                 # NOTE: threads past the end must still reach the barrier: they compute the last element's value
                 # again (an index clamped in bounds) and store nothing
                 gid = self.em.uop(UOps.SPECIAL, i32, (), (dim, f"gidx{dim}", plan.global_size[dim]), False)
-                lid = self.em.uop(UOps.SPECIAL, i32, (), (dim, f"lidx{dim}", lsize), False)
+                tdim = dim + 1 if row_group else dim
+                lid = self.em.uop(UOps.SPECIAL, i32, (), (tdim, f"lidx{tdim}", lsize), False)
                 flat = self.em.add(self.em.mul(gid, self.em.const(lsize)), lid)
                 base = self.em.add(base, self.em.mul(lid, self.em.const(1 if dim == 0 else plan.local_size[0])))
                 if not isinstance(extent, int) or plan.global_size[dim] * lsize != extent:
@@ -432,14 +444,22 @@ class Linearizer:
         self.local_size = tuple(plan.local_size)
         if grouped:
             lx, ly = plan.local_size[0], plan.local_size[1]
-            self._group_idx = self.em.uop(UOps.SPECIAL, i32, (), (2, "lidx2", self.group), False)
-            self._base_id = base
-            self._thread_id = self.em.add(base, self.em.mul(self._group_idx, self.em.const(lx * ly)))
             self._block_threads = lx * ly * self.group
+            if row_group:
+                # thread (group index g, outputs' flat index o) is the block's thread g + o * group
+                self._group_idx = self.em.uop(UOps.SPECIAL, i32, (), (0, "lidx0", self.group), False)
+                self._base_id = self.em.mul(base, self.em.const(self.group))
+                self._group_stride = 1
+            else:
+                self._group_idx = self.em.uop(UOps.SPECIAL, i32, (), (2, "lidx2", self.group), False)
+                self._base_id = base
+                self._group_stride = lx * ly
+            self._thread_id = self.em.add(self._base_id, self.em.mul(self._group_idx,
+                                                                     self.em.const(self._group_stride)))
             # only the group's first thread stores the combined result (a row tail: each thread its part of the row)
             if not self.row_tail:
                 gates.append(self.em.lt(self._group_idx, self.em.const(1)))
-            self.local_size = (lx, ly, self.group)
+            self.local_size = (self.group, lx, ly) if row_group else (lx, ly, self.group)
         for g in gates:
             self._gate = g if self._gate is None else self.em.both(self._gate, g)
 
@@ -678,6 +698,8 @@ class Linearizer:
                 blocks = plan_blocks(trips, len(rcombos), block)
         memo = {}
         rows.hoist(self, src, gcombos, red, memo)  # (a row kernel's: the reduces before this one are in `red`)
+        guard = bool(self._dim_limits) and any(d in self._dim_limits for d in self.reduce_axes) and \
+            not pads_to_zero(rop)
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
@@ -692,6 +714,8 @@ class Linearizer:
             for key, g in reps:
                 combo = tuple([r[d] if d in self.reduce_axes else g[d] for d in range(len(g))])
                 val = self._lower_ast(src, combo, False, red, memo)
+                if guard:
+                    val = rows.guard_padding(self, val, combo, start, dtype)
                 accs[key] = self._accumulate(accs[key], val, alu_op, dtype, loop)
         for lp, parent in reversed(loops):
             if parent is not None:
@@ -740,7 +764,9 @@ class Linearizer:
                 temps.append(t)
             slots.append((key, scalar, temps))
         self.em.uop(UOps.BARRIER, None, (), None, False)
-        stride = self._block_threads // self.group
+        if self.row_kernel and self.group >= 32 and not self.group & (self.group - 1):
+            return rows.tree_combine(self, slots, op, dtype)
+        stride = self._group_stride
         out = {}
         for key, scalar, temps in slots:
             vals = []
@@ -794,6 +820,10 @@ class Linearizer:
                     val = self._cast_any(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src[0])
                 elif op.op is TernaryOps.MULACC:
                     val = self._alu_any(BinaryOps.ADD, dt, (self._alu_any(BinaryOps.MUL, dt, src[:2]), src[2]))
+                elif op.op is BinaryOps.DIV and rows.divides_by_the_row(self, op, dt):
+                    # x / s over a row, s from its reduces: x * (1/s), one division a thread (the compiler hoists
+                    # it), not an IEEE division an element (softmax's normalisation)
+                    val = self._alu_any(BinaryOps.MUL, dt, (src[0], self._alu_any(UnaryOps.RECIP, dt, src[1:])))
                 else:
                     val = self._alu_any(op.op, dt, src)
             memo[key] = val
