@@ -35,12 +35,13 @@ from tinygrad.codegen import rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
+from tinygrad.codegen.index_math import all_even, max_index, same_size, sint_prod
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
-from tinygrad.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable
+from tinygrad.shape.symbolic import Node, NumNode, Variable
 
 # the binary op that folds one more element into a reduction
 _REDUCE_ALU = {ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX, ReduceOps.PROD: BinaryOps.MUL}
@@ -85,7 +86,7 @@ class Linearizer:
         self.full_shape = self._reduce_input_shape() if self.reduceop is not None else self.output_shape
         full, out = self.full_shape, self.output_shape
         self.reduce_axes = tuple([i for i in range(len(full))
-                                  if self.reduceop is not None and not _same(out[i], full[i])])
+                                  if self.reduceop is not None and not same_size(out[i], full[i])])
         rows.classify(self)  # row_kernel, row_tail
         self.upcasts = [1] * len(full)
         self.loop_order = None
@@ -337,7 +338,7 @@ class Linearizer:
         self._loop_vars = []
         for i, s in enumerate(full):
             steps = s // self.upcasts[i] if isinstance(s, int) else s
-            self._loop_vars.append(None if is_one(steps) else Variable(f"ridx{i}", 0, _max_index(steps)))
+            self._loop_vars.append(None if is_one(steps) else Variable(f"ridx{i}", 0, max_index(steps)))
         global_axes = [i for i in range(len(full)) if i not in self.reduce_axes]
         if self.gpu:
             self.loop_order = list(global_axes)
@@ -408,7 +409,7 @@ class Linearizer:
             group = sorted([a.axis for a in plan.axes if a.dim == dim])
             if not group:
                 continue
-            extent = _sint_prod([steps[d] for d in group])
+            extent = sint_prod([steps[d] for d in group])
             lsize = plan.local_size[dim]
             gsize[dim] = plan.global_size[dim] if isinstance(extent, int) else (extent + (lsize - 1)) // lsize
             if grouped:
@@ -428,7 +429,7 @@ class Linearizer:
                 flat = self.em.uop(UOps.SPECIAL, i32, (), (dim, f"idx{dim}", size_arg, lsize), False)
             for j, d in enumerate(group):
                 v = flat
-                div = _sint_prod([steps[e] for e in group[j + 1:]])
+                div = sint_prod([steps[e] for e in group[j + 1:]])
                 if not (isinstance(div, int) and div == 1):
                     v = self.em.div(v, self.em.lower_node(div))
                 if j != 0:
@@ -970,7 +971,7 @@ class Linearizer:
         diff = idx1 - idx0
         if not (isinstance(diff, NumNode) and diff.b == 1) or valid0.render() != valid1.render():
             return False
-        if not _even(idx0, self._tile_bases[n_ax]):
+        if not all_even(idx0, self._tile_bases[n_ax]):
             return False
         u16 = dtypes.uint16
         bits = [self.em.uop(UOps.BITCAST, u16, (self._lower_ast(self.ast[0].src[0], c, True, red, memo),), None)
@@ -991,40 +992,3 @@ def _scalar_dtype(v):
     if isinstance(v, tuple):
         return v[0].dtype
     return v.dtype.scalar() if v.dtype.count > 1 else v.dtype
-
-
-def _terms(node):
-    return list(node.nodes) if isinstance(node, SumNode) else [node]
-
-
-def _even(node, even_var):
-    """Is every value of `node` even? Where each term is a multiple of 2: an even constant, `even_var` (a
-    Variable known to be even), or a product of either."""
-    for t in _terms(node):
-        if isinstance(t, NumNode):
-            if t.b % 2:
-                return False
-        elif isinstance(t, MulNode):
-            if not ((isinstance(t.b, int) and t.b % 2 == 0) or t.a is even_var):
-                return False
-        elif t is not even_var:
-            return False
-    return True
-
-
-def _sint_prod(xs):
-    """The product of ints and symbolic sizes (an int when every factor is)."""
-    out = 1
-    for x in xs:
-        out = x * out if isinstance(x, Node) else out * x
-    return out
-
-
-def _same(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return (not isinstance(a, int)) and (not isinstance(b, int)) and a == b
-
-
-def _max_index(s):
-    return s - 1 if isinstance(s, int) else s.max - 1
