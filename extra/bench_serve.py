@@ -228,7 +228,7 @@ def main() -> None:
         print("| streams | aggregate decode tok/s | per-stream tok/s | TTFT p50 ms | TTFT p99 ms |")
         print("|---:|---:|---:|---:|---:|")
         for n in counts:
-            # a short run first: the batch shapes and slot sets of n streams are captured outside the timed one
+            # a short run first: the batched steps of 1..n rows are captured outside the timed one
             throughput(port, tok, n, args.prompt_tokens, 4)
             r = throughput(port, tok, n, args.prompt_tokens, args.tokens)
             print(f"| {n} | {r['tok_s']:.1f} | {r['per_stream']:.1f} | {r['ttft_p50'] * 1e3:.0f} | "

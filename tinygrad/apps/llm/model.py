@@ -356,7 +356,8 @@ class Transformer:
         # Each slot has its own (their captures hold its cache's buffers), made at its first use.
         from tinygrad.shape.symbolic import Variable
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
-        self._slot_pos = [Variable(f"slot{k}_pos", 1, max(1, self.max_context - 1)) for k in range(slots)]
+        # a batched step's row b is at position row{b}_pos: its capture serves any sequences at any positions
+        self._row_pos = [Variable(f"row{b}_pos", 1, max(1, self.max_context - 1)) for b in range(slots)]
         self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c) for c in PREFILL_CHUNKS
                            if c <= self.max_context}
         self._jits: dict = {}
@@ -409,13 +410,14 @@ class Transformer:
         the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only)."""
         n = len(ids)
         self._check_slot(slot)
+        cache = self.caches[slot]
         if start_pos < 0 or start_pos + n > self.max_context:
             raise ValueError(f"positions {start_pos}..{start_pos + n - 1} are past the context of {self.max_context}")
         xs = self.embed(ids)
         if not jit:
-            return self._head(self._layers(Tensor(xs, device=self.device), [(slot, start_pos, n)])[n - 1:n])
+            return self._head(self._layers(Tensor(xs, device=self.device), [(cache, start_pos, n)])[n - 1:n])
         if n == 1 and start_pos >= 1:
-            step = self._jit(("decode", slot), lambda x, p: self._head(self._layers(x, [(slot, p, 1)])).realize())
+            step = self._jit(("decode", slot), lambda x, p: self._head(self._layers(x, [(cache, p, 1)])).realize())
             return step(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
         # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
         # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
@@ -426,13 +428,13 @@ class Transformer:
             fits = [c for c in chunks if pos + c <= self.max_context]
             if not fits:  # the context's last few positions: one step of its own size
                 x = Tensor(xs[pos - start_pos:], device=self.device)
-                return self._head(self._layers(x, [(slot, pos, left)])[left - 1:left])
+                return self._head(self._layers(x, [(cache, pos, left)])[left - 1:left])
             whole = [c for c in fits if c <= left]
             c = max(whole) if whole else min(fits)
             part = xs[pos - start_pos:pos - start_pos + c]
             if len(part) < c:
                 part = np.concatenate([part, np.zeros((c - len(part), part.shape[1]), np.float32)])
-            fn = self._jit(("chunk", slot, c), lambda x, p, c=c: self._layers(x, [(slot, p, c)]).realize())
+            fn = self._jit(("chunk", slot, c), lambda x, p, c=c: self._layers(x, [(cache, p, c)]).realize())
             h = fn(Tensor(part, device=self.device), self._chunk_pos[c].bind(pos))
             last = min(c, left) - 1
             pos += min(c, left)
@@ -444,8 +446,9 @@ class Transformer:
     def forward_batch(self, tokens: list[int], positions: list[int], slots: list[int]) -> Tensor:
         """One decode step for several sequences at once: token `tokens[b]` at position `positions[b]` (>= 1) of
         slot `slots[b]` (distinct). Returns their logits (len(tokens), vocab). The matrix products read each weight
-        once for all of them (what a step is bound by); attention reads each sequence's own cache. Jitted per set
-        of slots, with each slot's position a Variable."""
+        once for all of them (what a step is bound by); attention reads each sequence's own cache. Jitted per row
+        count: the rows' positions are Variables and their slots' caches are inputs of the capture, so one capture
+        serves any `len(tokens)` sequences (at most as many captures as slots, however streams come and go)."""
         k = len(tokens)
         if not k or len(positions) != k or len(slots) != k or len(set(slots)) != k:
             raise ValueError(f"forward_batch takes as many tokens, positions and distinct slots, got {tokens}, "
@@ -456,10 +459,18 @@ class Transformer:
                 raise ValueError(f"position {p} of slot {s} is outside 1..{self.max_context - 1}")
         if k > 1:
             self.batched_steps += 1
-        key = ("batch", tuple(slots))
-        fn = self._jit(key, lambda x, *ps: self._head(self._layers(x, list(zip(key[1], ps, [1] * k)))).realize())
+        fn = self._jit(("batch", k), self._batch_step)
         x = Tensor(self.embed(tokens), device=self.device).realize()
-        return fn(x, *[self._slot_pos[s].bind(p) for s, p in zip(slots, positions)]).reshape(k, self.cfg.vocab)
+        # NOTE: the caches go in as arguments, not through self.caches[slot]: the JIT swaps a replay's input buffers
+        # for the ones it is given, so the kernels captured for slots (0, 1) write and read slots (3, 5) next time
+        caches = [self.caches[s] for s in slots]
+        ps = [self._row_pos[b].bind(p) for b, p in enumerate(positions)]
+        return fn(x, ps, caches).reshape(k, self.cfg.vocab)
+
+    def _batch_step(self, x: Tensor, positions: list, caches: list) -> Tensor:
+        """forward_batch's jitted step: row b of x is one token at positions[b] of the sequence whose per-layer
+        (keys, values) are caches[b]."""
+        return self._head(self._layers(x, [(c, p, 1) for c, p in zip(caches, positions)])).realize()
 
     def _head(self, h: Tensor) -> Tensor:
         """The logits of hidden states (k, dim): (vocab,) for one, else (k, vocab)."""
@@ -470,10 +481,11 @@ class Transformer:
             logits = (logits * (1.0 / self.cfg.final_softcap)).tanh() * self.cfg.final_softcap
         return logits.reshape(self.cfg.vocab) if h.shape[0] == 1 else logits
 
-    def _layers(self, x: Tensor, groups: list[tuple[int, Any, int]]) -> Tensor:
-        """The layers on embeddings x (rows, dim): `groups` lists (slot, start_pos, n) for consecutive runs of rows,
-        each n tokens of one sequence at positions start_pos.. (an int, or a bound Variable). The matrix products
-        take every row at once; attention each group against its slot's cache. Returns the hidden states."""
+    def _layers(self, x: Tensor, groups: list[tuple[list, Any, int]]) -> Tensor:
+        """The layers on embeddings x (rows, dim): `groups` lists (cache, start_pos, n) for consecutive runs of rows,
+        each n tokens of one sequence at positions start_pos.. (an int, or a bound Variable) whose slot's per-layer
+        keys and values are `cache` (one of self.caches). The matrix products take every row at once; attention each
+        group against its own cache. Returns the hidden states."""
         cfg, fam = self.cfg, self.cfg.family
         masks = [self._masks(start_pos, n) for _, start_pos, n in groups]
         rows = [sum(g[2] for g in groups[:k]) for k in range(len(groups))]
@@ -502,9 +514,9 @@ class Transformer:
                 q = q * f[:, :cfg.heads] * L["attn_q_norm"]
                 k = k * f[:, cfg.heads:] * L["attn_k_norm"]
             outs = []
-            for (slot, start_pos, m), first, mask in zip(groups, rows, masks):
+            for (cache, start_pos, m), first, mask in zip(groups, rows, masks):
                 part = (lambda t: t) if len(groups) == 1 else (lambda t, a=first, m=m: t[a:a + m])  # noqa: E731
-                outs.append(self._attend(i, glob, slot, start_pos, m, part(q), part(k), part(v), mask))
+                outs.append(self._attend(glob, cache[i], start_pos, m, part(q), part(k), part(v), mask))
             att = outs[0] if len(outs) == 1 else outs[0].cat(*outs[1:], dim=0)
             a = L["attn_output"](att)
             if "attn_output_bias" in L:
@@ -538,7 +550,7 @@ class Transformer:
         sliding = (kpos > qpos - cfg.window) & (causal if causal is not None else True) if cfg.window else causal
         return causal, sliding
 
-    def _attend(self, layer: int, glob: bool, slot: int, start_pos, n: int, q: Tensor, k: Tensor, v: Tensor,
+    def _attend(self, glob: bool, kv: tuple[Tensor, Tensor], start_pos, n: int, q: Tensor, k: Tensor, v: Tensor,
                 masks: tuple[Tensor | None, Tensor | None]) -> Tensor:
         """One sequence's attention in one layer: RoPE on its q and k (n, heads, head_dim), k and v written to its
         slot's cache at start_pos.., then q against every cached position. Returns (n, heads * head_dim)."""
@@ -548,7 +560,7 @@ class Transformer:
         q, k = _rope(q, c, sn, fam.neox_rope, cfg.rope_dims), _rope(k, c, sn, fam.neox_rope, cfg.rope_dims)
         # NOTE: q made once: fused into the scores, its norm and rotation would be computed again for every key
         q = q.contiguous()
-        ck, cv = self.caches[slot][layer]
+        ck, cv = kv
         ck[start_pos:end].assign(k).realize()
         cv[:, start_pos:end].assign(v.reshape(n, cfg.kv_heads * cfg.head_dim).T).realize()
         # grouped-query attention: q's heads as (kv_heads, rep), each group of rep heads against its one kv head by
