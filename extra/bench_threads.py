@@ -58,7 +58,7 @@ def _worker(calls: int, big_calls: int, big: bool) -> None:
         n = big_calls if is_big else calls
         for ei in items:
             threaded = "#pragma omp" in getattr(ei.prg, "src", "")
-            for _ in range(2 if is_big else 5):
+            for _ in range(1 if is_big else 5):
                 ei.run(wait=True)
             times = []
             for _ in range(n):

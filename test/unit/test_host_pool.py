@@ -16,22 +16,19 @@ from tinygrad.runtime.host_cc import host_cc
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 1000
-# each iteration records the part that ran it, the part count, and the thread
+# each iteration records the part that ran it and the part count
 PARTS_SRC = textwrap.dedent("""\
-    #include <pthread.h>
     int omp_get_max_threads(void);
     int omp_get_thread_num(void);
     int omp_get_num_threads(void);
-    void tg_parts(int* restrict part, int* restrict nparts, long* restrict who) {
+    void tg_parts(int* restrict part, int* restrict nparts) {
     #pragma omp parallel for num_threads(2) if(omp_get_max_threads() > 1)
       for (int i = 0; i < %d; i++) {
         part[i] = omp_get_thread_num();
         nparts[i] = omp_get_num_threads();
-        who[i] = (long)pthread_self();
       }
     }
     """) % N
-
 
 
 def _gnu_openmp() -> bool:
@@ -56,13 +53,13 @@ CHILD = textwrap.dedent("""\
         # after the pool is set up for 2 threads: its worker, started by the first loop, shares the caller's CPU
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     so = ClangProgram("tg_parts", lib)
-    part, nparts, who = np.zeros(%d, np.int32), np.zeros(%d, np.int32), np.zeros(%d, np.int64)
+    part, nparts = np.zeros(%d, np.int32), np.zeros(%d, np.int32)
     for _ in range(200):
-        so._prg(part.ctypes.data, nparts.ctypes.data, who.ctypes.data)
+        so._prg(part.ctypes.data, nparts.ctypes.data)
         # gcc's static split: part 0 has the first half, part 1 the second, and each sees a count of 2
         assert (part[:%d] == 0).all() and (part[%d:] == 1).all() and (nparts == 2).all(), (part, nparts)
     print("RUNTIME", "pool" if hasattr(rt, "_name") and rt._name.startswith("/proc/self/fd/") else rt._name)
-    """) % (N, N, N, N // 2, N // 2)
+    """) % (N, N, N // 2, N // 2)
 
 
 def _child(**env) -> str:
