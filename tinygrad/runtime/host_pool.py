@@ -50,14 +50,16 @@ def load_pool(cc: str, threads: int) -> ctypes.CDLL | None:
         if image is None:
             return None
         diskcache_put("host_pool", key, image)
-    # a memfd, not a file: nothing to clean up, and the mapping outlives the descriptor's path
+    # a memfd, not a file: nothing to clean up. NOTE: it stays open for good, as the pool stays loaded: glibc knows a
+    # loaded object by its path, so "/proc/self/fd/N" must not come to name another file (runtimes/cpu/host_os.cpp)
     fd = os.memfd_create("tinygrad-host-pool")
     try:
-        os.write(fd, image)
+        view = memoryview(image)
+        while view:
+            view = view[os.write(fd, view):]
         lib = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=ctypes.RTLD_GLOBAL)
     except OSError:
-        return None
-    finally:
         os.close(fd)
+        return None
     lib.omp_set_num_threads(threads)
     return lib
