@@ -38,12 +38,13 @@ def _build(cc: str, src: str) -> bytes | None:
             return f.read()
 
 
-def load_pool(cc: str, threads: int) -> ctypes.CDLL | None:
-    """The pool loaded for good (RTLD_GLOBAL) with `threads` threads, or None where it can't be used."""
+def load_pool(cc: str, threads: int, fingerprint: str) -> ctypes.CDLL | None:
+    """The pool loaded for good (RTLD_GLOBAL) with `threads` threads, or None where it can't be used. `fingerprint`
+    names the compiler's flags and the host CPU (-march=native builds are per CPU), as kernels' cache keys do."""
     if not sys.platform.startswith("linux") or not getenv("TG_HOST_POOL", 1):
         return None
     src = _SOURCE.read_text()
-    key = hashlib.sha256(f"{cc}\0{os.path.getmtime(cc) if os.path.exists(cc) else 0}\0{src}".encode()).hexdigest()
+    key = hashlib.sha256(f"{fingerprint}\0{src}".encode()).hexdigest()
     image = diskcache_get("host_pool", key)
     if image is None:
         image = _build(cc, src)

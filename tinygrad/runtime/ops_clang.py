@@ -124,7 +124,7 @@ def _pin_openmp_runtime(gnu: bool) -> object:
     import ctypes
     import ctypes.util
     # gcc's kernels bind to tinygrad's own pool where it builds (loaded first, its symbols win over libgomp's)
-    pool = load_pool(host_cc().path, _host_threads()) if gnu else None
+    pool = load_pool(host_cc().path, _host_threads(), _host_fingerprint()) if gnu else None
     if pool is not None:
         return pool
     name = ctypes.util.find_library("gomp" if gnu else "omp") or ("libgomp.so.1" if gnu else "libomp.so")
