@@ -101,9 +101,10 @@ static void tg_run_tasks(uint32_t gen) {
     }
 }
 
+// `arg`: the generation when the worker was started, before the loop that starts it is published (read here, the
+// worker could miss that loop)
 static void* tg_worker(void* arg) {
-    (void)arg;
-    int seen = atomic_load(&tg_generation);
+    int seen = (int)(intptr_t)arg;
     for (;;) {
         int64_t until = tg_now_ns() + TG_SPIN_NS;
         int spins = 0;
@@ -132,7 +133,7 @@ static int tg_start_workers(void) {
     }
     while (tg_nworkers < want) {
         pthread_t t;
-        if (pthread_create(&t, NULL, tg_worker, NULL) != 0) {
+        if (pthread_create(&t, NULL, tg_worker, (void*)(intptr_t)atomic_load(&tg_generation)) != 0) {
             break;
         }
         pthread_detach(t);
