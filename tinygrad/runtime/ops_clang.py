@@ -20,6 +20,7 @@ from tinygrad.renderer.cstyle import ClangRenderer, soft_half_clang_renderer
 from tinygrad.runtime import _cpu
 from tinygrad.runtime.graph import NativeGraph
 from tinygrad.runtime.host_cc import CFLAGS, host_cc, run_cc
+from tinygrad.runtime.host_pool import load_pool
 
 # the csrc/runtime.h version this Python layer was written against
 RUNTIME_ABI_VERSION = 1
@@ -118,9 +119,14 @@ def _pin_openmp_runtime(gnu: bool) -> object:
     """Load the OpenMP runtime for good before a kernel that uses it: its worker threads outlive every parallel loop,
     so the runtime must never be unloaded with the last kernel library that needed it (a crash at exit). A forked
     child has none of those threads and GNU's runtime would wait for them forever: the child is told to use one
-    thread, which the kernels' parallel loops check."""
+    thread, which the kernels' parallel loops check. Kernels built by gcc run on tinygrad's own pool instead where it
+    builds (runtime/host_pool.py), which does the same for a child itself."""
     import ctypes
     import ctypes.util
+    # gcc's kernels bind to tinygrad's own pool where it builds (loaded first, its symbols win over libgomp's)
+    pool = load_pool(host_cc().path, _host_threads(), _host_fingerprint()) if gnu else None
+    if pool is not None:
+        return pool
     name = ctypes.util.find_library("gomp" if gnu else "omp") or ("libgomp.so.1" if gnu else "libomp.so")
     try:
         rt = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
