@@ -699,8 +699,10 @@ class Linearizer:
                 blocks = plan_blocks(trips, len(rcombos), block)
         memo = {}
         rows.hoist(self, src, gcombos, red, memo)  # (a row kernel's: the reduces before this one are in `red`)
+        # NOTE: on a GPU every padded term is guarded: a "zero" term can be 0/0 where a broadcast constant (a mean's
+        # count) is masked too (layernorm's backward was NaN at rows of 1000 on the H100)
         guard = bool(self._dim_limits) and any(d in self._dim_limits for d in self.reduce_axes) and \
-            not pads_to_zero(rop)
+            (self.gpu or not pads_to_zero(rop))
         # the loops, outermost first, each with the accumulators it folds into at its end (None: no level there)
         loops = []
         for j, i in enumerate(axes):
