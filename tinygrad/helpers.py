@@ -67,9 +67,9 @@ KNOBS: dict[str, tuple[Any, str]] = {
                 "all-reduce algorithm by it); collectives pick theirs by device, with the same results"),
     "OMP_NUM_THREADS": ("", "OpenMP's own variable: caps the threads a large CLANG kernel splits over (1: none); "
                             "default: the CPUs this process may use, at most 8"),
-    "TG_HOST_POOL": (1, "1: gcc-built threaded CLANG kernels run on tinygrad's own thread pool (runtime/include/"
-                        "host_pool.h: the caller takes parts no worker has started, waits spin briefly then sleep); "
-                        "0: on libgomp"),
+    "TG_HOST_POOL": (0, "1: gcc-built threaded CLANG kernels run on tinygrad's own thread pool (runtime/include/"
+                        "host_pool.h: the caller takes parts no worker has started, waits spin briefly then sleep; "
+                        "for machines whose cores other jobs share); 0: on libgomp"),
     "DEFAULT_FLOAT": ("float", "the dtype of float data given without one (dtypes.default_float), read at import: any "
                                "float dtype's name, as in tinygrad 0.9"),
     "PROFILE": ("", "1: record a Chrome/Perfetto trace of the whole process (host spans, one span per kernel) and "

@@ -1,6 +1,7 @@
 """tinygrad's own pool for gcc-built threaded CLANG kernels (tinygrad/runtime/include/host_pool.h): the kernels bind to
 it, every part of a loop runs once with the part number and count that gcc's static split reads, the caller finishes
-a loop whose worker can't run, loops from several Python threads at once are right, and TG_HOST_POOL=0 keeps libgomp.
+a loop whose worker can't run, loops from several Python threads at once are right, and TG_HOST_POOL=0 (the default)
+keeps libgomp.
 """
 import os
 import subprocess
@@ -70,16 +71,17 @@ def _child(**env) -> str:
 
 
 def test_kernels_bind_to_the_pool_and_run_every_part_once():
-    assert "RUNTIME pool" in _child()
+    assert "RUNTIME pool" in _child(TG_HOST_POOL="1")
 
 
 def test_every_part_runs_when_the_worker_shares_the_callers_one_cpu():
     # the worker can only run when the caller gives the CPU up: the caller must run both parts, not wait for it
-    assert "RUNTIME pool" in _child(PIN_ONE_CPU="1")
+    assert "RUNTIME pool" in _child(TG_HOST_POOL="1", PIN_ONE_CPU="1")
 
 
 def test_host_pool_0_keeps_libgomp():
     assert "RUNTIME libgomp" in _child(TG_HOST_POOL="0")
+    assert "RUNTIME libgomp" in _child()  # the default (see docs/threads.md for why)
 
 
 def test_loops_from_several_threads_at_once():

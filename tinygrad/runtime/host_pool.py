@@ -4,7 +4,7 @@ threaded kernel so the kernels bind to it instead of libgomp (the pool's header 
 a worker that a busy machine has put aside, and its idle workers spin for long).
 
 `load_pool(threads)` returns the loaded library, or None where it can't be used (not Linux, the build fails, or
-TG_HOST_POOL=0): threaded kernels then run on libgomp as before. The built object is kept in the disk cache, keyed
+TG_HOST_POOL=0, the default): threaded kernels then run on libgomp. The built object is kept in the disk cache, keyed
 by the source and the compiler.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _build(cc: str, src: str) -> bytes | None:
 def load_pool(cc: str, threads: int, fingerprint: str) -> ctypes.CDLL | None:
     """The pool loaded for good (RTLD_GLOBAL) with `threads` threads, or None where it can't be used. `fingerprint`
     names the compiler's flags and the host CPU (-march=native builds are per CPU), as kernels' cache keys do."""
-    if not sys.platform.startswith("linux") or not getenv("TG_HOST_POOL", 1):
+    if not sys.platform.startswith("linux") or not getenv("TG_HOST_POOL", 0):
         return None
     src = _SOURCE.read_text()
     key = hashlib.sha256(f"{fingerprint}\0{src}".encode()).hexdigest()
