@@ -24,6 +24,7 @@ import time
 import unittest
 import urllib.request
 
+from test.helpers import default_sigint
 from tinygrad import Device, Tensor
 from tinygrad.engine.runlog import RUN_LOG
 from tinygrad.helpers import Context
@@ -219,7 +220,8 @@ class TestVizAtExit(unittest.TestCase):
         code = ("import atexit, json\n"
                 f"atexit.register(lambda: json.dump({TRACE!r}, open({trace!r}, 'w')))\n"
                 "from tinygrad import Tensor\nprint((Tensor([1.0, 2.0]) + 1).numpy().tolist(), flush=True)\n")
-        p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True,
+                             preexec_fn=default_sigint)
         try:
             self.assertEqual(p.stdout.readline().strip(), "[2.0, 3.0]")
             line = p.stdout.readline()
