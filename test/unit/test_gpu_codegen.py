@@ -702,3 +702,27 @@ def test_warp_rows_take_the_vector_width_that_fills_their_lanes():
     assert _warp_width(1024, 16, 32) == 16   # already full: the widest of equals
     assert _warp_width(300, 4, 32) == 2      # 75 vectors of 4 (78% of three rounds), 150 of 2 (94%)
     assert _warp_width(640, 16, 64) == 4     # 64-lane wavefronts: 40 or 80 vectors fill 63%, 160 fill 83%
+
+
+# --- half and bfloat16 as packed vectors of their bits (LinearizerOptions.half_vectors) ------------------------------
+
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
+def test_packed_halves_match_the_scalar_kernel_bit_for_bit(dt):
+    # 16-byte loads and stores of 16-bit patterns, each lane converted on its own: the same bits as the scalar kernel,
+    # for aligned rows, a view whose rows start off a 16-byte boundary (the runtime check takes the scalar path), a
+    # padded (masked) input, a cast to float32 (4 lanes) and a row length 8 does not divide (no vectors at all)
+    import dataclasses
+    packed = dataclasses.replace(CUDA, half_vectors=True)
+    rng = np.random.default_rng(3)
+    a = _t(rng.standard_normal((16, 264)).astype(np.float32)).cast(dt).realize()
+    b = _t(rng.standard_normal((16, 257)).astype(np.float32)).cast(dt).realize()
+    exprs = [a.gelu(), a + 1, a.silu() * a, a[:, 1:257] * 2, a.pad(((0, 0), (8, 0))) + 3, a.float() * 0.5,
+             b.sigmoid(), a.cast(dtypes.float32).cast(dt) - a]
+    for e in exprs:
+        k, k0 = Kernel(e, lopts=packed), Kernel(e)
+        got, want = _run([k, k0])
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), k.src
+    vec = Kernel(a + 1, lopts=packed)
+    assert "tg_vload<unsigned short, 8>" in vec.src and "tg_vstore<unsigned short, 8>" in vec.src
+    assert "tg_vload" not in Kernel(a + 1).src

@@ -149,7 +149,9 @@ def gpu_opts(lin) -> list[Opt]:
     store = lin.ast[0].arg
     dtype = lin.op_dtypes[id(lin.reduceop)] if lin.reduceop is not None else store.dtype
     inner = outs[-1]
-    width = lin.opts.max_vector_bytes // dtype.itemsize if dtype in VECTOR_DTYPES else 0
+    # (half and bfloat16 move as packed vectors of their bits where the device has half_vectors: codegen/packed_halves)
+    packed = dtype in (dtypes.float16, dtypes.bfloat16) and lin.opts.half_vectors
+    width = lin.opts.max_vector_bytes // dtype.itemsize if dtype in VECTOR_DTYPES or packed else 0
     contiguous = all(isinstance(_stride(r.arg.st, inner), int) and _stride(r.arg.st, inner) == 1 for r in lin.ast)
     vec = width if width >= 2 and contiguous and full[inner] % width == 0 else 0
     if lin.reduceop is None:
