@@ -15,6 +15,14 @@ import numpy as np
 ConstType = Union[float, int, bool]
 
 
+class literal(float):
+    """A float constant the library's own formulas write (a polynomial's coefficients, sqrt(2 / pi)): compiled into
+    the kernel, never read from a shared scalar buffer. A plain Python float in tensor arithmetic is a value code may
+    vary between calls (a learning rate), so it reads a buffer and one compiled kernel serves every value; a
+    formula's constants never vary, and compiled in they cost no load and the compiler can fold them."""
+    __slots__ = ()
+
+
 class DType:
     """A scalar type: `priority` orders promotion, `itemsize` is in bytes, `fmt` is the struct/memoryview code."""
     __slots__ = ("priority", "itemsize", "name", "fmt", "count", "_key", "_scalar")
