@@ -42,9 +42,10 @@ _TWO_OVER_SQRT_PI = literal(2 / math.sqrt(math.pi))
 # on Chebyshev nodes, weighted for tanh's relative error (at most 1.1 units of 2^-24 evaluated in float32)
 _TANH_POLY = tuple(map(literal, (-0.33333316445350647, 0.13332565128803253, -0.05385029688477516,
                                  0.021064136177301407, -0.006264368072152138)))
-_TANH_SPLIT = literal(0.55)
+_TANH_SPLIT_SQ = literal(0.55 * 0.55)
 # gelu's tanh form: tanh(sqrt(2 / pi) (x + 0.044715 x^3)); quick_gelu's sigmoid(1.702 x)
 _GELU_C, _GELU_A, _QUICK_GELU = literal(math.sqrt(2 / math.pi)), literal(0.044715), literal(1.702)
+_GELU_MINUS_2C = literal(-2 * math.sqrt(2 / math.pi))
 
 
 def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
@@ -350,21 +351,21 @@ class ElementwiseMixin:
         [0.0, 0.7616]
         """
         def fxn(x: Tensor) -> Tensor:
-            # |x| < 0.55: an odd polynomial (within about 1 ulp in float32); above: tanh|x| = 1 - 2 / (e^2|x| + 1),
-            # finite for any x (e^2|x| overflows to inf, giving 1). One exp and one division an element: the
-            # expm1 form it replaces (exp, log and two divisions) left gelu fp16 at 40% of copy bandwidth on an H200
-            a = x.abs()
             if x.dtype == dtypes.float64:
                 # m = expm1(-2|x|), tanh|x| = -m / (2 + m): accurate to float64's precision near 0
-                m = (a * -2)._expm1()
+                m = (x.abs() * -2)._expm1()
                 y = -m / (m + 2)
+                value = (x < 0).where(-y, y)
             else:
-                s = a * a
+                # |x| < 0.55 (x^2 < 0.3025): an odd polynomial (within about 1 ulp in float32); beyond, 1 - 2 /
+                # (e^2x + 1), finite for any x (1 where e^2x overflows, -1 where it is 0) and without cancellation
+                # for x < 0 (2 / (e^2x + 1) is in (1.5, 2] there). One exp and one division an element, no |x| and
+                # no sign: the expm1 form (exp, log and two divisions) left gelu fp16 at 40% of copy bandwidth
+                s = x * x
                 q = s * _TANH_POLY[-1] + _TANH_POLY[-2]
                 for c in _TANH_POLY[-3::-1]:
                     q = q * s + c
-                y = (a < _TANH_SPLIT).where(a + a * s * q, 1 - 2 / ((a * 2).exp() + 1))
-            value = (x < 0).where(-y, y)
+                value = (s < _TANH_SPLIT_SQ).where(x + x * s * q, 1 - 2 / ((x * 2).exp() + 1))
             return _with_grad(value, (x, lambda: 1 - value * value))
         return self._opmath(fxn)
 
@@ -495,7 +496,17 @@ class ElementwiseMixin:
 
     def gelu(self) -> Tensor:
         """GELU with the tanh approximation (PyTorch's gelu(approximate="tanh"))."""
-        return self._opmath(lambda x: 0.5 * x * (1 + (_GELU_C * (x + _GELU_A * x * x * x)).tanh()))
+        # 0.5 (1 + tanh(u)) = sigmoid(2u): x / (1 + e^-2u), one exp and one division, and no cancellation where
+        # tanh(u) is near -1 (x < -3); where e^-2u overflows the result is -0.0, as PyTorch's
+        def fxn(x: Tensor) -> Tensor:
+            u = x + _GELU_A * x * x * x
+            value = x / ((u * _GELU_MINUS_2C).exp() + 1)
+
+            def derivative():
+                t = (u * _GELU_C).tanh()
+                return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_C * (1 + 3 * _GELU_A * x * x)
+            return _with_grad(value, (x, derivative))
+        return self._opmath(fxn)
 
     def quick_gelu(self) -> Tensor:
         """The sigmoid approximation of GELU: x * sigmoid(1.702 x).
