@@ -228,7 +228,9 @@ def _tiny_weights(model: Any, weights: dict[str, np.ndarray], dtype, device: str
         t.replace(Tensor(w, device=device).cast(target).contiguous().realize())
 
 
-def run_tinygrad(row: Row, setup: Setup, device: str, opts: argparse.Namespace) -> dict:
+def run_tinygrad(row: Row, setup: Setup, device: str, opts: argparse.Namespace, base: int) -> dict:
+    """The row's step in tinygrad under TinyJit; `base` is the bytes tinygrad held before the row was set up (not
+    the row's, so not counted in its peak)."""
     dtype = dtypes.float16 if row.dtype == "float16" else dtypes.float32
     model = setup.model
     _tiny_weights(model, setup.weights, dtype, device)
@@ -261,7 +263,7 @@ def run_tinygrad(row: Row, setup: Setup, device: str, opts: argparse.Namespace) 
             sec = time_steps(lambda: jit(*inputs), dev.synchronize, opts.iters, opts.rounds, opts.round_s)
         finally:
             Tensor.training = prev
-        peak = mem.peak
+        peak = mem.peak - base
     return {"ms": sec * 1e3, "peak_bytes": peak, "check": check}
 
 
@@ -278,11 +280,17 @@ def run_torch(row: Row, setup: Setup, device: str, opts: argparse.Namespace, com
     tdev = torch_device(device)
     cuda = tdev == "cuda"
     tdtype = torch.float16 if row.dtype == "float16" else torch.float32
+    base = torch.cuda.memory_allocated() if cuda else 0
     twin = load_weights(setup.twin(), setup.weights).to(device=tdev, dtype=tdtype)
     twin.train(row.train)
     inputs = [torch.from_numpy(a).to(tdev, tdtype) if a.dtype == np.float32 else torch.from_numpy(a).to(tdev).long()
               for a in setup.inputs]
-    module = torch.compile(twin) if compiled else twin
+
+    def forward(*xs):
+        return row.torch_fn(twin, *xs)
+
+    # compiled: the model's forward and the loss, as one function (the backward follows through AOTAutograd)
+    fn = torch.compile(forward) if compiled else forward
 
     def sync() -> None:
         if cuda:
@@ -299,20 +307,20 @@ def run_torch(row: Row, setup: Setup, device: str, opts: argparse.Namespace, com
 
         def step():
             opt.zero_grad(set_to_none=True)
-            loss = row.torch_fn(module, *inputs)
+            loss = fn(*inputs)
             loss.backward()
             opt.step()
             return loss
     else:
         def step():
             with torch.inference_mode():
-                return row.torch_fn(module, *inputs)
+                return fn(*inputs)
 
     check = [step().detach().float().cpu().numpy() for _ in range(CHECK_STEPS if row.train else 1)]
     for _ in range(WARMUP):
         step()
     sec = time_steps(step, sync, opts.iters, opts.rounds, opts.round_s)
-    peak = torch.cuda.max_memory_allocated() if cuda else None
+    peak = torch.cuda.max_memory_allocated() - base if cuda else None
     return {"ms": sec * 1e3, "peak_bytes": peak, "check": check}
 
 
@@ -338,6 +346,7 @@ class Result:
     sides: dict[str, dict] = field(default_factory=dict)  # "tinygrad" / "eager" / "compile" -> ms, peak or error
     max_diff: float | None = None     # tinygrad against PyTorch eager, the largest absolute difference
     max_ref: float | None = None      # the largest absolute value of PyTorch eager's output or losses
+    max_diff_compile: float | None = None  # torch.compile against PyTorch eager
     losses: dict[str, list[float]] = field(default_factory=dict)
 
     def throughput(self, side: str) -> float | None:
@@ -366,6 +375,7 @@ def _error(e: BaseException) -> str:
 def run_row(row: Row, sizes: Sizes, device: str, opts: argparse.Namespace, have_torch: bool,
             deadline: float) -> Result:
     res = Result(row.key, row.title, _shape_note(row, sizes), row.dtype, row.unit, row.items(sizes))
+    base = GlobalCounters.mem_used
     setup = row.setup(sizes, np.random.default_rng(0))
     checks: dict[str, list[np.ndarray]] = {}
     sides = [("tinygrad", None)]
@@ -377,7 +387,7 @@ def run_row(row: Row, sizes: Sizes, device: str, opts: argparse.Namespace, have_
             continue
         try:
             if compiled is None:
-                out = run_tinygrad(row, setup, device, opts)
+                out = run_tinygrad(row, setup, device, opts, base)
             else:
                 out = run_torch(row, setup, device, opts, compiled)
             checks[side] = out.pop("check")
@@ -385,28 +395,34 @@ def run_row(row: Row, sizes: Sizes, device: str, opts: argparse.Namespace, have_
         except Exception as e:  # noqa: BLE001 - a side that fails is a row's finding, not the run's end
             res.sides[side] = {"error": _error(e)}
         gc.collect()
-        _free_device_caches(device, have_torch)
+        _free_device_caches(device, have_torch, compiled)
     if not opts.no_compile and have_torch and "compile" not in res.sides:
         res.sides["compile"] = {"error": "n/a"}
     for side, vals in checks.items():
         if row.train:
             res.losses[side] = [float(v) for v in vals]
-    if "tinygrad" in checks and "eager" in checks:
-        a = np.stack([v.reshape(-1) for v in checks["tinygrad"]])
-        b = np.stack([v.reshape(-1) for v in checks["eager"]])
-        res.max_diff = float(np.max(np.abs(a - b)))
-        res.max_ref = float(np.max(np.abs(b)))
+    if "eager" in checks:
+        ref = np.stack([v.reshape(-1) for v in checks["eager"]])
+        res.max_ref = float(np.max(np.abs(ref)))
+        for side, attr in (("tinygrad", "max_diff"), ("compile", "max_diff_compile")):
+            if side in checks:
+                got = np.stack([v.reshape(-1) for v in checks[side]])
+                setattr(res, attr, float(np.max(np.abs(got - ref))))
     return res
 
 
-def _free_device_caches(device: str, have_torch: bool) -> None:
-    """Memory one side cached for reuse back to the device before the next side runs."""
+def _free_device_caches(device: str, have_torch: bool, compiled: bool | None) -> None:
+    """Memory one side cached for reuse back to the device before the next side runs (and torch.compile's
+    graphs, which hold their own buffers, dropped)."""
     allocator = Device[device].allocator
     if hasattr(allocator, "free_cache"):
         allocator.free_cache()
-    if have_torch and torch_device(device) == "cuda":
+    if have_torch:
         import torch
-        torch.cuda.empty_cache()
+        if compiled:
+            torch._dynamo.reset()
+        if torch_device(device) == "cuda":
+            torch.cuda.empty_cache()
 
 
 # ---- output ----
@@ -445,6 +461,10 @@ def print_table(results: list[Result]) -> None:
                 print(f"    {side}: {v['error']}")
         for side, losses in r.losses.items():
             print(f"    {side} losses: {', '.join(f'{x:.6f}' for x in losses)}")
+        if r.max_diff_compile is not None:
+            print(f"    torch.compile against eager: max diff {r.max_diff_compile:.2e}")
+    print("x eager, x compile: PyTorch's time over tinygrad's (above 1, tinygrad is faster); peak: the most bytes "
+          "a side's step held at once, weights and inputs included")
 
 
 def _header(device: str) -> dict:
