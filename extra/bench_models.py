@@ -110,36 +110,41 @@ def _snapshot(model: Any) -> dict[str, np.ndarray]:
             for k, t in get_state_dict(model).items()}
 
 
+def _twin(name: str, cfg: Any) -> Callable[[], Any]:
+    """A builder of the PyTorch twin `name` of extra/models/torch_twins.py (imported only when built: tinygrad's
+    side runs without torch)."""
+    def build():
+        from extra.models import torch_twins
+        return getattr(torch_twins, name)(cfg)
+    return build
+
+
 def _resnet(s: Sizes, rng: np.random.Generator, batch: int) -> Setup:
-    from extra.models.torch_twins import ResNetTwin
     model = ResNet(s.resnet)
     x = rng.standard_normal((batch, 3, s.image, s.image), dtype=np.float32)
     y = rng.integers(0, s.resnet.num_classes, batch).astype(np.int32)
-    return Setup(model, _snapshot(model), (x, y), lambda: ResNetTwin(s.resnet))
+    return Setup(model, _snapshot(model), (x, y), _twin("ResNetTwin", s.resnet))
 
 
 def _bert(s: Sizes, rng: np.random.Generator) -> Setup:
-    from extra.models.torch_twins import BertTwin
     model = Bert(s.bert)
     ids = rng.integers(0, s.bert.vocab_size, (s.bert_batch, s.bert_seq)).astype(np.int32)
-    return Setup(model, _snapshot(model), (ids,), lambda: BertTwin(s.bert))
+    return Setup(model, _snapshot(model), (ids,), _twin("BertTwin", s.bert))
 
 
 def _gpt2(s: Sizes, rng: np.random.Generator) -> Setup:
-    from extra.models.torch_twins import GPT2Twin
     model = GPT2(s.gpt2)
     shape = (s.gpt2_batch, s.gpt2_seq)
     x = rng.integers(0, s.gpt2.vocab_size, shape).astype(np.int32)
     y = rng.integers(0, s.gpt2.vocab_size, shape).astype(np.int32)
-    return Setup(model, _snapshot(model), (x, y), lambda: GPT2Twin(s.gpt2))
+    return Setup(model, _snapshot(model), (x, y), _twin("GPT2Twin", s.gpt2))
 
 
 def _llama(s: Sizes, rng: np.random.Generator) -> Setup:
-    from extra.models.torch_twins import DecoderLayerTwin
     model = DecoderLayer(s.llama)
     # the residual stream of a trained model is O(1) per element; scaled so that fp16 is comfortable
     x = rng.standard_normal((1, s.llama_seq, s.llama.dim), dtype=np.float32)
-    return Setup(model, _snapshot(model), (x,), lambda: DecoderLayerTwin(s.llama))
+    return Setup(model, _snapshot(model), (x,), _twin("DecoderLayerTwin", s.llama))
 
 
 def _torch_ce(logits, labels):
