@@ -353,6 +353,8 @@ class Result:
     max_ref: float | None = None      # the largest absolute value of PyTorch eager's output or losses
     max_diff_compile: float | None = None  # torch.compile against PyTorch eager
     losses: dict[str, list[float]] = field(default_factory=dict)
+    # what each side computed at its first steps (outputs or losses), compared with eager's; not in the JSON
+    checks: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
 
     def throughput(self, side: str) -> float | None:
         ms = self.sides.get(side, {}).get("ms")
@@ -364,7 +366,7 @@ class Result:
         return b / a if a and b else None
 
     def to_json(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "sides"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("sides", "checks")}
         out["sides"] = self.sides
         for side in ("tinygrad", "eager", "compile"):
             out[f"{side}_throughput"] = self.throughput(side)
@@ -377,54 +379,48 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:200]}"
 
 
-def run_row(row: Row, sizes: Sizes, device: str, opts: argparse.Namespace, have_torch: bool,
-            deadline: float) -> Result:
-    res = Result(row.key, row.title, _shape_note(row, sizes), row.dtype, row.unit, row.items(sizes))
+def run_sides(row: Row, res: Result, sides: list[str], sizes: Sizes, device: str, opts: argparse.Namespace,
+              deadline: float) -> None:
+    """Run `sides` ("tinygrad", "eager", "compile") of `row` into `res`, from the same initial weights each time
+    (tinygrad's initialisation under seed 0), and compare what each computed with PyTorch eager's."""
     base = GlobalCounters.mem_used
+    Tensor.manual_seed(0)
     setup = row.setup(sizes, np.random.default_rng(0))
-    checks: dict[str, list[np.ndarray]] = {}
-    sides = [("tinygrad", None)]
-    if have_torch:
-        sides += [("eager", False)] + ([("compile", True)] if not opts.no_compile else [])
-    for side, compiled in sides:
+    for side in sides:
         if time.perf_counter() > deadline:
             res.sides[side] = {"error": "skipped: past --deadline"}
             continue
         try:
-            if compiled is None:
+            if side == "tinygrad":
                 out = run_tinygrad(row, setup, device, opts, base)
             else:
-                out = run_torch(row, setup, device, opts, compiled)
-            checks[side] = out.pop("check")
+                out = run_torch(row, setup, device, opts, side == "compile")
+            res.checks[side] = out.pop("check")
             res.sides[side] = out
         except Exception as e:  # noqa: BLE001 - a side that fails is a row's finding, not the run's end
             res.sides[side] = {"error": _error(e)}
         gc.collect()
-        _free_device_caches(device, have_torch, compiled)
-    if not opts.no_compile and have_torch and "compile" not in res.sides:
-        res.sides["compile"] = {"error": "n/a"}
-    for side, vals in checks.items():
-        if row.train:
-            res.losses[side] = [float(v) for v in vals]
-    if "eager" in checks:
-        ref = np.stack([v.reshape(-1) for v in checks["eager"]])
+        _free_device_caches(device, side)
+    if row.train:
+        res.losses = {side: [float(v) for v in vals] for side, vals in res.checks.items()}
+    if "eager" in res.checks:
+        ref = np.stack([v.reshape(-1) for v in res.checks["eager"]])
         res.max_ref = float(np.max(np.abs(ref)))
         for side, attr in (("tinygrad", "max_diff"), ("compile", "max_diff_compile")):
-            if side in checks:
-                got = np.stack([v.reshape(-1) for v in checks[side]])
+            if side in res.checks:
+                got = np.stack([v.reshape(-1) for v in res.checks[side]])
                 setattr(res, attr, float(np.max(np.abs(got - ref))))
-    return res
 
 
-def _free_device_caches(device: str, have_torch: bool, compiled: bool | None) -> None:
-    """Memory one side cached for reuse back to the device before the next side runs (and torch.compile's
-    graphs, which hold their own buffers, dropped)."""
+def _free_device_caches(device: str, side: str) -> None:
+    """Memory a side cached for reuse back to the device before the next side runs (and torch.compile's graphs,
+    which hold their own buffers, dropped)."""
     allocator = Device[device].allocator
     if hasattr(allocator, "free_cache"):
         allocator.free_cache()
-    if have_torch:
+    if side != "tinygrad":
         import torch
-        if compiled:
+        if side == "compile":
             torch._dynamo.reset()
         if torch_device(device) == "cuda":
             torch.cuda.empty_cache()
@@ -517,17 +513,22 @@ def main(argv: list[str] | None = None) -> list[Result]:
     print(f"device {device}" + (f" ({header['gpu']})" if header.get("gpu") else "") +
           f", torch {header.get('torch')}, ALLOW_TF32={int(header['ALLOW_TF32'])}, {'small' if opts.small else 'full'}"
           " sizes", flush=True)
-    results: list[Result] = []
-    for row in ROWS:
-        if row.model not in wanted:
-            continue
-        results.append(run_row(row, sizes, device, opts, have_torch, start + opts.deadline))
-        r = results[-1]
-        print(f"{r.key}: " + ", ".join(f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} {v['error']}"
-                                       for k, v in r.sides.items()), flush=True)
-        if opts.json:
-            with open(opts.json, "w") as f:
-                json.dump({**header, "small": opts.small, "rows": [x.to_json() for x in results]}, f, indent=1)
+    rows = [row for row in ROWS if row.model in wanted]
+    results = [Result(row.key, row.title, _shape_note(row, sizes), row.dtype, row.unit, row.items(sizes))
+               for row in rows]
+    # every row's tinygrad and eager sides first, then torch.compile's (minutes of compiling), so a --deadline cuts
+    # the optional part
+    passes = [["tinygrad"] + (["eager"] if have_torch else [])]
+    if have_torch and not opts.no_compile:
+        passes.append(["compile"])
+    for sides in passes:
+        for row, res in zip(rows, results):
+            run_sides(row, res, sides, sizes, device, opts, start + opts.deadline)
+            print(f"{res.key}: " + ", ".join(f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} {v['error']}"
+                                             for k, v in res.sides.items() if k in sides), flush=True)
+            if opts.json:
+                with open(opts.json, "w") as f:
+                    json.dump({**header, "small": opts.small, "rows": [x.to_json() for x in results]}, f, indent=1)
     print_table(results)
     return results
 
