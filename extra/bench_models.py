@@ -27,6 +27,7 @@ import argparse
 import gc
 import json
 import math
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -437,7 +438,7 @@ def _rate(v: float | None) -> str:
 
 
 def _gb(v: int | None) -> str:
-    return "-" if v is None else f"{v / 1e9:.2f}" if v >= 1e7 else f"{v / 1e6:.2f}M"
+    return "-" if v is None else f"{v / 1e9:.2f}" if v >= 1e7 else f"{v / 1e6:.2f}MB"
 
 
 def print_table(results: list[Result]) -> None:
@@ -466,6 +467,16 @@ def print_table(results: list[Result]) -> None:
             print(f"    torch.compile against eager: max diff {r.max_diff_compile:.2e}")
     print("x eager, x compile: PyTorch's time over tinygrad's (above 1, tinygrad is faster); peak: the most bytes "
           "a side's step held at once, weights and inputs included")
+
+
+def _write_json(path: str | None, header: dict, small: bool, results: list[Result]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump({**header, "small": small, "rows": [r.to_json() for r in results]}, f, indent=1)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _header(device: str) -> dict:
@@ -521,14 +532,20 @@ def main(argv: list[str] | None = None) -> list[Result]:
     passes = [["tinygrad"] + (["eager"] if have_torch else [])]
     if have_torch and not opts.no_compile:
         passes.append(["compile"])
-    for sides in passes:
-        for row, res in zip(rows, results):
-            run_sides(row, res, sides, sizes, device, opts, start + opts.deadline)
-            print(f"{res.key}: " + ", ".join(f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} {v['error']}"
-                                             for k, v in res.sides.items() if k in sides), flush=True)
-            if opts.json:
-                with open(opts.json, "w") as f:
-                    json.dump({**header, "small": opts.small, "rows": [x.to_json() for x in results]}, f, indent=1)
+    # a run stopped from outside (`timeout` sends SIGTERM) still prints the table of what it measured
+    prev_term = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for sides in passes:
+            for row, res in zip(rows, results):
+                run_sides(row, res, sides, sizes, device, opts, start + opts.deadline)
+                print(f"{res.key}: " + ", ".join(f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} {v['error']}"
+                                                 for k, v in res.sides.items() if k in sides), flush=True)
+                _write_json(opts.json, header, opts.small, results)
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.perf_counter() - start:.0f} s: the table has the sides that finished")
+        _write_json(opts.json, header, opts.small, results)
+    finally:
+        signal.signal(signal.SIGTERM, prev_term)
     print_table(results)
     return results
 
