@@ -72,7 +72,7 @@ class Sizes:
 
 
 FULL = Sizes(ResNetConfig(), 224, 64, 256, BertConfig(), 32, 128, GPT2Config(), 8, 1024, LayerConfig(), 4096)
-SMALL = Sizes(ResNetConfig(layers=(1, 1, 1, 1), width=4, num_classes=10), 32, 2, 4,
+SMALL = Sizes(ResNetConfig(layers=(1,), width=4, num_classes=10), 32, 2, 4,
               BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=64, max_position_embeddings=32), 2, 16,
               GPT2Config(vocab_size=100, n_positions=16, n_embd=32, n_layer=2, n_head=4), 2, 16,
