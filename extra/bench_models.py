@@ -5,12 +5,14 @@ Rows: ResNet-50 inference (fp16, batch 64, 224x224) and training step (fp32, bat
 inference (fp16, batch 32, seq 128), a GPT-2 124M training step (fp32, batch 8, seq 1024, AdamW) and the prefill of
 one Llama-style decoder layer (fp16, 4096 tokens; d 4096, 32 heads, 8 kv heads, mlp 14336).
 
-Each row runs tinygrad under TinyJit, then PyTorch eager, then `torch.compile` (the model compiled, the optimizer
-eager; "n/a" and the reason where it fails), each from the same initial weights (tinygrad's initialisation, copied
-into the PyTorch twins of extra/models/torch_twins.py) and on the same inputs. A side is warmed up (the JIT captures
-on its second call, torch.compile compiles on its first), then timed over back-to-back steps with the device waited
-for at the end of each round; the best round counts. Float32 matmuls and convolutions take TF32 in both frameworks
-exactly when ALLOW_TF32=1; PyTorch runs with cudnn.benchmark on, as people train ResNets.
+Each row runs tinygrad under TinyJit and PyTorch eager; once every row has, `torch.compile` runs each (the model
+and loss compiled, the optimizer eager; the reason where it fails), so that `--deadline` cuts only that part. Every
+side starts from the same initial weights (tinygrad's initialisation under seed 0, copied into the PyTorch twins of
+extra/models/torch_twins.py) and takes the same inputs. A side is warmed up (the JIT captures on its second call,
+torch.compile compiles on its first), then timed over back-to-back steps with the device waited for at the end of
+each round; the best round counts. A run stopped by SIGTERM (`timeout`) still prints what it measured. Float32
+matmuls and convolutions take TF32 in both frameworks exactly when ALLOW_TF32=1; PyTorch runs with cudnn.benchmark
+on, as people train ResNets.
 
 Peak memory: PyTorch's torch.cuda.max_memory_allocated, and for tinygrad the most bytes its buffers held at once
 (GlobalCounters.mem_used, sampled at each allocation; the allocator's cache of freed memory not counted, as
@@ -48,6 +50,7 @@ from tinygrad.nn.state import get_parameters, get_state_dict
 MODELS = ("resnet50", "bert", "gpt2", "llama_layer")
 # losses compared at the first steps of a training row (each later one also checks the optimizer's update)
 CHECK_STEPS = 2
+# calls before timing, the checked ones included: TinyJit runs the first, captures the second, replays from the third
 WARMUP = 3
 SGD_LR, ADAMW_LR = 0.01, 1e-4
 
@@ -107,8 +110,7 @@ class Row:
 
 def _snapshot(model: Any) -> dict[str, np.ndarray]:
     """The model's initial weights as float32 numpy (the random initialisation realized once)."""
-    return {k: t.numpy().astype(np.float32) if t.dtype != dtypes.float32 else t.numpy()
-            for k, t in get_state_dict(model).items()}
+    return {k: t.numpy().astype(np.float32, copy=False) for k, t in get_state_dict(model).items()}
 
 
 def _twin(name: str, cfg: Any) -> Callable[[], Any]:
@@ -143,7 +145,7 @@ def _gpt2(s: Sizes, rng: np.random.Generator) -> Setup:
 
 def _llama(s: Sizes, rng: np.random.Generator) -> Setup:
     model = DecoderLayer(s.llama)
-    # the residual stream of a trained model is O(1) per element; scaled so that fp16 is comfortable
+    # hidden states of unit variance, as a layer's input after the embedding's scale
     x = rng.standard_normal((1, s.llama_seq, s.llama.dim), dtype=np.float32)
     return Setup(model, _snapshot(model), (x,), _twin("DecoderLayerTwin", s.llama))
 
@@ -264,7 +266,7 @@ def run_tinygrad(row: Row, setup: Setup, device: str, opts: argparse.Namespace, 
         try:
             # the checked values come from the first calls: the function run plainly, then captured
             check = [jit(*inputs).numpy().astype(np.float32) for _ in range(CHECK_STEPS if row.train else 1)]
-            for _ in range(WARMUP):
+            for _ in range(WARMUP - len(check)):
                 jit(*inputs)
             sec = time_steps(lambda: jit(*inputs), dev.synchronize, opts.iters, opts.rounds, opts.round_s)
         finally:
@@ -323,7 +325,7 @@ def run_torch(row: Row, setup: Setup, device: str, opts: argparse.Namespace, com
                 return fn(*inputs)
 
     check = [step().detach().float().cpu().numpy() for _ in range(CHECK_STEPS if row.train else 1)]
-    for _ in range(WARMUP):
+    for _ in range(WARMUP - len(check)):
         step()
     sec = time_steps(step, sync, opts.iters, opts.rounds, opts.round_s)
     peak = torch.cuda.max_memory_allocated() - base if cuda else None
