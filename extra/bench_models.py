@@ -16,7 +16,7 @@ on, as people train ResNets.
 
 Peak memory: PyTorch's torch.cuda.max_memory_allocated, and for tinygrad the most bytes its buffers held at once
 (GlobalCounters.mem_used, sampled at each allocation; the allocator's cache of freed memory not counted, as
-PyTorch's is not), both from after the weights and inputs are on the device, through the warm-up and timed steps.
+PyTorch's is not), both counting the row's weights and inputs, through the warm-up and the timed steps.
 Check: the largest difference of the outputs (inference) or of the first steps' losses (training) from PyTorch
 eager's, beside the largest value compared.
 

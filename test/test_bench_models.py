@@ -119,3 +119,23 @@ def test_torch_compile_side():
     assert res.max_diff_compile is not None and res.max_diff_compile <= TOLERANCE[res.dtype] * max(1.0, res.max_ref)
     assert data["rows"][0]["ratio_compile"] > 0
 
+
+
+@pytest.mark.parametrize("group", bm.MODELS)
+def test_full_size_twins_take_the_weights(group):
+    # at the full sizes the GPU run uses, every tinygrad weight has a twin parameter of the same name and shape
+    # (the twin built on the meta device: no memory, no initialisation; tinygrad's weights stay lazy)
+    if torch is None:
+        pytest.skip("torch is not installed")
+    from extra.models import torch_twins
+    s = bm.FULL
+    model, cfg, twin = {"resnet50": (ResNet, s.resnet, "ResNetTwin"), "bert": (bm.Bert, s.bert, "BertTwin"),
+                        "gpt2": (bm.GPT2, s.gpt2, "GPT2Twin"),
+                        "llama_layer": (bm.DecoderLayer, s.llama, "DecoderLayerTwin")}[group]
+    with torch.device("meta"):
+        theirs = {k: tuple(v.shape) for k, v in getattr(torch_twins, twin)(cfg).state_dict().items()}
+    ours = {k: tuple(t.shape) for k, t in get_state_dict(model(cfg)).items()}
+    assert ours.keys() == theirs.keys()
+    # BatchNorm's step count is (1,) here and 0-d in PyTorch; load_weights reshapes it
+    assert {k: v for k, v in ours.items() if not k.endswith("num_batches_tracked")} == \
+        {k: v for k, v in theirs.items() if not k.endswith("num_batches_tracked")}
