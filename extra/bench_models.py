@@ -503,6 +503,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--round-s", type=float, default=2.0, help="a round's steps are cut to last about this long")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-torch", action="store_true", help="tinygrad alone")
+    ap.add_argument("--sides", default="tinygrad,eager,compile",
+                    help="which to run, of tinygrad, eager, compile (a run split in two: 'tinygrad,eager', then "
+                         "'eager,compile'; a side is compared with eager where eager runs)")
     ap.add_argument("--deadline", type=float, default=math.inf,
                     help="seconds from the start after which sides not yet started are skipped")
     ap.add_argument("--json", default=None, help="write the results here too (rewritten after every row)")
@@ -531,9 +534,15 @@ def main(argv: list[str] | None = None) -> list[Result]:
                for row in rows]
     # every row's tinygrad and eager sides first, then torch.compile's (minutes of compiling), so a --deadline cuts
     # the optional part
-    passes = [["tinygrad"] + (["eager"] if have_torch else [])]
-    if have_torch and not opts.no_compile:
-        passes.append(["compile"])
+    wanted_sides = {x.strip() for x in opts.sides.split(",") if x.strip()}
+    if wanted_sides - {"tinygrad", "eager", "compile"}:
+        ap.error(f"unknown sides {sorted(wanted_sides - {'tinygrad', 'eager', 'compile'})}")
+    if not have_torch:
+        wanted_sides -= {"eager", "compile"}
+    if opts.no_compile:
+        wanted_sides.discard("compile")
+    passes = [[x for x in ("tinygrad", "eager") if x in wanted_sides]] + \
+        ([["compile"]] if "compile" in wanted_sides else [])
     # a run stopped from outside (`timeout` sends SIGTERM) still prints the table of what it measured
     prev_term = signal.signal(signal.SIGTERM, _interrupt)
     try:
