@@ -515,8 +515,19 @@ def main(argv: list[str] | None = None) -> list[Result]:
     unknown = sorted(set(wanted) - set(MODELS))
     if unknown:
         ap.error(f"unknown models {unknown}; have {', '.join(MODELS)}")
+    bad_sides = {x.strip() for x in opts.sides.split(",") if x.strip()} - {"tinygrad", "eager", "compile"}
+    if bad_sides:
+        ap.error(f"unknown sides {sorted(bad_sides)}; have tinygrad, eager, compile")
     device = Device.canonicalize(opts.device) if opts.device else Device.DEFAULT
-    Device.DEFAULT = device
+    prev_default, Device.DEFAULT = Device.DEFAULT, device
+    try:
+        return _run_rows(opts, wanted, device, start)
+    finally:
+        Device.DEFAULT = prev_default
+
+
+def _run_rows(opts: argparse.Namespace, wanted: list[str], device: str, start: float) -> list[Result]:
+    """Every side of every wanted row, the table printed at the end (and the JSON written after each row)."""
     have_torch = not opts.no_torch
     if have_torch:
         try:
@@ -535,8 +546,6 @@ def main(argv: list[str] | None = None) -> list[Result]:
     # every row's tinygrad and eager sides first, then torch.compile's (minutes of compiling), so a --deadline cuts
     # the optional part
     wanted_sides = {x.strip() for x in opts.sides.split(",") if x.strip()}
-    if wanted_sides - {"tinygrad", "eager", "compile"}:
-        ap.error(f"unknown sides {sorted(wanted_sides - {'tinygrad', 'eager', 'compile'})}")
     if not have_torch:
         wanted_sides -= {"eager", "compile"}
     if opts.no_compile:

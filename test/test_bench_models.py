@@ -28,10 +28,9 @@ KEYS = [row.key for row in bm.ROWS]
 TOLERANCE = {"float16": 2e-2, "float32": 1e-4}
 
 
-def _run(argv: list[str]) -> tuple[list, str, dict]:
-    """main(argv) with its stdout captured, PyTorch on one thread (its thread pool crawls on a shared 2-core
-    machine); returns the results, the printed text and the JSON written."""
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench_models_{os.getpid()}.json")
+def _run(argv: list[str], path: str) -> tuple[list, str, dict]:
+    """main(argv) with its stdout captured and its JSON written to `path`, PyTorch on one thread (its thread pool
+    crawls on a shared 2-core machine); returns the results, the printed text and the JSON."""
     threads = torch.get_num_threads() if torch is not None else None
     out = io.StringIO()
     try:
@@ -44,15 +43,13 @@ def _run(argv: list[str]) -> tuple[list, str, dict]:
     finally:
         if threads is not None:
             torch.set_num_threads(threads)
-        if os.path.exists(path):
-            os.remove(path)
     return results, out.getvalue(), data
 
 
 @pytest.fixture(scope="module")
-def small_run():
+def small_run(tmp_path_factory):
     argv = ["--device", "CLANG", "--small", "--no-compile", "--iters", "1", "--rounds", "1", "--round-s", "0"]
-    return _run(argv + (["--no-torch"] if torch is None else []))
+    return _run(argv + (["--no-torch"] if torch is None else []), str(tmp_path_factory.mktemp("bench") / "r.json"))
 
 
 def test_table_and_json_have_every_row(small_run):
@@ -109,11 +106,11 @@ def test_peak_memory_sees_a_freed_buffer():
 
 @pytest.mark.skipif(os.environ.get("BENCH_MODELS_COMPILE") != "1", reason="BENCH_MODELS_COMPILE=1: torch.compile "
                     "builds C++ on the CPU (minutes)")
-def test_torch_compile_side():
+def test_torch_compile_side(tmp_path):
     if torch is None:
         pytest.skip("torch is not installed")
     results, _, data = _run(["--device", "CLANG", "--small", "--models", "llama_layer", "--iters", "1",
-                             "--rounds", "1", "--round-s", "0"])
+                             "--rounds", "1", "--round-s", "0"], str(tmp_path / "r.json"))
     res = results[0]
     assert "ms" in res.sides["compile"], res.sides["compile"]
     assert res.max_diff_compile is not None and res.max_diff_compile <= TOLERANCE[res.dtype] * max(1.0, res.max_ref)
