@@ -1,0 +1,340 @@
+"""Attention as one kernel: softmax(f(q @ k^T)) @ v with an online softmax, lowered to uops.
+
+engine/fuse_attention.py finds the three kernels attention is scheduled as (the scores, a row kernel's softmax over
+them, the product with v) and merges their ASTs into one: STORE(out, CUSTOM(scores, softmax, product)) whose arg is
+ATTENTION. Each of the three keeps the frame (full shape) of its own kernel, so every view of q, k, v and a mask is
+the scheduler's own; the two buffers between them become placeholders: the softmax's loads of the scores read
+buffer SCORES, the product's loads of the softmax read buffer WEIGHTS. With `bs` the batch dims (batch, heads):
+
+- scores: bs + (Sq, Sk, D), a SUM over D (its elementwise tail, a scale or a cast, after it);
+- softmax: bs + (Sq, Sk), exp2((x - max(x)) * log2(e)) / sum(...) over Sk, x any elementwise function of the scores
+  and other buffers (a scale, a causal or padding mask by `where`, an added mask);
+- product: bs + (Sq, Dv, Sk), a SUM over Sk of weights * g(v) (casts on either side), its tail after it.
+
+The kernel visits each query row (b, i) once: one pass over the keys j, each score a loop over D, a running max m
+and sum l (in float32), rescaled by exp(m_old - m_new) when the max grows, and Dv float32 accumulators of p * v;
+the row is acc / l at the end. The same uops serve every renderer: on the CPU the rows are loops (the outermost
+split across threads), on a GPU a thread a row (SPECIAL idx0).
+"""
+from __future__ import annotations
+
+import math
+
+from tinygrad.codegen.ast_facts import LEAVES, out_dtype
+from tinygrad.codegen.emitter import Emitter, is_false, is_true
+from tinygrad.codegen.uops import UOps
+from tinygrad.dtype import PtrDType, dtypes
+from tinygrad.helpers import to_function_name, toposort
+from tinygrad.ops import BinaryOps, BufferOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from tinygrad.shape.shapetracker import ShapeTracker
+from tinygrad.shape.symbolic import Node, NumNode, Variable
+
+ATTENTION = "attention"
+SCORES, WEIGHTS = -1, -2  # the placeholder buffer numbers of the two intermediates
+MAX_DV = 256  # value head dims up to this keep one float32 accumulator each in registers
+_LOG2E = 1.0 / math.log(2.0)
+
+
+def is_attention(ast) -> bool:
+    """Whether a kernel AST (a tuple of STOREs) is engine/fuse_attention.py's merged attention kernel."""
+    return len(ast) == 1 and ast[0].op is BufferOps.STORE and ast[0].src[0].op is LoadOps.CUSTOM and \
+        ast[0].src[0].arg == ATTENTION
+
+
+def _leaf_shape(root):
+    for op in root.toposort():
+        if op.op in LEAVES:
+            return tuple(op.arg.st.shape)
+    return None
+
+
+def _only_reduce(root):
+    """The one reduce of `root`, or None where it has none or several."""
+    found = [op for op in root.toposort() if isinstance(op.op, ReduceOps)]
+    return found[0] if len(found) == 1 else None
+
+
+def _strip_casts(op):
+    while op.op is UnaryOps.CAST:
+        op = op.src[0]
+    return op
+
+
+def _loads_of(root, idx):
+    return [op for op in root.toposort() if op.op is BufferOps.LOAD and op.arg.idx == idx]
+
+
+class Plan:
+    """The parts of a merged attention AST the lowering needs; `parse` makes one or returns None."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def parse(ast):
+    """A Plan of the merged attention AST `ast`, or None where it is not of the form the module docstring gives."""
+    if not is_attention(ast):
+        return None
+    store = ast[0]
+    s_root, p_root, o_root = store.src[0].src
+    rs, ro = _only_reduce(s_root), _only_reduce(o_root)
+    if rs is None or ro is None or rs.op is not ReduceOps.SUM or ro.op is not ReduceOps.SUM:
+        return None
+    fs, fo = _leaf_shape(rs), _leaf_shape(ro)
+    if fs is None or fo is None or len(fs) < 3 or len(fs) != len(fo):
+        return None
+    nb = len(fs) - 3
+    bs, sq, sk, d = fs[:nb], fs[nb], fs[nb + 1], fs[nb + 2]
+    dv = fo[nb + 1]
+    fp = bs + (sq, sk)
+    if not all(isinstance(s, int) for s in fs + fo) or tuple(rs.arg) != (nb + 2,) or tuple(ro.arg) != (nb + 2,):
+        return None
+    if fo[:nb] != bs or fo[nb] != sq or fo[nb + 2] != sk or dv > MAX_DV:
+        return None
+    if tuple(store.arg.st.shape) != bs + (sq, dv, 1):
+        return None
+    # every leaf of a part is in its part's frame (its tail's: the reduced dim is 1)
+    for root, frame, red in ((s_root, fs, rs), (p_root, fp, None), (o_root, fo, ro)):
+        inside = set(map(id, red.toposort())) if red is not None else set()
+        for op in root.toposort():
+            if op.op in LEAVES:
+                want = frame if red is None or id(op) in inside else frame[:-1] + (1,)
+                if tuple(op.arg.st.shape) != want:
+                    return None
+    # the softmax: exp2((x - max(x)) * log2e) / sum(exp2(...)), then casts
+    div = _strip_casts(p_root)
+    if div.op is not BinaryOps.DIV or div.src[1].op is not ReduceOps.SUM or div.src[1].src[0] != div.src[0]:
+        return None
+    e = div.src[0]
+    if e.op is not UnaryOps.EXP2 or e.src[0].op is not BinaryOps.MUL:
+        return None
+    sub, scale = e.src[0].src
+    if scale.op is not BufferOps.CONST or not isinstance(scale.arg.val, float) or abs(scale.arg.val - _LOG2E) > 1e-6:
+        return None
+    if sub.op is not BinaryOps.SUB or sub.src[1].op is not ReduceOps.MAX or sub.src[1].src[0] != sub.src[0]:
+        return None
+    x = sub.src[0]
+    if tuple(div.src[1].arg) != (nb + 1,) or tuple(sub.src[1].arg) != (nb + 1,):
+        return None
+    if any(isinstance(op.op, ReduceOps) for op in x.toposort()) or _loads_of(x, WEIGHTS):
+        return None
+    if any(op.arg.st != ShapeTracker.from_shape(fp) for op in _loads_of(x, SCORES)) or \
+            len(_loads_of(p_root, SCORES)) != len(_loads_of(x, SCORES)):
+        return None
+    # the product: weights * g(v), each side under casts
+    body = ro.src[0]
+    if body.op is not BinaryOps.MUL:
+        return None
+    sides = [_strip_casts(s) for s in body.src]
+    w_side = [i for i, s in enumerate(sides) if s.op is BufferOps.LOAD and s.arg.idx == WEIGHTS]
+    if len(w_side) != 1:
+        return None
+    v_root = body.src[1 - w_side[0]]
+    if _loads_of(v_root, WEIGHTS) or _loads_of(o_root, SCORES) or len(_loads_of(o_root, WEIGHTS)) != 1:
+        return None
+    want = ShapeTracker.from_shape(fp).reshape(bs + (sq, 1, sk)).expand(fo)
+    if sides[w_side[0]].arg.st != want:
+        return None
+    if _loads_of(s_root, SCORES) or _loads_of(s_root, WEIGHTS):
+        return None
+    return Plan(nb=nb, bs=bs, sq=sq, sk=sk, d=d, dv=dv, s_root=s_root, rs=rs, x=x, ro=ro, o_root=o_root,
+                v_root=v_root, store=store)
+
+
+class AttentionKernel:
+    """The Linearizer's interface (`linearize()` fills `uops`; `name`, `global_size`, `local_size`, `vars`,
+    `applied_opts`) for a merged attention AST: see the module docstring."""
+
+    def __init__(self, ast, opts=None):
+        self.ast = ast
+        self.opts = opts
+        self.plan = parse(ast)
+        if self.plan is None:
+            raise ValueError("not an attention kernel of a form the lowering handles")
+        p = self.plan
+        self.uops = []
+        self.global_size = None
+        self.local_size = None
+        self.vars = []
+        self.applied_opts = []
+        self.gpu = opts is not None and getattr(opts, "has_local", False)
+        dims = "_".join(str(s) for s in p.bs + (p.sq, p.sk, p.d, p.dv))
+        self.name = to_function_name(f"attn_{dims}")
+        self._dtypes = {}
+        for root in (p.s_root, p.x, p.o_root):
+            for op in root.toposort():
+                if id(op) not in self._dtypes:
+                    self._dtypes[id(op)] = out_dtype(op, self._dtypes)
+
+    def apply_opt(self, opt):
+        raise ValueError("an attention kernel takes no Opts")
+
+    # ---- lowering ----
+    def linearize(self):
+        if self.uops:
+            return self
+        p = self.plan
+        em = self.em = Emitter(self.uops)
+        i32, f32 = dtypes.int32, dtypes.float32
+        mems = {}
+        for root in (p.s_root, p.x, p.o_root, p.store):
+            for op in root.toposort():
+                if op.op in (BufferOps.LOAD, BufferOps.STORE) and op.arg.idx >= 0:
+                    mems.setdefault(op.arg.idx, op.arg)
+        self.bufs = {}
+        for idx in sorted(mems):
+            self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
+                                    False)
+        # the row (b..., i): loops on the CPU, a thread each on a GPU
+        row_sizes = list(p.bs) + [p.sq]
+        row_vars = [Variable(f"r{n}", 0, s - 1) if s > 1 else None for n, s in enumerate(row_sizes)]
+        loops = []
+        if self.gpu:
+            rows = math.prod(row_sizes)
+            lsize = 64 if rows >= 64 else max(1, rows)
+            flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
+            self.global_size, self.local_size = ((rows + lsize - 1) // lsize, 1, 1), (lsize, 1, 1)
+            div = 1
+            for n in reversed(range(len(row_sizes))):
+                if row_vars[n] is not None:
+                    v = em.div(flat, em.const(div)) if div != 1 else flat
+                    v = em.mod(v, em.const(row_sizes[n])) if div * row_sizes[n] != rows else v
+                    em.bind(row_vars[n], v)
+                div *= row_sizes[n]
+        else:
+            threads = getattr(self.opts, "threads", 1) if self.opts is not None else 1
+            for n, s in enumerate(row_sizes):
+                if row_vars[n] is None:
+                    continue
+                arg = min(threads, s) if not loops and threads > 1 else None
+                lp = em.uop(UOps.LOOP, i32, (em.const(0), em.const(s)), arg, False)
+                em.open_scope()
+                em.bind(row_vars[n], lp)
+                loops.append(lp)
+        bidx = [v if v is not None else NumNode(0) for v in row_vars[:p.nb]]
+        qi = row_vars[p.nb] if row_vars[p.nb] is not None else NumNode(0)
+        # the running max, sum and output accumulators of the row
+        m = em.uop(UOps.DEFINE_ACC, f32, (), -math.inf, False)
+        lsum = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
+        accs = [em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False) for _ in range(p.dv)]
+        kj = Variable("kj", 0, p.sk - 1) if p.sk > 1 else None
+        kloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.sk)), None, False)
+        em.open_scope()
+        if kj is not None:
+            em.bind(kj, kloop)
+        kidx = kj if kj is not None else NumNode(0)
+        # the score: a loop over the head dim, then its tail
+        sdt = self._dtypes[id(p.rs)]
+        sacc = em.uop(UOps.DEFINE_ACC, sdt, (), dtypes.as_const(0, sdt), False)
+        dv_var = Variable("hd", 0, p.d - 1) if p.d > 1 else None
+        dloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.d)), None, False)
+        em.open_scope()
+        if dv_var is not None:
+            em.bind(dv_var, dloop)
+        term = self._lower(p.rs.src[0], bidx + [qi, kidx, dv_var if dv_var is not None else NumNode(0)], {})
+        sacc = em.uop(UOps.PHI, sdt, (sacc, em.uop(UOps.ALU, sdt, (term, sacc), BinaryOps.ADD, False), dloop), None,
+                      False)
+        em.close_scope()
+        em.uop(UOps.ENDLOOP, None, (dloop,), None, False)
+        score = self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
+        x = self._lower(p.x, bidx + [qi, kidx], {"scores": score})
+        if x.dtype != f32:
+            x = em.uop(UOps.CAST, f32, (x,), None)
+        # online softmax: NOTE the PHIs assign in place, so the running max is written last (the rescale reads it)
+        m_new = em.uop(UOps.ALU, f32, (m, x), BinaryOps.MAX)
+        # a row whose keys so far are all masked (-inf): subtract 0, so exp gives 0 and not NaN
+        empty = em.uop(UOps.ALU, dtypes.bool, (m_new, em.const(-3.0e38, f32)), BinaryOps.CMPLT)
+        m_safe = em.uop(UOps.ALU, f32, (empty, em.const(0.0, f32), m_new), TernaryOps.WHERE)
+        log2e = em.const(_LOG2E, f32)
+
+        def exp(v):
+            return em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (em.sub(v, m_safe), log2e), BinaryOps.MUL),),
+                          UnaryOps.EXP2)
+        rescale = exp(m)
+        pj = exp(x)
+        new_accs = []
+        for e in range(p.dv):
+            g = self._lower(p.v_root, bidx + [qi, NumNode(e), kidx], {})
+            if g.dtype != f32:
+                g = em.uop(UOps.CAST, f32, (g,), None)
+            upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (accs[e], rescale), BinaryOps.MUL),
+                                          em.uop(UOps.ALU, f32, (pj, g), BinaryOps.MUL)), BinaryOps.ADD)
+            new_accs.append(upd)
+        accs = [em.uop(UOps.PHI, f32, (a, u, kloop), None, False) for a, u in zip(accs, new_accs)]
+        l_upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (lsum, rescale), BinaryOps.MUL), pj), BinaryOps.ADD)
+        lsum = em.uop(UOps.PHI, f32, (lsum, l_upd, kloop), None, False)
+        em.uop(UOps.PHI, f32, (m, m_new, kloop), None, False)
+        em.close_scope()
+        em.uop(UOps.ENDLOOP, None, (kloop,), None, False)
+        # the row: acc / l through the product's tail, stored
+        inv = em.uop(UOps.ALU, f32, (lsum,), UnaryOps.RECIP)
+        odt = self._dtypes[id(p.ro)]
+        out_mb = p.store.arg
+        for e in range(p.dv):
+            val = em.uop(UOps.ALU, f32, (accs[e], inv), BinaryOps.MUL)
+            if odt != f32:
+                val = em.uop(UOps.CAST, odt, (val,), None)
+            oidx = bidx + [qi, NumNode(e), NumNode(0)]
+            val = self._lower(p.o_root, oidx, {id(p.ro): val})
+            if val.dtype != out_mb.dtype:
+                val = em.uop(UOps.CAST, out_mb.dtype, (val,), None)
+            idx, valid = out_mb.st.expr_idxs(oidx)
+            vin = (self.bufs[out_mb.idx], em.lower_node(idx), val)
+            if not is_true(valid):
+                vin = vin + (em.lower_node(valid),)
+            em.uop(UOps.STORE, None, vin, None, False)
+        for lp in reversed(loops):
+            em.close_scope()
+            em.uop(UOps.ENDLOOP, None, (lp,), None, False)
+        return self
+
+    def _lower(self, root, idxs, given):
+        """Lower the elementwise AST `root` at the frame indices `idxs` (Nodes); `given` holds the values of the
+        reduces (by id) and of the scores placeholder ("scores")."""
+        em = self.em
+        order = toposort(root, lambda op: () if isinstance(op.op, ReduceOps) else op.src)
+        done = {}
+        for op in order:
+            if id(op) in given:
+                val = given[id(op)]
+            elif op.op is BufferOps.LOAD and op.arg.idx == SCORES:
+                val = given["scores"]
+                if val.dtype != op.arg.dtype:
+                    val = em.uop(UOps.CAST, op.arg.dtype, (val,), None)
+            elif op.op in LEAVES:
+                val = self._leaf(op, idxs)
+            else:
+                dt = self._dtypes[id(op)]
+                src = tuple([done[id(s)] for s in op.src])
+                if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
+                    val = em.uop(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src, None)
+                elif op.op is TernaryOps.MULACC:
+                    val = em.uop(UOps.ALU, dt, (em.uop(UOps.ALU, dt, src[:2], BinaryOps.MUL), src[2]), BinaryOps.ADD)
+                else:
+                    val = em.uop(UOps.ALU, dt, src, op.op)
+            done[id(op)] = val
+        return done[id(root)]
+
+    def _leaf(self, op, idxs):
+        em = self.em
+        st = op.arg.st
+        my = [idxs[n] if st.shape[n] != 1 else NumNode(0) for n in range(len(st.shape))]
+        idx, valid = st.expr_idxs(my)
+        dtype = op.arg.dtype
+        zero = em.const(dtypes.as_const(0, dtype), dtype)
+        if is_false(valid):
+            return zero
+        if op.op is BufferOps.LOAD:
+            vin = (self.bufs[op.arg.idx], em.lower_node(idx))
+            if not is_true(valid):
+                vin = vin + (em.lower_node(valid), zero)
+            return em.uop(UOps.LOAD, dtype, vin, None)
+        if op.op is BufferOps.IOTA or isinstance(op.arg.val, Node):
+            c = em.lower_node(idx if op.op is BufferOps.IOTA else op.arg.val)
+            if dtype != dtypes.int32:
+                c = em.uop(UOps.CAST, dtype, (c,), None)
+        else:
+            c = em.const(op.arg.val, dtype)
+        if is_true(valid):
+            return c
+        return em.uop(UOps.ALU, dtype, (em.lower_node(valid), c, zero), TernaryOps.WHERE)
