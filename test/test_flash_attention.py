@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinygrad import Tensor, dtypes
+from tinygrad import Tensor
 from tinygrad.codegen.attention import is_attention
 from tinygrad.engine.schedule import create_schedule
 from tinygrad.helpers import Context
@@ -122,3 +122,52 @@ def test_backward_still_works():
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), atol=2e-5, rtol=2e-5)
     for a, b in ((q, tq), (k, tk), (v, tv)):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+class _CudaAttention:
+    """The attention kernel of `out` rendered for CUDA, in the shape test_gpu_codegen's host runner takes (si, lin,
+    spec, src, launch)."""
+
+    def __init__(self, out: Tensor):
+        from test.unit.test_gpu_codegen import CUDA
+        from tinygrad.codegen.attention import AttentionKernel
+        from tinygrad.engine.realize import run_schedule
+        from tinygrad.renderer.cuda import CUDARenderer
+        items = create_schedule(out.lazydata.lbs)
+        run_schedule(items[:-1])  # the inputs (copies of numpy arrays) on the host
+        self.si = items[-1]
+        assert is_attention(self.si.ast)
+        self.lin = AttentionKernel(self.si.ast, CUDA).linearize()
+        self.spec = CUDARenderer(self.lin.name, self.lin.uops)
+        self.src = self.spec.src
+
+    def launch(self, var_vals):
+        return tuple(self.lin.global_size), tuple(self.lin.local_size)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa_fp16", "padding", "decode"])
+def test_cuda_source_on_the_host_emulation(case):
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to run rendered kernels on the host")
+    from test.unit.test_gpu_codegen import _run
+    dtype = np.float16 if case == "gqa_fp16" else np.float32
+    sq, sk, hq, hkv = {"plain": (65, 65, 2, 2), "causal": (129, 129, 2, 2), "gqa_fp16": (33, 33, 8, 2),
+                       "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4)}[case]
+    qn, kn, vn = _rand((1, hq, sq, 64), 1, dtype), _rand((1, hkv, sk, 64), 2, dtype), _rand((1, hkv, sk, 64), 3, dtype)
+    keep = None
+    if case == "padding":
+        keep = np.ones((1, 1, sq, sk), dtype=bool)
+        keep[..., 20:] = False
+    q, k, v = Tensor(qn), _expand_kv(Tensor(kn), hq // hkv), _expand_kv(Tensor(vn), hq // hkv)
+    out = q.scaled_dot_product_attention(k, v, attn_mask=Tensor(keep) if keep is not None else None,
+                                         is_causal=case == "causal")
+    kern = _CudaAttention(out)
+    assert "attn_" in kern.src and "idx0" in kern.src
+    got = _run([kern])[0].reshape(1, hq, sq, 64).astype(np.float32)
+    tq, tk, tv = (torch.tensor(a.astype(np.float32)) for a in (qn, kn, vn))
+    tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
+    want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(keep) if keep is not None else None,
+                                          is_causal=case == "causal").numpy()
+    tol = 5e-3 if dtype == np.float16 else 2e-5
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
