@@ -33,6 +33,7 @@ from tinygrad.shape.symbolic import Node, NumNode, Variable
 ATTENTION = "attention"
 SCORES, WEIGHTS = -1, -2  # the placeholder buffer numbers of the two intermediates
 MAX_DV = 256  # value head dims up to this keep one float32 accumulator each in registers
+UNROLL = 4  # partial sums of a score's dot product a loop step
 _LOG2E = 1.0 / math.log(2.0)
 
 
@@ -228,17 +229,25 @@ class AttentionKernel:
         kidx = kj if kj is not None else NumNode(0)
         # the score: a loop over the head dim, then its tail
         sdt = self._dtypes[id(p.rs)]
-        sacc = em.uop(UOps.DEFINE_ACC, sdt, (), dtypes.as_const(0, sdt), False)
-        dv_var = Variable("hd", 0, p.d - 1) if p.d > 1 else None
-        dloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.d)), None, False)
+        # UNROLL partial sums a loop step: independent additions, not one chain of D dependent ones (reassociates
+        # the sum, as the linearizer's vectors do)
+        unroll = UNROLL if p.d % UNROLL == 0 and p.d > UNROLL else 1
+        saccs = [em.uop(UOps.DEFINE_ACC, sdt, (), dtypes.as_const(0, sdt), False) for _ in range(unroll)]
+        dloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.d // unroll)), None, False)
         em.open_scope()
-        if dv_var is not None:
-            em.bind(dv_var, dloop)
-        term = self._lower(p.rs.src[0], bidx + [qi, kidx, dv_var if dv_var is not None else NumNode(0)], {})
-        sacc = em.uop(UOps.PHI, sdt, (sacc, em.uop(UOps.ALU, sdt, (term, sacc), BinaryOps.ADD, False), dloop), None,
-                      False)
+        step = Variable("hd", 0, p.d // unroll - 1) if p.d > unroll else None
+        if step is not None:
+            em.bind(step, dloop)
+        for u in range(unroll):
+            hd = step * unroll + u if step is not None else NumNode(u)
+            term = self._lower(p.rs.src[0], bidx + [qi, kidx, hd], {})
+            saccs[u] = em.uop(UOps.PHI, sdt, (saccs[u], em.uop(UOps.ALU, sdt, (term, saccs[u]), BinaryOps.ADD,
+                                                                False), dloop), None, False)
         em.close_scope()
         em.uop(UOps.ENDLOOP, None, (dloop,), None, False)
+        sacc = saccs[0]
+        for a in saccs[1:]:
+            sacc = em.uop(UOps.ALU, sdt, (sacc, a), BinaryOps.ADD)
         score = self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
         x = self._lower(p.x, bidx + [qi, kidx], {"scores": score})
         if x.dtype != f32:
