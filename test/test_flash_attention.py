@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinygrad import Tensor
-from tinygrad.codegen.attention import is_attention
+from tinygrad.codegen.attention import is_attention, split_threads
 from tinygrad.engine.schedule import create_schedule
 from tinygrad.helpers import Context
 
@@ -145,7 +145,7 @@ class _CudaAttention:
         return tuple(self.lin.global_size), tuple(self.lin.local_size)
 
 
-@pytest.mark.parametrize("case", ["plain", "causal", "gqa_fp16", "padding", "decode"])
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa_fp16", "padding", "decode", "decode_d80_causal"])
 def test_cuda_source_on_the_host_emulation(case):
     import shutil
     if shutil.which("g++") is None:
@@ -153,21 +153,26 @@ def test_cuda_source_on_the_host_emulation(case):
     from test.unit.test_gpu_codegen import _run
     dtype = np.float16 if case == "gqa_fp16" else np.float32
     sq, sk, hq, hkv = {"plain": (65, 65, 2, 2), "causal": (129, 129, 2, 2), "gqa_fp16": (33, 33, 8, 2),
-                       "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4)}[case]
-    qn, kn, vn = _rand((1, hq, sq, 64), 1, dtype), _rand((1, hkv, sk, 64), 2, dtype), _rand((1, hkv, sk, 64), 3, dtype)
+                       "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4), "decode_d80_causal": (3, 300, 2, 2)}[case]
+    d = 80 if "d80" in case else 64
+    qn, kn, vn = _rand((1, hq, sq, d), 1, dtype), _rand((1, hkv, sk, d), 2, dtype), _rand((1, hkv, sk, d), 3, dtype)
     keep = None
     if case == "padding":
         keep = np.ones((1, 1, sq, sk), dtype=bool)
         keep[..., 20:] = False
     q, k, v = Tensor(qn), _expand_kv(Tensor(kn), hq // hkv), _expand_kv(Tensor(vn), hq // hkv)
     out = q.scaled_dot_product_attention(k, v, attn_mask=Tensor(keep) if keep is not None else None,
-                                         is_causal=case == "causal")
+                                         is_causal="causal" in case)
     kern = _CudaAttention(out)
-    assert "attn_" in kern.src and "idx0" in kern.src
-    got = _run([kern])[0].reshape(1, hq, sq, 64).astype(np.float32)
+    # few rows with many keys: a block a row, its threads sharing the keys (flash-decoding inside a block); else a
+    # thread a row
+    split = split_threads(hq * sq, sk, d)
+    assert split == (64 if sk >= 128 else 1)
+    assert kern.lin.local_size == ((1, split, 1) if split > 1 else (min(64, hq * sq), 1, 1)), kern.lin.local_size
+    got = _run([kern])[0].reshape(1, hq, sq, d).astype(np.float32)
     tq, tk, tv = (torch.tensor(a.astype(np.float32)) for a in (qn, kn, vn))
     tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
     want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(keep) if keep is not None else None,
-                                          is_causal=case == "causal").numpy()
+                                          is_causal="causal" in case).numpy()
     tol = 5e-3 if dtype == np.float16 else 2e-5
     np.testing.assert_allclose(got, want, atol=tol, rtol=tol)

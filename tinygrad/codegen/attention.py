@@ -34,6 +34,16 @@ ATTENTION = "attention"
 SCORES, WEIGHTS = -1, -2  # the placeholder buffer numbers of the two intermediates
 MAX_DV = 256  # value head dims up to this keep one float32 accumulator each in registers
 UNROLL = 4  # partial sums of a score's dot product a loop step
+SPLIT_ROWS = 4096  # on a GPU, fewer query rows than this take a block each, its threads sharing the keys
+
+
+def split_threads(rows: int, keys: int, dv: int) -> int:
+    """How many threads of a GPU block share one query row's keys (flash-decoding inside a block): 1 (a thread a
+    row) where there are rows enough to fill the GPU, else 64 (32 for value head dims over 128, so the block's
+    shared memory, a slot a thread for each accumulator, stays under 48 KB)."""
+    if rows >= SPLIT_ROWS or keys < 128:
+        return 1
+    return 64 if dv <= 128 else 32
 _LOG2E = 1.0 / math.log(2.0)
 
 
@@ -179,7 +189,6 @@ class AttentionKernel:
             return self
         p = self.plan
         em = self.em = Emitter(self.uops)
-        i32, f32 = dtypes.int32, dtypes.float32
         mems = {}
         for root in (p.s_root, p.x, p.o_root, p.store):
             for op in root.toposort():
@@ -189,23 +198,33 @@ class AttentionKernel:
         for idx in sorted(mems):
             self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
                                     False)
-        # the row (b..., i): loops on the CPU, a thread each on a GPU
         row_sizes = list(p.bs) + [p.sq]
+        rows = math.prod(row_sizes)
+        split = split_threads(rows, p.sk, p.dv) if self.gpu else 1
+        loops, row_vars = self._rows(row_sizes, split)
+        bidx = [v if v is not None else NumNode(0) for v in row_vars[:p.nb]]
+        qi = row_vars[p.nb] if row_vars[p.nb] is not None else NumNode(0)
+        m, lsum, accs = self._keys(p, bidx, qi, split)
+        if split > 1:
+            self._combine_and_store(p, bidx, qi, m, lsum, accs, split)
+        else:
+            inv = em.uop(UOps.ALU, dtypes.float32, (lsum,), UnaryOps.RECIP)
+            for e in range(p.dv):
+                self._store(p, bidx, qi, NumNode(e), em.uop(UOps.ALU, dtypes.float32, (accs[e], inv), BinaryOps.MUL))
+        for lp in reversed(loops):
+            em.close_scope()
+            em.uop(UOps.ENDLOOP, None, (lp,), None, False)
+        return self
+
+    def _rows(self, row_sizes, split):
+        """The query row (b..., i) of this thread: loops on the CPU (the outermost split across threads), a thread a
+        row on a GPU, or a block a row whose `split` threads share its keys. Returns (the loops, the row's index
+        Variables, None for dims of size 1)."""
+        em, i32 = self.em, dtypes.int32
+        rows = math.prod(row_sizes)
         row_vars = [Variable(f"r{n}", 0, s - 1) if s > 1 else None for n, s in enumerate(row_sizes)]
         loops = []
-        if self.gpu:
-            rows = math.prod(row_sizes)
-            lsize = 64 if rows >= 64 else max(1, rows)
-            flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
-            self.global_size, self.local_size = ((rows + lsize - 1) // lsize, 1, 1), (lsize, 1, 1)
-            div = 1
-            for n in reversed(range(len(row_sizes))):
-                if row_vars[n] is not None:
-                    v = em.div(flat, em.const(div)) if div != 1 else flat
-                    v = em.mod(v, em.const(row_sizes[n])) if div * row_sizes[n] != rows else v
-                    em.bind(row_vars[n], v)
-                div *= row_sizes[n]
-        else:
+        if not self.gpu:
             threads = getattr(self.opts, "threads", 1) if self.opts is not None else 1
             for n, s in enumerate(row_sizes):
                 if row_vars[n] is None:
@@ -215,19 +234,89 @@ class AttentionKernel:
                 em.open_scope()
                 em.bind(row_vars[n], lp)
                 loops.append(lp)
-        bidx = [v if v is not None else NumNode(0) for v in row_vars[:p.nb]]
-        qi = row_vars[p.nb] if row_vars[p.nb] is not None else NumNode(0)
-        # the running max, sum and output accumulators of the row
+            return loops, row_vars
+        if split > 1:
+            # a block a row (at most CUDA's 2**31 - 1 blocks in x), its threads taking every split-th key
+            flat = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", rows), False)
+            self._lid = em.uop(UOps.SPECIAL, i32, (), (1, "lidx1", split), False)
+            self.global_size, self.local_size = (rows, 1, 1), (1, split, 1)
+        else:
+            lsize = 64 if rows >= 64 else rows
+            flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
+            self.global_size, self.local_size = ((rows + lsize - 1) // lsize, 1, 1), (lsize, 1, 1)
+        div = 1
+        for n in reversed(range(len(row_sizes))):
+            if row_vars[n] is not None:
+                v = em.div(flat, em.const(div)) if div != 1 else flat
+                v = em.mod(v, em.const(row_sizes[n])) if div * row_sizes[n] != rows else v
+                em.bind(row_vars[n], v)
+            div *= row_sizes[n]
+        return loops, row_vars
+
+    def _keys(self, p, bidx, qi, split):
+        """The pass over the keys (this thread's share of them: j = step * split + lane): returns the running max,
+        the sum and the Dv accumulators, each a float32 PHI (or DEFINE_ACC where the loop is empty)."""
+        em, i32, f32 = self.em, dtypes.int32, dtypes.float32
         m = em.uop(UOps.DEFINE_ACC, f32, (), -math.inf, False)
         lsum = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
         accs = [em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False) for _ in range(p.dv)]
-        kj = Variable("kj", 0, p.sk - 1) if p.sk > 1 else None
-        kloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.sk)), None, False)
+        steps = (p.sk + split - 1) // split
+        kloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(steps)), None, False)
         em.open_scope()
+        inside = None
+        if split > 1:
+            j = em.add(em.mul(kloop, em.const(split)), self._lid)
+            if p.sk % split:
+                # the last step's threads past the end read the last key, and weigh it 0
+                inside = em.lt(j, em.const(p.sk))
+                j = em.uop(UOps.ALU, i32, (inside, j, em.const(p.sk - 1)), TernaryOps.WHERE)
+        else:
+            j = kloop
+        kj = Variable("kj", 0, p.sk - 1) if p.sk > 1 else None
         if kj is not None:
-            em.bind(kj, kloop)
+            em.bind(kj, j)
         kidx = kj if kj is not None else NumNode(0)
-        # the score: a loop over the head dim, then its tail
+        score = self._score(p, bidx, qi, kidx)
+        x = self._lower(p.x, bidx + [qi, kidx], {"scores": score})
+        if x.dtype != f32:
+            x = em.uop(UOps.CAST, f32, (x,), None)
+        if inside is not None:
+            x = em.uop(UOps.ALU, f32, (inside, x, em.const(-math.inf, f32)), TernaryOps.WHERE)
+        # online softmax: NOTE the PHIs assign in place, so the running max is written last (the rescale reads it)
+        m_new = em.uop(UOps.ALU, f32, (m, x), BinaryOps.MAX)
+        m_safe = self._finite(m_new)
+        rescale, pj = self._exp(m, m_safe), self._exp(x, m_safe)
+        new_accs = []
+        for e in range(p.dv):
+            g = self._lower(p.v_root, bidx + [qi, NumNode(e), kidx], {})
+            if g.dtype != f32:
+                g = em.uop(UOps.CAST, f32, (g,), None)
+            new_accs.append(em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (accs[e], rescale), BinaryOps.MUL),
+                                                   em.uop(UOps.ALU, f32, (pj, g), BinaryOps.MUL)), BinaryOps.ADD))
+        accs = [em.uop(UOps.PHI, f32, (a, u, kloop), None, False) for a, u in zip(accs, new_accs)]
+        l_upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (lsum, rescale), BinaryOps.MUL), pj), BinaryOps.ADD)
+        lsum = em.uop(UOps.PHI, f32, (lsum, l_upd, kloop), None, False)
+        m = em.uop(UOps.PHI, f32, (m, m_new, kloop), None, False)
+        em.close_scope()
+        em.uop(UOps.ENDLOOP, None, (kloop,), None, False)
+        return m, lsum, accs
+
+    def _finite(self, mx):
+        """`mx`, or 0 where it is -inf (every key so far masked): exp(x - 0) is then 0, where exp(-inf + inf) is
+        NaN."""
+        em, f32 = self.em, dtypes.float32
+        empty = em.uop(UOps.ALU, dtypes.bool, (mx, em.const(-3.0e38, f32)), BinaryOps.CMPLT)
+        return em.uop(UOps.ALU, f32, (empty, em.const(0.0, f32), mx), TernaryOps.WHERE)
+
+    def _exp(self, v, mx):
+        """exp(v - mx) in float32, as exp2."""
+        em, f32 = self.em, dtypes.float32
+        return em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (em.sub(v, mx), em.const(_LOG2E, f32)), BinaryOps.MUL),),
+                      UnaryOps.EXP2)
+
+    def _score(self, p, bidx, qi, kidx):
+        """The score of query row qi and key kidx: its dot product over the head dim (a loop), then its tail."""
+        em, i32 = self.em, dtypes.int32
         sdt = self._dtypes[id(p.rs)]
         # UNROLL partial sums a loop step: independent additions, not one chain of D dependent ones (reassociates
         # the sum, as the linearizer's vectors do)
@@ -248,57 +337,68 @@ class AttentionKernel:
         sacc = saccs[0]
         for a in saccs[1:]:
             sacc = em.uop(UOps.ALU, sdt, (sacc, a), BinaryOps.ADD)
-        score = self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
-        x = self._lower(p.x, bidx + [qi, kidx], {"scores": score})
-        if x.dtype != f32:
-            x = em.uop(UOps.CAST, f32, (x,), None)
-        # online softmax: NOTE the PHIs assign in place, so the running max is written last (the rescale reads it)
-        m_new = em.uop(UOps.ALU, f32, (m, x), BinaryOps.MAX)
-        # a row whose keys so far are all masked (-inf): subtract 0, so exp gives 0 and not NaN
-        empty = em.uop(UOps.ALU, dtypes.bool, (m_new, em.const(-3.0e38, f32)), BinaryOps.CMPLT)
-        m_safe = em.uop(UOps.ALU, f32, (empty, em.const(0.0, f32), m_new), TernaryOps.WHERE)
-        log2e = em.const(_LOG2E, f32)
+        return self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
 
-        def exp(v):
-            return em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (em.sub(v, m_safe), log2e), BinaryOps.MUL),),
-                          UnaryOps.EXP2)
-        rescale = exp(m)
-        pj = exp(x)
-        new_accs = []
+    def _combine_and_store(self, p, bidx, qi, m, lsum, accs, split):
+        """A block's threads each hold a row's softmax over their share of the keys: they meet in shared memory (a
+        slot per thread for the max, the sum and each accumulator), each rescaled to the row's max; thread t then
+        sums and stores the outputs t, t + split, ..."""
+        em, i32, f32 = self.em, dtypes.int32, dtypes.float32
+        lid = self._lid
+
+        def shared(name, n):
+            return em.uop(UOps.DEFINE_LOCAL, PtrDType(f32), (), (f"{name}{len(self.uops)}", n), False)
+        sm_m, sm_l, sm_a = shared("m", split), shared("l", split), shared("a", split * p.dv)
+        em.uop(UOps.STORE, None, (sm_m, lid, m), None, False)
+        em.uop(UOps.BARRIER, None, (), None, False)
+        top = None
+        for t in range(split):
+            v = em.uop(UOps.LOAD, f32, (sm_m, em.const(t)), None)
+            top = v if top is None else em.uop(UOps.ALU, f32, (top, v), BinaryOps.MAX)
+        w = self._exp(m, self._finite(top))
+        em.uop(UOps.STORE, None, (sm_l, lid, em.uop(UOps.ALU, f32, (lsum, w), BinaryOps.MUL)), None, False)
         for e in range(p.dv):
-            g = self._lower(p.v_root, bidx + [qi, NumNode(e), kidx], {})
-            if g.dtype != f32:
-                g = em.uop(UOps.CAST, f32, (g,), None)
-            upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (accs[e], rescale), BinaryOps.MUL),
-                                          em.uop(UOps.ALU, f32, (pj, g), BinaryOps.MUL)), BinaryOps.ADD)
-            new_accs.append(upd)
-        accs = [em.uop(UOps.PHI, f32, (a, u, kloop), None, False) for a, u in zip(accs, new_accs)]
-        l_upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (lsum, rescale), BinaryOps.MUL), pj), BinaryOps.ADD)
-        lsum = em.uop(UOps.PHI, f32, (lsum, l_upd, kloop), None, False)
-        em.uop(UOps.PHI, f32, (m, m_new, kloop), None, False)
-        em.close_scope()
-        em.uop(UOps.ENDLOOP, None, (kloop,), None, False)
-        # the row: acc / l through the product's tail, stored
-        inv = em.uop(UOps.ALU, f32, (lsum,), UnaryOps.RECIP)
+            em.uop(UOps.STORE, None, (sm_a, em.add(em.const(e * split), lid),
+                                      em.uop(UOps.ALU, f32, (accs[e], w), BinaryOps.MUL)), None, False)
+        em.uop(UOps.BARRIER, None, (), None, False)
+        total = None
+        for t in range(split):
+            v = em.uop(UOps.LOAD, f32, (sm_l, em.const(t)), None)
+            total = v if total is None else em.uop(UOps.ALU, f32, (total, v), BinaryOps.ADD)
+        inv = em.uop(UOps.ALU, f32, (total,), UnaryOps.RECIP)
+        for n in range((p.dv + split - 1) // split):
+            e = em.add(em.const(n * split), lid)
+            gate = em.lt(e, em.const(p.dv)) if (n + 1) * split > p.dv else None
+            if gate is not None:
+                e = em.uop(UOps.ALU, i32, (gate, e, em.const(p.dv - 1)), TernaryOps.WHERE)
+            ev = Variable(f"oe{n}", 0, p.dv - 1)
+            em.bind(ev, e)
+            row = em.mul(e, em.const(split))
+            acc = None
+            for t in range(split):
+                v = em.uop(UOps.LOAD, f32, (sm_a, em.add(row, em.const(t))), None)
+                acc = v if acc is None else em.uop(UOps.ALU, f32, (acc, v), BinaryOps.ADD)
+            self._store(p, bidx, qi, ev, em.uop(UOps.ALU, f32, (acc, inv), BinaryOps.MUL), gate)
+
+    def _store(self, p, bidx, qi, e, val, gate=None):
+        """Store output `e` (a Node) of the row: the normalised accumulator `val` through the product's tail."""
+        em = self.em
         odt = self._dtypes[id(p.ro)]
         out_mb = p.store.arg
-        for e in range(p.dv):
-            val = em.uop(UOps.ALU, f32, (accs[e], inv), BinaryOps.MUL)
-            if odt != f32:
-                val = em.uop(UOps.CAST, odt, (val,), None)
-            oidx = bidx + [qi, NumNode(e), NumNode(0)]
-            val = self._lower(p.o_root, oidx, {id(p.ro): val})
-            if val.dtype != out_mb.dtype:
-                val = em.uop(UOps.CAST, out_mb.dtype, (val,), None)
-            idx, valid = out_mb.st.expr_idxs(oidx)
-            vin = (self.bufs[out_mb.idx], em.lower_node(idx), val)
-            if not is_true(valid):
-                vin = vin + (em.lower_node(valid),)
-            em.uop(UOps.STORE, None, vin, None, False)
-        for lp in reversed(loops):
-            em.close_scope()
-            em.uop(UOps.ENDLOOP, None, (lp,), None, False)
-        return self
+        if odt != dtypes.float32:
+            val = em.uop(UOps.CAST, odt, (val,), None)
+        oidx = bidx + [qi, e, NumNode(0)]
+        val = self._lower(p.o_root, oidx, {id(p.ro): val})
+        if val.dtype != out_mb.dtype:
+            val = em.uop(UOps.CAST, out_mb.dtype, (val,), None)
+        idx, valid = out_mb.st.expr_idxs(oidx)
+        vin = (self.bufs[out_mb.idx], em.lower_node(idx), val)
+        cond = gate
+        if not is_true(valid):
+            cond = em.lower_node(valid) if cond is None else em.both(em.lower_node(valid), cond)
+        if cond is not None:
+            vin = vin + (cond,)
+        em.uop(UOps.STORE, None, vin, None, False)
 
     def _lower(self, root, idxs, given):
         """Lower the elementwise AST `root` at the frame indices `idxs` (Nodes); `given` holds the values of the
