@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 
 from tinygrad.codegen.ast_facts import LEAVES, out_dtype
-from tinygrad.codegen.emitter import Emitter, is_false, is_true
-from tinygrad.codegen.uops import UOps
+from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
+from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import to_function_name, toposort
 from tinygrad.ops import BinaryOps, BufferOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
@@ -172,6 +172,11 @@ class AttentionKernel:
         self.vars = []
         self.applied_opts = []
         self.gpu = opts is not None and getattr(opts, "has_local", False)
+        # the CPU's vectors of float32 (VECTORIZE, vector ALU and loads: codegen/uops.py), over the head dims
+        wide = opts is not None and not self.gpu and getattr(opts, "supports_upcast", False)
+        self.width = getattr(opts, "max_vector_bytes", 0) // 4 if wide else 1
+        if self.width < 4:
+            self.width = 1
         dims = "_".join(str(s) for s in p.bs + (p.sq, p.sk, p.d, p.dv))
         self.name = to_function_name(f"attn_{dims}")
         self._dtypes = {}
@@ -259,7 +264,9 @@ class AttentionKernel:
         em, i32, f32 = self.em, dtypes.int32, dtypes.float32
         m = em.uop(UOps.DEFINE_ACC, f32, (), -math.inf, False)
         lsum = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
-        accs = [em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False) for _ in range(p.dv)]
+        wv = self.width if self.width > 1 and p.dv % self.width == 0 else 1
+        vdt = f32.vec(wv) if wv > 1 else f32
+        accs = [em.uop(UOps.DEFINE_ACC, vdt, (), 0.0, False) for _ in range(p.dv // wv)]
         steps = (p.sk + split - 1) // split
         kloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(steps)), None, False)
         em.open_scope()
@@ -287,18 +294,28 @@ class AttentionKernel:
         m_safe = self._finite(m_new)
         rescale, pj = self._exp(m, m_safe), self._exp(x, m_safe)
         new_accs = []
-        for e in range(p.dv):
-            g = self._lower(p.v_root, bidx + [qi, NumNode(e), kidx], {})
-            if g.dtype != f32:
-                g = em.uop(UOps.CAST, f32, (g,), None)
-            new_accs.append(em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (accs[e], rescale), BinaryOps.MUL),
-                                                   em.uop(UOps.ALU, f32, (pj, g), BinaryOps.MUL)), BinaryOps.ADD))
-        accs = [em.uop(UOps.PHI, f32, (a, u, kloop), None, False) for a, u in zip(accs, new_accs)]
+        if wv > 1:
+            lane = Variable("_lane", 0, wv - 1)
+            rescale_v, pj_v = self._as_vec(rescale, wv), self._as_vec(pj, wv)
+        for c in range(len(accs)):
+            if wv > 1:
+                g = self._as_vec(self._vlower(p.v_root, bidx + [qi, NumNode(c * wv) + lane, kidx], lane), wv)
+                rs_, pj_ = rescale_v, pj_v
+            else:
+                g = self._lower(p.v_root, bidx + [qi, NumNode(c), kidx], {})
+                if g.dtype != f32:
+                    g = em.uop(UOps.CAST, f32, (g,), None)
+                rs_, pj_ = rescale, pj
+            new_accs.append(em.uop(UOps.ALU, vdt, (em.uop(UOps.ALU, vdt, (accs[c], rs_), BinaryOps.MUL),
+                                                   em.uop(UOps.ALU, vdt, (pj_, g), BinaryOps.MUL)), BinaryOps.ADD))
+        accs = [em.uop(UOps.PHI, vdt, (a, u, kloop), None, False) for a, u in zip(accs, new_accs)]
         l_upd = em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (lsum, rescale), BinaryOps.MUL), pj), BinaryOps.ADD)
         lsum = em.uop(UOps.PHI, f32, (lsum, l_upd, kloop), None, False)
         m = em.uop(UOps.PHI, f32, (m, m_new, kloop), None, False)
         em.close_scope()
         em.uop(UOps.ENDLOOP, None, (kloop,), None, False)
+        if wv > 1:
+            accs = [self._lane_of(a, i) for a in accs for i in range(wv)]
         return m, lsum, accs
 
     def _finite(self, mx):
@@ -318,6 +335,9 @@ class AttentionKernel:
         """The score of query row qi and key kidx: its dot product over the head dim (a loop), then its tail."""
         em, i32 = self.em, dtypes.int32
         sdt = self._dtypes[id(p.rs)]
+        w = self.width
+        if w > 1 and sdt == dtypes.float32 and p.d % w == 0:
+            return self._score_vec(p, bidx, qi, kidx, sdt)
         # UNROLL partial sums a loop step: independent additions, not one chain of D dependent ones (reassociates
         # the sum, as the linearizer's vectors do)
         unroll = UNROLL if p.d % UNROLL == 0 and p.d > UNROLL else 1
@@ -338,6 +358,96 @@ class AttentionKernel:
         for a in saccs[1:]:
             sacc = em.uop(UOps.ALU, sdt, (sacc, a), BinaryOps.ADD)
         return self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
+
+    def _score_vec(self, p, bidx, qi, kidx, sdt):
+        """The score with the head dim in vectors: a lane each of `width` consecutive d, two vector partial sums a
+        step where the dim holds them, added and folded across lanes after the loop."""
+        em, i32, w = self.em, dtypes.int32, self.width
+        n = 2 if p.d % (2 * w) == 0 and p.d > 2 * w else 1
+        vdt = sdt.vec(w)
+        saccs = [em.uop(UOps.DEFINE_ACC, vdt, (), 0.0, False) for _ in range(n)]
+        chunk = w * n
+        dloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(p.d // chunk)), None, False)
+        em.open_scope()
+        step = Variable("hd", 0, p.d // chunk - 1) if p.d > chunk else None
+        if step is not None:
+            em.bind(step, dloop)
+        lane = Variable("_lane", 0, w - 1)
+        for u in range(n):
+            hd = (step * chunk if step is not None else NumNode(0)) + u * w + lane
+            term = self._as_vec(self._vlower(p.rs.src[0], bidx + [qi, kidx, hd], lane), w)
+            saccs[u] = em.uop(UOps.PHI, vdt, (saccs[u], em.uop(UOps.ALU, vdt, (term, saccs[u]), BinaryOps.ADD,
+                                                                False), dloop), None, False)
+        em.close_scope()
+        em.uop(UOps.ENDLOOP, None, (dloop,), None, False)
+        acc = saccs[0]
+        for a in saccs[1:]:
+            acc = em.uop(UOps.ALU, vdt, (acc, a), BinaryOps.ADD)
+        vals = [self._lane_of(acc, i) for i in range(w)]
+        while len(vals) > 1:
+            vals = [em.uop(UOps.ALU, sdt, (vals[i], vals[i + 1]), BinaryOps.ADD) for i in range(0, len(vals), 2)]
+        return self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): vals[0]})
+
+    # ---- values over the lanes of a vector: a scalar (the same in every lane), a vector uop, or a tuple of lanes ----
+    def _lane_of(self, v, i):
+        if isinstance(v, tuple):
+            return v[i]
+        if v.dtype.count == 1:
+            return v
+        if v.uop is UOps.VECTORIZE:
+            return v.vin[i]
+        return self.em.uop(UOps.GEP, v.dtype.scalar(), (v,), i)
+
+    def _as_vec(self, v, w):
+        """A float32 vector of `w` lanes from a lane value (casting lanes of another type)."""
+        f32 = dtypes.float32
+        if not isinstance(v, tuple) and v.dtype.count > 1:
+            return v
+        lanes = [self._lane_of(v, i) for i in range(w)]
+        lanes = [x if x.dtype == f32 else self.em.uop(UOps.CAST, f32, (x,), None) for x in lanes]
+        return self.em.uop(UOps.VECTORIZE, f32.vec(w), tuple(lanes), None)
+
+    def _vlower(self, root, idxs, lane):
+        """Lower the elementwise AST `root` (no reduce, no placeholder) over the lanes of Variable `lane`: a vector
+        where loads are consecutive float32 and the ops are vector ops, lane by lane elsewhere."""
+        em, w, f32 = self.em, self.width, dtypes.float32
+        done = {}
+        for op in root.toposort():
+            if op.op in LEAVES:
+                val = self._vleaf(op, idxs, lane)
+            else:
+                dt = self._dtypes[id(op)]
+                src = [done[id(x)] for x in op.src]
+                scalar = all(not isinstance(x, tuple) and x.dtype.count == 1 for x in src)
+                vec_op = op.op in VECTOR_ALU_OPS or \
+                    op.op in VECTOR_MATH_OPS and getattr(self.opts, "vector_math", False)
+                if scalar:
+                    val = self._lower_op(op, dt, tuple(src))
+                elif vec_op and dt == f32 and all(_scalar_dtype(x) == f32 for x in src):
+                    val = em.uop(UOps.ALU, f32.vec(w), tuple(self._as_vec(x, w) for x in src), op.op)
+                else:
+                    val = tuple(self._lower_op(op, dt, tuple(self._lane_of(x, i) for x in src)) for i in range(w))
+            done[id(op)] = val
+        return done[id(root)]
+
+    def _vleaf(self, op, idxs, lane):
+        st = op.arg.st
+        my = [idxs[n] if st.shape[n] != 1 else NumNode(0) for n in range(len(st.shape))]
+        idx, valid = st.expr_idxs(my)
+        if lane not in idx.vars() and lane not in valid.vars():
+            return self._leaf_at(op, idx, valid)
+        dtype = op.arg.dtype
+        if op.op is BufferOps.LOAD and dtype in VECTOR_DTYPES and lane not in valid.vars():
+            base = lane_base(idx, lane)
+            if base is not None:
+                vdt = dtype.vec(self.width)
+                vin = (self.bufs[op.arg.idx], self.em.lower_node(base))
+                if not is_true(valid):
+                    zero = self.em.const(dtypes.as_const(0, dtype), dtype)
+                    vin = vin + (self.em.lower_node(valid), self._as_vec(zero, self.width))
+                return self.em.uop(UOps.LOAD, vdt, vin, None)
+        return tuple(self._leaf_at(op, idx.substitute({lane: NumNode(i)}), valid.substitute({lane: NumNode(i)}))
+                     for i in range(self.width))
 
     def _combine_and_store(self, p, bidx, qi, m, lsum, accs, split):
         """A block's threads each hold a row's softmax over their share of the keys: they meet in shared memory (a
@@ -416,22 +526,28 @@ class AttentionKernel:
             elif op.op in LEAVES:
                 val = self._leaf(op, idxs)
             else:
-                dt = self._dtypes[id(op)]
-                src = tuple([done[id(s)] for s in op.src])
-                if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
-                    val = em.uop(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src, None)
-                elif op.op is TernaryOps.MULACC:
-                    val = em.uop(UOps.ALU, dt, (em.uop(UOps.ALU, dt, src[:2], BinaryOps.MUL), src[2]), BinaryOps.ADD)
-                else:
-                    val = em.uop(UOps.ALU, dt, src, op.op)
+                val = self._lower_op(op, self._dtypes[id(op)], tuple([done[id(s)] for s in op.src]))
             done[id(op)] = val
         return done[id(root)]
 
-    def _leaf(self, op, idxs):
+    def _lower_op(self, op, dt, src):
+        """One elementwise op of an AST on scalar uops."""
         em = self.em
+        if op.op is UnaryOps.CAST or op.op is UnaryOps.BITCAST:
+            return em.uop(UOps.CAST if op.op is UnaryOps.CAST else UOps.BITCAST, op.arg[0], src, None)
+        if op.op is TernaryOps.MULACC:
+            return em.uop(UOps.ALU, dt, (em.uop(UOps.ALU, dt, src[:2], BinaryOps.MUL), src[2]), BinaryOps.ADD)
+        return em.uop(UOps.ALU, dt, src, op.op)
+
+    def _leaf(self, op, idxs):
         st = op.arg.st
         my = [idxs[n] if st.shape[n] != 1 else NumNode(0) for n in range(len(st.shape))]
         idx, valid = st.expr_idxs(my)
+        return self._leaf_at(op, idx, valid)
+
+    def _leaf_at(self, op, idx, valid):
+        """A leaf at one index: a load, a constant or the index itself (IOTA); 0 where `valid` is false."""
+        em = self.em
         dtype = op.arg.dtype
         zero = em.const(dtypes.as_const(0, dtype), dtype)
         if is_false(valid):
@@ -450,3 +566,7 @@ class AttentionKernel:
         if is_true(valid):
             return c
         return em.uop(UOps.ALU, dtype, (em.lower_node(valid), c, zero), TernaryOps.WHERE)
+
+
+def _scalar_dtype(v):
+    return v[0].dtype if isinstance(v, tuple) else v.dtype.scalar()
