@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinygrad import Tensor
+from tinygrad import Tensor, dtypes
 from tinygrad.codegen.attention import is_attention, split_threads
 from tinygrad.engine.schedule import create_schedule
 from tinygrad.helpers import Context
@@ -176,3 +176,25 @@ def test_cuda_source_on_the_host_emulation(case):
                                           is_causal="causal" in case).numpy()
     tol = 5e-3 if dtype == np.float16 else 2e-5
     np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
+def test_model_layout_bf16_and_broadcast_padding_mask():
+    # q, k, v as models make them: (B, S, H, D) projections transposed to (B, H, S, D); a (B, 1, 1, Sk) padding mask
+    b, s, h, d = 2, 21, 4, 32
+    qn, kn, vn = (_rand((b, s, h, d), seed) for seed in (11, 12, 13))
+    keep = np.ones((b, 1, 1, s), dtype=bool)
+    keep[1, ..., 15:] = False
+    for dt, tol in ((dtypes.float32, 2e-5), (dtypes.bfloat16, 3e-2)):
+        q, k, v = (Tensor(a).cast(dt).transpose(1, 2) for a in (qn, kn, vn))
+        out = q.scaled_dot_product_attention(k, v, attn_mask=Tensor(keep))
+        kernels = _kernels(out)
+        assert len(kernels) == 1 and is_attention(kernels[-1].ast)
+        tq, tk, tv = (torch.tensor(a).to(torch.bfloat16 if dt == dtypes.bfloat16 else torch.float32).float()
+                      .transpose(1, 2) for a in (qn, kn, vn))
+        want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(keep)).numpy()
+        np.testing.assert_allclose(out.cast(dtypes.float32).numpy(), want, atol=tol, rtol=tol)
+
+
+def test_more_queries_than_keys_causal():
+    _check(40, 24, 64, causal=True)
+    _check(24, 40, 64, causal=True)
