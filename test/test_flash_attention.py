@@ -145,19 +145,29 @@ class _CudaAttention:
         return tuple(self.lin.global_size), tuple(self.lin.local_size)
 
 
-@pytest.mark.parametrize("case", ["plain", "causal", "gqa_fp16", "padding", "decode", "decode_d80_causal"])
-def test_cuda_source_on_the_host_emulation(case):
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa_fp16", "padding", "decode", "decode_d80_causal", "tiled",
+                                  "tiled_causal_fp16", "tiled_d80_padding"])
+def test_cuda_source_on_the_host_emulation(case, monkeypatch):
     import shutil
     if shutil.which("g++") is None:
         pytest.skip("needs g++ to run rendered kernels on the host")
     from test.unit.test_gpu_codegen import _run
     dtype = np.float16 if case == "gqa_fp16" else np.float32
+    import tinygrad.codegen.attention as attention
     sq, sk, hq, hkv = {"plain": (65, 65, 2, 2), "causal": (129, 129, 2, 2), "gqa_fp16": (33, 33, 8, 2),
-                       "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4), "decode_d80_causal": (3, 300, 2, 2)}[case]
+                       "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4), "decode_d80_causal": (3, 300, 2, 2),
+                       "tiled": (65, 40, 64, 64), "tiled_causal_fp16": (130, 130, 4, 2),
+                       "tiled_d80_padding": (64, 45, 2, 2)}[case]
+    if case.startswith("tiled"):
+        # a block of query rows of one head, its keys and values staged by tiles in shared memory (a GPU's kernel
+        # for many rows: fewer rows here, so the host runs it fast)
+        monkeypatch.setattr(attention, "SPLIT_ROWS", 64)
+    if "fp16" in case:
+        dtype = np.float16
     d = 80 if "d80" in case else 64
     qn, kn, vn = _rand((1, hq, sq, d), 1, dtype), _rand((1, hkv, sk, d), 2, dtype), _rand((1, hkv, sk, d), 3, dtype)
     keep = None
-    if case == "padding":
+    if "padding" in case:
         keep = np.ones((1, 1, sq, sk), dtype=bool)
         keep[..., 20:] = False
     q, k, v = Tensor(qn), _expand_kv(Tensor(kn), hq // hkv), _expand_kv(Tensor(vn), hq // hkv)
@@ -167,8 +177,12 @@ def test_cuda_source_on_the_host_emulation(case):
     # few rows with many keys: a block a row, its threads sharing the keys (flash-decoding inside a block); else a
     # thread a row
     split = split_threads(hq * sq, sk, d)
-    assert split == (64 if sk >= 128 else 1)
-    assert kern.lin.local_size == ((1, split, 1) if split > 1 else (min(64, hq * sq), 1, 1)), kern.lin.local_size
+    if case.startswith("tiled"):
+        assert split == 1 and kern.lin.local_size == (64, 1, 1) and kern.lin.global_size[1] == hq, kern.lin.global_size
+        assert "__syncthreads" in kern.src
+    else:
+        assert split == (64 if sk >= 128 else 1)
+        assert kern.lin.local_size == ((1, split, 1) if split > 1 else (min(64, hq * sq), 1, 1)), kern.lin.local_size
     got = _run([kern])[0].reshape(1, hq, sq, d).astype(np.float32)
     tq, tk, tv = (torch.tensor(a.astype(np.float32)) for a in (qn, kn, vn))
     tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
