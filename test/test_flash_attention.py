@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tinygrad import Tensor, dtypes
-from tinygrad.codegen.attention import is_attention, split_threads
+from tinygrad.codegen.attention import is_attention
+from tinygrad.codegen.attention_gpu import split_threads
 from tinygrad.engine.schedule import create_schedule
 from tinygrad.helpers import Context
 
@@ -153,7 +154,7 @@ def test_cuda_source_on_the_host_emulation(case, monkeypatch):
         pytest.skip("needs g++ to run rendered kernels on the host")
     from test.unit.test_gpu_codegen import _run
     dtype = np.float16 if case == "gqa_fp16" else np.float32
-    import tinygrad.codegen.attention as attention
+    import tinygrad.codegen.attention_gpu as attention_gpu
     sq, sk, hq, hkv = {"plain": (65, 65, 2, 2), "causal": (129, 129, 2, 2), "gqa_fp16": (33, 33, 8, 2),
                        "padding": (19, 23, 2, 2), "decode": (1, 1000, 4, 4), "decode_d80_causal": (3, 300, 2, 2),
                        "tiled": (65, 40, 64, 64), "tiled_causal_fp16": (130, 130, 4, 2),
@@ -161,7 +162,7 @@ def test_cuda_source_on_the_host_emulation(case, monkeypatch):
     if case.startswith("tiled"):
         # a block of query rows of one head, its keys and values staged by tiles in shared memory (a GPU's kernel
         # for many rows: fewer rows here, so the host runs it fast)
-        monkeypatch.setattr(attention, "SPLIT_ROWS", 64)
+        monkeypatch.setattr(attention_gpu, "SPLIT_ROWS", 64)
     if "fp16" in case:
         dtype = np.float16
     d = 80 if "d80" in case else 64
