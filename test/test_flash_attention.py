@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinygrad import Tensor, dtypes
-from tinygrad.codegen.attention import is_attention
+from tinygrad.codegen.attention import is_attention, parse
 from tinygrad.codegen.attention_gpu import split_threads
 from tinygrad.engine.schedule import create_schedule
 from tinygrad.helpers import Context
@@ -38,6 +38,8 @@ def _check(sq, sk, d, dv=None, hq=2, hkv=2, causal=False, mask=None, dtype=np.fl
     out = q.scaled_dot_product_attention(k, v, attn_mask=m, is_causal=causal)
     kernels = _kernels(out)
     assert not fused or len(kernels) == 1 and is_attention(kernels[0].ast), [si.ast[0].src[0].op for si in kernels]
+    # the causal mask is known: the kernel visits no key past the query row
+    assert not fused or parse(kernels[0].ast).causal == causal
     tq, tk, tv = (torch.tensor(a.astype(np.float32)) for a in (qn, kn, vn))
     tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
     tm = torch.tensor(mask) if mask is not None else None

@@ -144,7 +144,28 @@ def parse(ast):
     if _loads_of(s_root, SCORES) or _loads_of(s_root, WEIGHTS):
         return None
     return Plan(nb=nb, bs=bs, sq=sq, sk=sk, d=d, dv=dv, s_root=s_root, rs=rs, x=x, ro=ro, o_root=o_root,
-                v_root=v_root, store=store)
+                v_root=v_root, store=store, causal=_causal(x, fp, nb))
+
+
+def _iota_along(op, frame, dim) -> bool:
+    """Whether `op` is an IOTA whose value in `frame` is the index of dim `dim` itself."""
+    if op.op is not BufferOps.IOTA:
+        return False
+    names = [Variable(f"c{n}", 0, s - 1) if s > 1 else NumNode(0) for n, s in enumerate(frame)]
+    idx, valid = op.arg.st.expr_idxs(names)
+    return is_true(valid) and isinstance(idx, Variable) and idx.expr == f"c{dim}"
+
+
+def _causal(x, frame, nb) -> bool:
+    """Whether the softmax's input is where(not (i < j), s, -inf): scaled_dot_product_attention's causal mask, whose
+    keys past the query row the kernel need not visit."""
+    if x.op is not TernaryOps.WHERE or x.src[2].op is not BufferOps.CONST or x.src[2].arg.val != -math.inf:
+        return False
+    cond = x.src[0]
+    if cond.op is not BinaryOps.CMPEQ or cond.src[1].op is not BufferOps.CONST or cond.src[1].arg.val is not False:
+        return False
+    lt = cond.src[0]
+    return lt.op is BinaryOps.CMPLT and _iota_along(lt.src[0], frame, nb) and _iota_along(lt.src[1], frame, nb + 1)
 
 
 class AttentionKernel:
@@ -266,7 +287,12 @@ class AttentionKernel:
         vdt = f32.vec(wv) if wv > 1 else f32
         accs = [em.uop(UOps.DEFINE_ACC, vdt, (), 0.0, False) for _ in range(p.dv // wv)]
         steps = (p.sk + split - 1) // split
-        kloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(steps)), None, False)
+        end = em.const(steps)
+        if p.causal and split == 1 and isinstance(qi, Variable) and p.sk > 1:
+            # keys past the query row are masked: the loop stops at min(i + 1, Sk)
+            nxt = em.add(em.var_uops[qi], em.const(1))
+            end = em.uop(UOps.ALU, i32, (em.lt(nxt, end), nxt, end), TernaryOps.WHERE)
+        kloop = em.uop(UOps.LOOP, i32, (em.const(0), end), None, False)
         em.open_scope()
         inside = None
         if split > 1:

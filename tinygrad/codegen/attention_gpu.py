@@ -91,7 +91,12 @@ def lower_tiled(kern, p):
     lsum = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
     accs = [em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False) for _ in range(p.dv)]
     ntiles = (p.sk + tk - 1) // tk
-    tloop = em.uop(UOps.LOOP, i32, (em.const(0), em.const(ntiles)), None, False)
+    end = em.const(ntiles)
+    if p.causal and tq % tk == 0:
+        # keys past the block's last query row are masked for all its threads: its tiles stop there
+        last = em.mul(em.add(g0, em.const(1)), em.const(tq // tk))
+        end = em.uop(UOps.ALU, i32, (em.lt(last, end), last, end), TernaryOps.WHERE)
+    tloop = em.uop(UOps.LOOP, i32, (em.const(0), end), None, False)
     em.open_scope()
     tbase = em.mul(tloop, em.const(tk))
     _stage(kern, sm_k, k_side, tk, p.d, tbase, lid, lambda jv, xv: bidx + [NumNode(0), jv, xv])
