@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from tinygrad.codegen import attention_gpu
 from tinygrad.codegen.ast_facts import LEAVES, out_dtype
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOps
@@ -216,7 +217,6 @@ class AttentionKernel:
         for idx in sorted(mems):
             self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
                                     False)
-        from tinygrad.codegen import attention_gpu  # (it builds on this module)
         row_sizes = list(p.bs) + [p.sq]
         rows = math.prod(row_sizes)
         split = attention_gpu.split_threads(rows, p.sk, p.dv) if self.gpu else 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 from tinygrad.codegen.ast_facts import op_dims
-from tinygrad.codegen.attention import UNROLL, _strip_casts
 from tinygrad.codegen.uops import UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
@@ -20,6 +19,7 @@ from tinygrad.shape.symbolic import NumNode, Variable
 
 TILE_Q, TILE_K = 64, 32  # a tiled GPU kernel's query rows a block (a thread each) and keys a tile in shared memory
 GRID_Y_MAX = 65535  # CUDA's grid y: the batch dims of a tiled kernel
+UNROLL = 4  # partial sums of a score's dot product (independent additions, not one chain of D dependent ones)
 SPLIT_ROWS = 4096  # on a GPU, fewer query rows than this take a block each, its threads sharing the keys
 
 
@@ -35,7 +35,9 @@ def split_threads(rows: int, keys: int, dv: int) -> int:
 def tiled_sides(kern, p):
     """(q's side, k's side) of the score's product, where it is [casts] q-side * k-side with q's side the same
     for every key and k's the same for every query, and v's side the same for every query; else None."""
-    body = _strip_casts(p.rs.src[0])
+    body = p.rs.src[0]
+    while body.op is UnaryOps.CAST:
+        body = body.src[0]
     if body.op is not BinaryOps.MUL:
         return None
     dims = op_dims((p.rs.src[0], p.v_root), ())
