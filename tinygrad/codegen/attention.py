@@ -383,6 +383,19 @@ class AttentionKernel:
             sacc = em.uop(UOps.ALU, sdt, (sacc, a), BinaryOps.ADD)
         return self._lower(p.s_root, bidx + [qi, kidx, NumNode(0)], {id(p.rs): sacc})
 
+    def float_products(self, p) -> bool:
+        """Whether the score's terms are float32(a * b) of two half-precision (or float32) sides: then the kernel
+        multiplies the sides in float32, exactly, without rounding each product to half first (PyTorch's kernels
+        do the same; the unfused kernels round it) and without a conversion a term."""
+        body = p.rs.src[0]
+        if self._dtypes[id(p.rs)] != dtypes.float32:
+            return False
+        inner = _strip_casts(body)
+        if inner.op is not BinaryOps.MUL:
+            return False
+        return all(self._dtypes[id(x)] in (dtypes.float16, dtypes.bfloat16, dtypes.float32) for x in inner.src) and \
+            (body is inner or body.op is UnaryOps.CAST and body.src[0] is inner)
+
     def _score_vec(self, p, bidx, qi, kidx, sdt):
         """The score with the head dim in vectors: a lane each of `width` consecutive d, two vector partial sums a
         step where the dim holds them, added and folded across lanes after the loop."""
@@ -399,7 +412,13 @@ class AttentionKernel:
         lane = Variable("_lane", 0, w - 1)
         for u in range(n):
             hd = (step * chunk if step is not None else NumNode(0)) + u * w + lane
-            term = self._as_vec(self._vlower(p.rs.src[0], bidx + [qi, kidx, hd], lane), w)
+            if self.float_products(p):
+                a, b = _strip_casts(p.rs.src[0]).src
+                term = em.uop(UOps.ALU, vdt, (self._as_vec(self._vlower(a, bidx + [qi, kidx, hd], lane), w),
+                                              self._as_vec(self._vlower(b, bidx + [qi, kidx, hd], lane), w)),
+                              BinaryOps.MUL)
+            else:
+                term = self._as_vec(self._vlower(p.rs.src[0], bidx + [qi, kidx, hd], lane), w)
             saccs[u] = em.uop(UOps.PHI, vdt, (saccs[u], em.uop(UOps.ALU, vdt, (term, saccs[u]), BinaryOps.ADD,
                                                                 False), dloop), None, False)
         em.close_scope()

@@ -118,12 +118,18 @@ def lower_tiled(kern, p):
     # the score from the tile: UNROLL partial sums over the head dim
     sdt = kern._dtypes[id(p.rs)]
     parts = [None] * UNROLL
+    exact = kern.float_products(p)
+    if exact:
+        qregs = [q if q.dtype == f32 else em.uop(UOps.CAST, f32, (q,), None) for q in qregs]
     for d in range(p.d):
         kval = em.uop(UOps.LOAD, f32, (sm_k, em.add(em.mul(jloop, em.const(p.d)), em.const(d))), None)
-        kdt = kern._dtypes[id(k_side)]
-        if kdt != f32:
-            kval = em.uop(UOps.CAST, kdt, (kval,), None)
-        term = kern._lower(p.rs.src[0], bidx + [qi, kidx, NumNode(d)], {id(q_side): qregs[d], id(k_side): kval})
+        if exact:
+            term = em.uop(UOps.ALU, f32, (qregs[d], kval), BinaryOps.MUL)
+        else:
+            kdt = kern._dtypes[id(k_side)]
+            if kdt != f32:
+                kval = em.uop(UOps.CAST, kdt, (kval,), None)
+            term = kern._lower(p.rs.src[0], bidx + [qi, kidx, NumNode(d)], {id(q_side): qregs[d], id(k_side): kval})
         u = d % UNROLL
         parts[u] = term if parts[u] is None else em.uop(UOps.ALU, sdt, (parts[u], term), BinaryOps.ADD)
     sacc = None
