@@ -373,7 +373,12 @@ class AttentionKernel:
             em.bind(step, dloop)
         for u in range(unroll):
             hd = step * unroll + u if step is not None else NumNode(u)
-            term = self._lower(p.rs.src[0], bidx + [qi, kidx, hd], {})
+            if self.float_products(p):
+                sides = [self._lower(x, bidx + [qi, kidx, hd], {}) for x in _strip_casts(p.rs.src[0]).src]
+                sides = [x if x.dtype == sdt else em.uop(UOps.CAST, sdt, (x,), None) for x in sides]
+                term = em.uop(UOps.ALU, sdt, tuple(sides), BinaryOps.MUL)
+            else:
+                term = self._lower(p.rs.src[0], bidx + [qi, kidx, hd], {})
             saccs[u] = em.uop(UOps.PHI, sdt, (saccs[u], em.uop(UOps.ALU, sdt, (term, saccs[u]), BinaryOps.ADD,
                                                                 False), dloop), None, False)
         em.close_scope()
