@@ -215,3 +215,21 @@ def test_model_layout_bf16_and_broadcast_padding_mask():
 def test_more_queries_than_keys_causal():
     _check(40, 24, 64, causal=True)
     _check(24, 40, 64, causal=True)
+
+
+def test_two_attentions_in_one_schedule_and_weights_kept_when_read():
+    qn, kn, vn = _rand((1, 2, 17, 32), 1), _rand((1, 2, 17, 32), 2), _rand((1, 2, 17, 32), 3)
+    q, k, v = Tensor(qn), Tensor(kn), Tensor(vn)
+    first = q.scaled_dot_product_attention(k, v, is_causal=True)
+    second = first.scaled_dot_product_attention(first, first)
+    kernels = _kernels(second)
+    assert len(kernels) == 2 and all(is_attention(si.ast) for si in kernels)
+    tq, tk, tv = (torch.tensor(a) for a in (qn, kn, vn))
+    tfirst = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+    np.testing.assert_allclose(second.numpy(), F.scaled_dot_product_attention(tfirst, tfirst, tfirst).numpy(),
+                               atol=2e-5, rtol=2e-5)
+    # the softmax's weights asked for too: they are stored, and the product reads them (three kernels)
+    w = (q @ k.transpose(-2, -1)).softmax(-1)
+    out = w @ v
+    items = create_schedule([out.lazydata, w.lazydata])
+    assert not any(is_attention(si.ast) for si in items)
