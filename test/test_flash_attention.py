@@ -112,6 +112,15 @@ def test_off_switch_keeps_three_kernels():
     with Context(FLASH_ATTENTION=0):
         kernels = _kernels(q.scaled_dot_product_attention(k, v))
     assert len(kernels) == 3 and not any(is_attention(si.ast) for si in kernels)
+    # eager runs replay a structure's cached schedule: the knob is part of its key
+    from tinygrad.helpers import GlobalCounters
+    counts = []
+    for flash in (1, 0, 1):
+        with Context(FLASH_ATTENTION=flash):
+            before = GlobalCounters.kernel_count
+            q.scaled_dot_product_attention(k, v).realize()
+            counts.append(GlobalCounters.kernel_count - before)
+    assert counts == [1, 3, 1], counts
 
 
 def test_backward_still_works():
