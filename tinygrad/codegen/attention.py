@@ -14,8 +14,8 @@ buffer SCORES, the product's loads of the softmax read buffer WEIGHTS. With `bs`
 
 The kernel visits each query row (b, i) once: one pass over the keys j, each score a loop over D, a running max m
 and sum l (in float32), rescaled by exp(m_old - m_new) when the max grows, and Dv float32 accumulators of p * v;
-the row is acc / l at the end. The same uops serve every renderer: on the CPU the rows are loops (the outermost
-split across threads) and the head dims float32 vectors; on a GPU (codegen/attention_gpu.py) a block of query rows of
+the row is acc / l at the end. The same uops serve every renderer: on the CPU the rows are one loop (split across
+threads) and the head dims float32 vectors; on a GPU (codegen/attention_gpu.py) a block of query rows of
 one head with the keys and values staged in shared memory by tiles, or for few rows (decode) a block a row whose
 threads share the keys.
 """
@@ -241,25 +241,21 @@ class AttentionKernel:
         return self
 
     def _rows(self, row_sizes, split):
-        """The query row (b..., i) of this thread: loops on the CPU (the outermost split across threads), a thread a
-        row on a GPU, or a block a row whose `split` threads share its keys. Returns (the loops, the row's index
+        """The query row (b..., i) of this thread: one loop over the rows on the CPU (split across threads), a thread
+        a row on a GPU, or a block a row whose `split` threads share its keys. Returns (the loops, the row's index
         Variables, None for dims of size 1)."""
         em, i32 = self.em, dtypes.int32
         rows = math.prod(row_sizes)
         row_vars = [Variable(f"r{n}", 0, s - 1) if s > 1 else None for n, s in enumerate(row_sizes)]
         loops = []
         if not self.gpu:
+            # one loop over every row, split across the host's threads whatever the batch and head counts
             threads = getattr(self.opts, "threads", 1) if self.opts is not None else 1
-            for n, s in enumerate(row_sizes):
-                if row_vars[n] is None:
-                    continue
-                arg = min(threads, s) if not loops and threads > 1 else None
-                lp = em.uop(UOps.LOOP, i32, (em.const(0), em.const(s)), arg, False)
-                em.open_scope()
-                em.bind(row_vars[n], lp)
-                loops.append(lp)
-            return loops, row_vars
-        if split > 1:
+            arg = min(threads, rows) if threads > 1 and rows > 1 else None
+            flat = em.uop(UOps.LOOP, i32, (em.const(0), em.const(rows)), arg, False)
+            em.open_scope()
+            loops.append(flat)
+        elif split > 1:
             # a block a row (at most CUDA's 2**31 - 1 blocks in x), its threads taking every split-th key
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", rows), False)
             self._lid = em.uop(UOps.SPECIAL, i32, (), (1, "lidx1", split), False)
