@@ -110,12 +110,13 @@ def parse(ast):
     div = _strip_casts(p_root)
     if div.op is not BinaryOps.DIV:
         return None
-    e, total = div.src[0], _strip_casts(div.src[1])
+    # (half types take exp in float32 and round it once: casts around the exp and inside it)
+    e, total = _strip_casts(div.src[0]), _strip_casts(div.src[1])
     if total.op is not ReduceOps.SUM or _strip_casts(total.src[0]) != e:
         return None
     if e.op is not UnaryOps.EXP2 or e.src[0].op is not BinaryOps.MUL:
         return None
-    sub, scale = e.src[0].src
+    sub, scale = _strip_casts(e.src[0].src[0]), e.src[0].src[1]
     if scale.op is not BufferOps.CONST or not isinstance(scale.arg.val, float) or abs(scale.arg.val - _LOG2E) > 1e-6:
         return None
     if sub.op is not BinaryOps.SUB or sub.src[1].op is not ReduceOps.MAX or sub.src[1].src[0] != sub.src[0]:
