@@ -10,7 +10,7 @@ import numpy as np
 
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx.node import OpCall, UnsupportedOp, onnx_op
+from tinygrad.nn.onnx.node import OpCall, UnsupportedOp, onnx_op, operand
 from tinygrad.tensor import Tensor
 
 
@@ -37,7 +37,7 @@ def _pads(n: OpCall, in_: tuple[int, ...], k_: tuple[int, ...], s_: tuple[int, .
 # ---- convolutions ----
 @onnx_op("Conv")
 def conv(n: OpCall) -> Tensor:
-    x, w = n.x[0], n.x[1]
+    x, w = operand(n.x[0]), operand(n.x[1])
     nd = w.ndim - 2
     k_ = tuple(w.shape[2:])
     s_, d_ = _spatial(n, "strides", nd, 1), _spatial(n, "dilations", nd, 1)
@@ -48,7 +48,7 @@ def conv(n: OpCall) -> Tensor:
 
 @onnx_op("ConvTranspose")
 def conv_transpose(n: OpCall) -> Tensor:
-    x, w = n.x[0], n.x[1]
+    x, w = operand(n.x[0]), operand(n.x[1])
     nd = w.ndim - 2
     k_, in_ = tuple(w.shape[2:]), tuple(x.shape[2:])
     s_, d_ = _spatial(n, "strides", nd, 1), _spatial(n, "dilations", nd, 1)
