@@ -7,9 +7,11 @@ keeps the ones the rest of the graph reads (realized, or as constants when they 
 nodes afterwards, so TinyJit captures only the kernels that depend on the inputs' data.
 
 Calls with the same input shapes run under TinyJit (the first runs, the second captures, later ones replay); each
-new set of shapes is traced and captured on its own. Named input dims (ONNX dim_params such as "batch") are first
-tried as symbolic Variables, so one capture serves every value of them; a graph whose shape arithmetic needs them as
-numbers (Shape, Size, sizes computed on the host) fails that trace and falls back to one capture per shape.
+new set of shapes is traced and captured on its own. Named input dims (ONNX dim_params such as "batch"): the first
+call's shapes are captured with their values (the fastest kernels); calls with other values of them are run with
+the dims as symbolic Variables, so one more capture serves all of them (as PyTorch's compiler specializes first and
+turns a dim dynamic once it changes); a graph whose shape arithmetic needs them as numbers (Shape, Size, sizes
+computed on the host) fails that trace and falls back to one capture per shape.
 A graph that reads values computed from its inputs' data on the
 host (NonZero, a Reshape to a shape read from an input, If on a data-dependent condition) can't be replayed, so the
 runner notices the first such read and runs that model eagerly from then on.
@@ -162,6 +164,7 @@ class OnnxRunner:
         self._folded: dict[tuple, tuple[dict[str, Tensor], dict[str, np.ndarray]]] = {}
         self._jits: dict[tuple, TinyJit] = {}
         self._eager_keys: set[tuple] = set()
+        self._first_key: tuple | None = None  # the input shapes of the first call: captured with concrete shapes
         self.data_dependent = False  # set once the graph read a value computed from its inputs' data on the host
 
     @staticmethod
@@ -201,11 +204,17 @@ class OnnxRunner:
             raise ValueError(f"OnnxRunner: missing inputs {missing}, unknown inputs {unknown}; the model takes "
                              f"{list(self.graph.inputs)}")
         tens = {n: self._input(n, given[n]) for n in self.graph.inputs}
-        if self.symbolic and not debug and not self.data_dependent:
-            out = self._call_symbolic(tens)
-            if out is not None:
-                return out
         key = tuple((n, tuple(t.shape), t.dtype) for n, t in tens.items())
+        if self.symbolic and not debug and not self.data_dependent:
+            # the first shapes get kernels of their own: a symbolic dim can't be unrolled or vectorized, and the
+            # MLP's symbolic kernels took twice the time of its concrete ones; a named dim changing value is what
+            # makes the symbolic capture worth its cost
+            if self._first_key is None:
+                self._first_key = key
+            if key != self._first_key:
+                out = self._call_symbolic(tens)
+                if out is not None:
+                    return out
         if debug or not self.jit or self.data_dependent or key in self._eager_keys:
             return self._run(key, tens, debug)
         jit = self._jits.get(key)
