@@ -165,6 +165,19 @@ def test_static_shape_values_are_folded_out_of_the_jit():
     assert jit.cnt == 2 and len(jit.jit_cache) == 1
 
 
+def test_array_inputs_are_copied_into_one_buffer_per_input():
+    # arrays go straight into a realized buffer kept per input: every call (run, capture, replays) sees its own data
+    m = _model([helper.make_node("Mul", ["x", "x"], ["y"])], [_vi("x", ["n", 3])], [_vi("y", None)])
+    r = OnnxRunner(m)
+    rng = np.random.default_rng(0)
+    for n in (2, 2, 2, 2, 4, 4, 4, 2):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(r({"x": x})["y"].numpy(), x * x, rtol=1e-6)
+        np.testing.assert_allclose(r({"x": x.astype(np.float64)})["y"].numpy(), x * x, rtol=1e-6)  # cast first
+    staged = r._staging["x"]
+    assert staged.shape == (2, 3) and staged.lazydata.base.realized is not None
+
+
 def test_data_dependent_graph_runs_eagerly():
     # NonZero's output shape depends on the data: a replay would be wrong, so the runner stops using TinyJit
     m = _model([helper.make_node("NonZero", ["x"], ["y"])], [_vi("x", [4])], [_vi("y", None, TensorProto.INT64)])
