@@ -735,9 +735,12 @@ def test_a_few_rows_times_a_matrix_take_every_row_in_each_thread(m, n, k, dt):
     # them) and the reduction is split across a group of threads, as for one row
     rng = np.random.default_rng(m)
     a, w = rng.standard_normal((m, k)).astype(dt), rng.standard_normal((n, k)).astype(dt)
-    kern = Kernel(_t(a) @ _t(w).T)
+    import dataclasses
+    kern = Kernel(_t(a) @ _t(w).T, lopts=dataclasses.replace(CUDA, half_vectors=True))
     ops = [o.op for o in kern.lin.applied_opts]
-    assert ops == [OptOps.UPCAST, OptOps.GROUP, OptOps.LOCAL] and kern.lin.applied_opts[0].amt == m
+    assert ops[-3:] == [OptOps.UPCAST, OptOps.GROUP, OptOps.LOCAL] and kern.lin.applied_opts[-3].amt == m
+    # 16 bytes of the reduced dim at a time, unless that leaves a narrow group (k = 1000 = 8 * 125)
+    assert (ops[0] is OptOps.VECTORIZE) == (k % 128 == 0)
     got = _run([kern])[0].reshape(m, n).astype(np.float32)
     want = a.astype(np.float32) @ w.astype(np.float32).T
     np.testing.assert_allclose(got, want, atol=0.05 if dt == np.float16 else 1e-3, rtol=2e-3)

@@ -53,6 +53,7 @@ GROUP = 16
 # in each thread (_few_rows), its block's partial sums within FEW_ROWS_SHARED bytes of shared memory
 FEW_ROWS = 16
 FEW_ROWS_SHARED = 32 * 1024
+FEW_ROWS_ACCS = 64
 # tensor-core configs (indices into codegen/tensor_cores.TC_CONFIGS) in order of preference, and the fewest blocks
 # the chosen one may leave (an H100 has 132 multiprocessors). Measured on the H100 (4096^3 fp16, TFLOP/s, a@b and
 # a@b.T, one run): 128x128x32 in 4 stages (64 KB, dynamic shared memory) 319/314, in 2 stages 308/289, in 3 stages
@@ -247,12 +248,26 @@ def _few_rows(lin, outs, rdims, outputs) -> list[Opt] | None:
     rest = [o for o in outs if o != d and full[o] > 1]
     if not rest or outputs // full[d] >= GROUP_BELOW_THREADS:
         return None
-    group = _fit(full[rdims[-1]], GROUP)
+    # where every load reads the reduced dim contiguously (x @ W.T), a thread reads 16 bytes of it at once (a vector of
+    # W's row and one of each of x's rows), within FEW_ROWS_ACCS accumulators (a lane of each row)
+    r = rdims[-1]
+    dts = {op.arg.dtype for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD}
+    vw = 0
+    if all(_stride(st, r) in (0, 1) for st in loads) and any(_stride(st, r) == 1 for st in loads):
+        if dts <= {dtypes.float16, dtypes.bfloat16} and lin.opts.half_vectors:
+            vw = lin.opts.max_vector_bytes // 2
+        elif dts == {dtypes.float32}:
+            vw = lin.opts.max_vector_bytes // 4
+    vw = _fit(full[r], min(vw, max(1, FEW_ROWS_ACCS // full[d])))
+    if vw > 1 and _fit(full[r] // vw, GROUP) < GROUP // 2:
+        vw = 1  # (a reduced dim with few factors of two: a wide group matters more than wide loads)
+    ret = [Opt(OptOps.VECTORIZE, r, vw)] if vw > 1 else []
+    group = _fit(full[r] // max(vw, 1), GROUP)
     if group < 2:
         return None
     # the block's partial sums go through shared memory, a slot per thread and row: at most FEW_ROWS_SHARED bytes
     lx = min(GROUP_LOCAL_X, full[rest[-1]], MAX_BLOCK // group, max(1, FEW_ROWS_SHARED // (4 * group * full[d])))
-    return [Opt(OptOps.UPCAST, d, full[d]), Opt(OptOps.GROUP, rdims[-1], group), Opt(OptOps.LOCAL, rest[-1], lx)]
+    return ret + [Opt(OptOps.UPCAST, d, full[d]), Opt(OptOps.GROUP, r, group), Opt(OptOps.LOCAL, rest[-1], lx)]
 
 
 def tensor_core_opt(lin) -> Opt | None:
