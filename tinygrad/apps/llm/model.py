@@ -193,6 +193,9 @@ class Config:
 
 # the prompt's chunk sizes, each one jitted prefill step
 PREFILL_CHUNKS = (16, 64)
+# smaller chunks only a caller asks for (forward's `chunk`): a server prefilling beside running streams fits a piece
+# into what their inter-token gap leaves, which a 16-token chunk overruns on a slow CPU
+FINE_CHUNKS = (4, 8)
 
 
 def _split(y: Tensor, sizes: list[int]) -> list[Tensor]:
@@ -358,8 +361,8 @@ class Transformer:
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
         # a batched step's row b is at position row{b}_pos: its capture serves any sequences at any positions
         self._row_pos = [Variable(f"row{b}_pos", 1, max(1, self.max_context - 1)) for b in range(slots)]
-        self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c) for c in PREFILL_CHUNKS
-                           if c <= self.max_context}
+        self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c)
+                           for c in sorted(FINE_CHUNKS + PREFILL_CHUNKS) if c <= self.max_context}
         self._jits: dict = {}
         self.batched_steps = 0  # forward_batch calls with more than one sequence (what a server's batching did)
         # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
@@ -403,12 +406,20 @@ class Transformer:
         if not 0 <= slot < len(self.caches):
             raise ValueError(f"slot {slot} is not one of this model's {len(self.caches)} sequence slots")
 
+    @property
+    def prefill_chunks(self) -> list[int]:
+        """Every chunk size `forward` can be asked to prefill in (its `chunk`), smallest first."""
+        return list(self._chunk_pos)
+
     def forward(self, ids: list[int], start_pos: int, jit: bool = True, slot: int = 0,
-                logits: bool = True) -> Tensor | None:
+                logits: bool = True, chunk: int | None = None) -> Tensor | None:
         """The logits (vocab,) after `ids` at positions start_pos.. of sequence slot `slot` (its KV cache holds the
         ones before). A single token after the first position runs the jitted decode step. With `logits` False only
-        the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only)."""
+        the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only).
+        `chunk` (one of prefill_chunks) prefills in chunks of that size only, the last one padded."""
         n = len(ids)
+        if chunk is not None and chunk not in self._chunk_pos:
+            raise ValueError(f"chunk {chunk} is not one of this model's prefill chunks {self.prefill_chunks}")
         self._check_slot(slot)
         cache = self.caches[slot]
         if start_pos < 0 or start_pos + n > self.max_context:
@@ -421,7 +432,7 @@ class Transformer:
             return step(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
         # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
         # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
-        chunks = list(self._chunk_pos)
+        chunks = [chunk] if chunk is not None else [c for c in self._chunk_pos if c in PREFILL_CHUNKS]
         pos, h = start_pos, None
         while pos < start_pos + n:
             left = start_pos + n - pos
