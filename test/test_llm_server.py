@@ -350,7 +350,7 @@ def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(ti
         return real_batch(tokens, *a, **kw)
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(model, "forward_batch", batch)
-    s = Served(tiny, prefill_piece=4)
+    s = Served(tiny, prefill_piece=4, max_gap_s=1e-6)  # a chunk, then a step: no time is left for a second chunk
     try:
         body = {"prompt": "t2 t3", "max_tokens": 40, "temperature": 1.0, "seed": 1, "stream": True}
         sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))

@@ -1,13 +1,15 @@
 """Continuous batching for the server: one thread owns the model and advances every running request together.
 
-A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces, one piece
-between two decode steps of the requests already running, so a long prompt delays their next tokens by a piece's
-time, never by its whole prefill. While requests decode, a piece is as many tokens (in steps of the model's smallest
-prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in what GAP_TARGET_S leaves after a
-decode step (measured too); with none decoding,
-up to IDLE_PIECE tokens (nobody waits, and bigger chunks prefill faster). From then on each step is one
-`Transformer.forward_batch` over all running requests: the weights are read once for all of them,
-which is what a decode step is bound by, and each request samples its own next token from its row with its own
+A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in chunks between
+two decode steps of the requests already running, so a long prompt delays their next tokens by a few chunks' time,
+never by its whole prefill. How much runs between two steps is set by time, not by a token count: while requests
+decode, chunks run as long as the time since their last tokens, the next chunk's and a decode step's (each measured
+as the engine runs, see _slow_mean) stay within `max_gap_s`, each chunk the largest of the model's sizes
+(Transformer.prefill_chunks, 4 to 64 tokens) that fits, and at least one chunk; with none decoding, up to
+IDLE_PIECE tokens in the model's largest chunks (nobody waits, and bigger chunks prefill faster). Several admitted
+prompts are prefilled one after another in the same time. Once its prompt is in, a request joins the decode steps,
+each one `Transformer.forward_batch` over all running requests: the weights are read once for all of them, which is
+what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
 
@@ -24,6 +26,7 @@ what a cold prefill would compute.
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -40,11 +43,10 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-# the most prompt tokens prefilled between two decode steps, and the gap between a running stream's tokens that a
-# piece and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
+# the largest prefill chunk between two decode steps, and the gap between a running stream's tokens that the chunks
+# and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
-GAP_TARGET_S = 0.15
-MIN_PIECE, LARGE_PIECE = 16, 64     # the model's prefill chunks (model.PREFILL_CHUNKS)
+MAX_GAP_S = 0.15
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
@@ -101,10 +103,12 @@ class BatchEngine:
     generations and returns their Jobs at once; `submit` waits for one and returns its Result (or raises what went
     wrong)."""
 
-    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
+    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE,
+                 max_gap_s: float = MAX_GAP_S):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
-        self.prefill_s_per_token: float | None = None   # measured, a moving average over the pieces
-        self.step_s = 0.0                               # a decode step's time, a moving average too
+        self.max_gap_s = max_gap_s
+        self.chunk_s: dict[int, float] = {}    # a prefill chunk's measured seconds, by size (see _slow_mean)
+        self.step_s = 0.0                      # a decode step's, the same way
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -213,46 +217,79 @@ class BatchEngine:
         self.filling.append(job)
 
     def _fill(self) -> None:
-        """Prefills the next piece of the first admitted job's prompt; after its last piece the job takes its first
-        token and joins the decode steps."""
-        job = self.filling[0]
-        if job.cancelled is not None:
-            self._end(job.slot, job, Cancelled(job.cancelled))
-            return
-        ids = job.prompt_ids
-        piece = ids[job.filled:job.filled + self._piece()]
-        last = job.filled + len(piece) == len(ids)
+        """Prefills the admitted jobs' prompts chunk by chunk, the first admitted first, for as long as the running
+        streams' gap allows (see the module docstring); a job whose last chunk is in takes its first token and joins
+        the decode steps. At least one chunk runs, so prompts always move on."""
+        t0 = time.perf_counter()
+        since = t0 if self.active else None     # when the running streams got their last tokens
+        tokens = 0
+        while self.filling:
+            job = self.filling[0]
+            if job.cancelled is not None:
+                self._end(job.slot, job, Cancelled(job.cancelled))
+                continue
+            left = len(job.prompt_ids) - job.filled
+            if since is None:   # nobody waits: the largest chunks, up to IDLE_PIECE tokens a call
+                if tokens >= IDLE_PIECE:
+                    return
+                c = None
+            else:
+                c = self._chunk(left, self.max_gap_s - (time.perf_counter() - since) - self.step_s, tokens == 0)
+                if c is None:
+                    return
+            n = min(left, IDLE_PIECE - tokens) if c is None else min(left, c, self.prefill_piece)
+            tokens += n
+            if self._prefill(job, n, c) and since is None:
+                since = time.perf_counter()     # a stream is running now: its next token is due
+
+    def _chunk(self, left: int, budget: float, first: bool) -> int | None:
+        """The chunk size for the next part of a prompt with `left` tokens to go: the largest whose measured (or,
+        unmeasured, extrapolated) time fits in `budget` seconds, and no larger than needed; None when none fits
+        (the smallest when `first`: a piece always moves on)."""
+        sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece] or [self.model.prefill_chunks[0]]
+        need = next((c for c in sizes if c >= left), sizes[-1])    # a larger chunk would be padding only
+        best = None
+        for c in sizes:
+            if c > need:
+                break
+            if self._cost(c) <= budget:
+                best = c
+        return best if best is not None or not first else sizes[0]
+
+    def _cost(self, chunk: int) -> float:
+        """A chunk's expected seconds: measured, or a smaller chunk's measured cost scaled by the token count (more
+        than a larger chunk takes, as its weights are read once for more tokens); unknown past the smallest."""
+        if chunk in self.chunk_s:
+            return self.chunk_s[chunk]
+        known = [c for c in self.chunk_s if c < chunk]
+        if known:
+            return self.chunk_s[max(known)] * chunk / max(known)
+        return 0.0 if chunk == self.model.prefill_chunks[0] else math.inf
+
+    def _prefill(self, job: Job, n: int, chunk: int | None) -> bool:
+        """Prefills the next n tokens of a job's prompt (in chunks of `chunk`, else the model's own choice); after
+        its last ones the job samples its first token and joins the decode steps. Returns whether it did."""
+        piece = job.prompt_ids[job.filled:job.filled + n]
+        last = job.filled + n == len(job.prompt_ids)
         try:
             t0 = time.perf_counter()
-            if len(piece) == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
+            if n == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
                 out = self.model.forward_batch(piece, [job.filled], [job.slot])
             else:
-                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
-            per = (time.perf_counter() - t0) / len(piece)
-            self.prefill_s_per_token = per if self.prefill_s_per_token is None else \
-                (self.prefill_s_per_token + per) / 2
-            job.filled += len(piece)
+                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last, chunk=chunk)
+                if chunk is not None and not last:
+                    self.chunk_s[chunk] = _slow_mean(self.chunk_s.get(chunk), time.perf_counter() - t0)
+            job.filled += n
             if not last:
-                return
+                return False
             self.filling.pop(0)
             self.active[job.slot] = job
             first = job.d.sample(out)
         except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
             self._end(job.slot, job, e)
-            return
+            return False
         self._push(job.slot, job, first)
-
-    def _piece(self) -> int:
-        """How many prompt tokens the next piece takes (see the module docstring)."""
-        if not self.active:
-            return IDLE_PIECE
-        smallest = min(MIN_PIECE, self.prefill_piece)
-        if self.prefill_s_per_token is None:
-            return smallest
-        fits = int(max(GAP_TARGET_S - self.step_s, 0.0) / self.prefill_s_per_token)
-        # whole chunks of the largest size past it (a 48-token piece runs three small chunks, slower a token)
-        step = LARGE_PIECE if fits >= LARGE_PIECE else smallest
-        return max(smallest, min(self.prefill_piece, fits // step * step))
+        return job.slot in self.active
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
@@ -273,7 +310,7 @@ class BatchEngine:
                 for row, j in enumerate(jobs):
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
-            self.step_s = (self.step_s + time.perf_counter() - t0) / 2
+            self.step_s = _slow_mean(self.step_s, time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
@@ -296,6 +333,12 @@ class BatchEngine:
                 self._fill()
             if self.active:
                 self._step()
+
+
+def _slow_mean(old: float | None, new: float) -> float:
+    """A running estimate of a time that follows a slower measurement at once and a faster one slowly: a piece
+    sized by it overruns the gap only when the machine slows down between two steps, not whenever it was fast once."""
+    return new if old is None or new > old else 0.8 * old + 0.2 * new
 
 
 def _common(a: list[int], b: list[int]) -> int:
