@@ -363,6 +363,9 @@ class Transformer:
         self._row_pos = [Variable(f"row{b}_pos", 1, max(1, self.max_context - 1)) for b in range(slots)]
         self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c)
                            for c in sorted(FINE_CHUNKS + PREFILL_CHUNKS) if c <= self.max_context}
+        # prefill_batch's part b at chunk_pos{c}_{b}: one capture a (parts, chunk) serves any slots at any positions
+        self._part_pos = {c: [Variable(f"chunk_pos{c}_{b}", 0, self.max_context - c) for b in range(slots)]
+                          for c in self._chunk_pos}
         self._jits: dict = {}
         self.batched_steps = 0  # forward_batch calls with more than one sequence (what a server's batching did)
         # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
@@ -477,6 +480,34 @@ class Transformer:
         caches = [self.caches[s] for s in slots]
         ps = [self._row_pos[b].bind(p) for b, p in enumerate(positions)]
         return fn(x, ps, caches).reshape(k, self.cfg.vocab)
+
+    def prefill_batch(self, parts: list[tuple[list[int], int, int]], chunk: int, logits: list[bool]) -> list:
+        """Prefills several sequences in one pass: part b is (ids, start_pos, slot) with at most `chunk` ids (one of
+        prefill_chunks; padded to it), the slots distinct. The matrix products take every part's rows at once, so
+        the weights are read once for all of them; attention reads each part's own cache. Returns each part's logits
+        (vocab,) after its last id where `logits[b]`, else None. Jitted per (len(parts), chunk), the positions
+        Variables and the caches inputs, as forward_batch is."""
+        g = len(parts)
+        if chunk not in self._chunk_pos or not 0 < g <= len(self.caches) or len(logits) != g or \
+                len({slot for _, _, slot in parts}) != g:
+            raise ValueError(f"prefill_batch takes 1..{len(self.caches)} parts of distinct slots and a chunk of "
+                             f"{self.prefill_chunks}, got {len(parts)} parts and chunk {chunk}")
+        x = np.zeros((g * chunk, self.cfg.dim), np.float32)
+        for b, (ids, start, slot) in enumerate(parts):
+            self._check_slot(slot)
+            if not 0 < len(ids) <= chunk or start < 0 or start + chunk > self.max_context:
+                raise ValueError(f"part {b}: {len(ids)} ids at {start} don't fit a chunk of {chunk} in the context")
+            x[b * chunk:b * chunk + len(ids)] = self.embed(ids)
+        fn = self._jit(("parts", g, chunk), lambda x, ps, caches, c=chunk:
+                       self._layers(x, [(kv, p, c) for kv, p in zip(caches, ps)]).realize())
+        ps = [self._part_pos[chunk][b].bind(start) for b, (_, start, _) in enumerate(parts)]
+        h = fn(Tensor(x, device=self.device), ps, [self.caches[slot] for _, _, slot in parts])
+        head = self._jit("head", lambda h: self._head(h).realize())
+        out = []
+        for b, (ids, _, _) in enumerate(parts):
+            row = b * chunk + len(ids) - 1
+            out.append(head(h[row:row + 1].contiguous().realize()) if logits[b] else None)
+        return out
 
     def _batch_step(self, x: Tensor, positions: list, caches: list) -> Tensor:
         """forward_batch's jitted step: row b of x is one token at positions[b] of the sequence whose per-layer
