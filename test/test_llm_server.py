@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from test.test_llm import _model
@@ -711,5 +712,44 @@ def test_the_next_turn_reuses_the_last_turns_kv_cache_and_answers_as_a_cold_run(
         monkeypatch.undo()
         cold = generate(model, tok, ids2, 5, SamplingParams(temperature=0.8, seed=2))
         assert out2["choices"][0]["message"]["content"] == cold.text
+    finally:
+        s.close()
+
+
+def test_prefill_batch_computes_what_a_prefill_each_computes(tiny):
+    model = tiny[0]
+    a, b = [2, 5, 7, 3, 9, 4], [8, 6]   # a: two chunks of 4, the second padded; b: one padded chunk
+    want = [model.forward(ids, 0, slot=0).numpy() for ids in (a, b)]
+    # each part's first chunk in one pass (b's is its last: its logits), then a's rest alone
+    got_b = model.prefill_batch([(a[:4], 0, 0), (b, 0, 1)], 4, [False, True])[1].numpy()
+    got_a = model.prefill_batch([(a[4:], 4, 0)], 4, [True])[0].numpy()
+    assert np.allclose(got_a, want[0], atol=1e-4) and np.allclose(got_b, want[1], atol=1e-4)
+    with pytest.raises(ValueError):
+        model.prefill_batch([(a, 0, 0)], 4, [True])  # more ids than the chunk
+
+
+def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone(tiny, monkeypatch):
+    model, tok = tiny[0], tiny[1]
+    prompts = ["t1 t2 t3", "t4 t5"]
+    want = {p: generate(model, tok, tok.encode(p), 6, SamplingParams()).text for p in prompts}
+    passes = []
+    real = model.prefill_batch
+
+    def spy(parts, *a, **kw):
+        passes.append(len(parts))
+        return real(parts, *a, **kw)
+    monkeypatch.setattr(model, "prefill_batch", spy)
+    s = Served(tiny)
+    try:
+        engine, held = s.srv.engine, []
+        monkeypatch.setattr(engine.pending, "put", held.append)
+        jobs = [j for p in prompts for j in engine.start(tok.encode(p), 6, SamplingParams())]
+        with engine.pending.not_empty:  # both queued at once: the engine finds them together
+            engine.pending.queue.extend(held)
+            engine.pending.not_empty.notify()
+        for j in jobs:
+            assert j.wait(60)
+        assert [j.outcome().text for j in jobs] == [want[p] for p in prompts]
+        assert 2 in passes, passes
     finally:
         s.close()

@@ -5,11 +5,12 @@ two decode steps of the requests already running, so a long prompt delays their 
 never by its whole prefill. How much runs between two steps is set by time, not by a token count: while requests
 decode, chunks run as long as the time since their last tokens, the next chunk's and a decode step's (each measured
 as the engine runs, see _slow_mean) stay within `max_gap_s`, each chunk the largest of the model's sizes
-(Transformer.prefill_chunks, 4 to 64 tokens) that fits, and at least one chunk; with none decoding, up to
-IDLE_PIECE tokens in the model's largest chunks (nobody waits, and bigger chunks prefill faster). Several admitted
-prompts are prefilled one after another in the same time. Once its prompt is in, a request joins the decode steps,
-each one `Transformer.forward_batch` over all running requests: the weights are read once for all of them, which is
-what a decode step is bound by, and each request samples its own next token from its row with its own
+(Transformer.prefill_chunks, 4 to 64 tokens) that fits, and at least one chunk; with none decoding, up to IDLE_PIECE
+tokens in the model's largest chunks (nobody waits, and bigger chunks prefill faster). Several admitted prompts go
+in one pass (Transformer.prefill_batch: a chunk of each, their rows through the weights together) when their pass
+fits the time, as prompts arriving together do before anything decodes. Once its prompt is in, a request joins the
+decode steps, each one `Transformer.forward_batch` over all running requests: the weights are read once for all of
+them, which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
 
@@ -107,7 +108,7 @@ class BatchEngine:
                  max_gap_s: float = MAX_GAP_S):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.max_gap_s = max_gap_s
-        self.chunk_s: dict[int, float] = {}    # a prefill chunk's measured seconds, by size (see _slow_mean)
+        self.pass_s: dict[tuple[int, int], float] = {}   # a prefill pass's measured seconds by (jobs, chunk size)
         self.step_s = 0.0                      # a decode step's, the same way
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
@@ -217,54 +218,100 @@ class BatchEngine:
         self.filling.append(job)
 
     def _fill(self) -> None:
-        """Prefills the admitted jobs' prompts chunk by chunk, the first admitted first, for as long as the running
-        streams' gap allows (see the module docstring); a job whose last chunk is in takes its first token and joins
-        the decode steps. At least one chunk runs, so prompts always move on."""
-        t0 = time.perf_counter()
-        since = t0 if self.active else None     # when the running streams got their last tokens
+        """Prefills the admitted jobs' prompts, the first admitted first, for as long as the running streams' gap
+        allows (see the module docstring); several jobs' next chunks go in one pass where the time allows. A job
+        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs, so prompts
+        always move on."""
+        since = time.perf_counter() if self.active else None     # when the running streams got their last tokens
         tokens = 0
         while self.filling:
-            job = self.filling[0]
-            if job.cancelled is not None:
+            for job in [j for j in self.filling if j.cancelled is not None]:
                 self._end(job.slot, job, Cancelled(job.cancelled))
-                continue
-            left = len(job.prompt_ids) - job.filled
-            if since is None:   # nobody waits: the largest chunks, up to IDLE_PIECE tokens a call
-                if tokens >= IDLE_PIECE:
-                    return
-                c = None
+            if not self.filling or (since is None and tokens >= IDLE_PIECE):
+                return
+            budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s
+            pick = self._group(budget, tokens == 0)
+            if pick is None:
+                return
+            jobs, c = pick
+            if len(jobs) == 1:
+                left = len(jobs[0].prompt_ids) - jobs[0].filled
+                n = min(left, IDLE_PIECE - tokens) if since is None else min(left, c, self.prefill_piece)
+                tokens += n
+                started = self._prefill(jobs[0], n, None if since is None else c)
             else:
-                c = self._chunk(left, self.max_gap_s - (time.perf_counter() - since) - self.step_s, tokens == 0)
-                if c is None:
-                    return
-            n = min(left, IDLE_PIECE - tokens) if c is None else min(left, c, self.prefill_piece)
-            tokens += n
-            if self._prefill(job, n, c) and since is None:
+                tokens += sum(min(len(j.prompt_ids) - j.filled, c) for j in jobs)
+                started = self._prefill_parts(jobs, c)
+            if started and since is None:
                 since = time.perf_counter()     # a stream is running now: its next token is due
 
-    def _chunk(self, left: int, budget: float, first: bool) -> int | None:
-        """The chunk size for the next part of a prompt with `left` tokens to go: the largest whose measured (or,
-        unmeasured, extrapolated) time fits in `budget` seconds, and no larger than needed; None when none fits
-        (the smallest when `first`: a piece always moves on)."""
+    def _group(self, budget: float, first: bool) -> tuple[list[Job], int] | None:
+        """Which admitted jobs' next chunks go in the next pass, and the chunk size: the most prompt tokens whose
+        pass's measured (or extrapolated) time fits in `budget` seconds, a power of two of jobs (each count a capture
+        of its own), each chunk no larger than the first job needs; None when nothing fits (one job's smallest
+        chunk when `first`: prompts always move on)."""
         sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece] or [self.model.prefill_chunks[0]]
-        need = next((c for c in sizes if c >= left), sizes[-1])    # a larger chunk would be padding only
-        best = None
-        for c in sizes:
-            if c > need:
-                break
-            if self._cost(c) <= budget:
-                best = c
-        return best if best is not None or not first else sizes[0]
+        need = next((c for c in sizes if c >= len(self.filling[0].prompt_ids) - self.filling[0].filled), sizes[-1])
+        best: tuple[int, int, int] | None = None     # (tokens, jobs, chunk)
+        g = 1
+        while g <= len(self.filling):
+            for c in sizes:
+                if c > need:
+                    break
+                jobs = self.filling[:g]
+                if g > 1 and any(j.filled + c > self.model.max_context for j in jobs):
+                    continue
+                n = sum(min(len(j.prompt_ids) - j.filled, c) for j in jobs)
+                if self._cost(g, c) <= budget and (best is None or n > best[0]):
+                    best = (n, g, c)
+            g *= 2
+        if best is None:
+            return ([self.filling[0]], sizes[0]) if first else None
+        return self.filling[:best[1]], best[2]
 
-    def _cost(self, chunk: int) -> float:
-        """A chunk's expected seconds: measured, or a smaller chunk's measured cost scaled by the token count (more
-        than a larger chunk takes, as its weights are read once for more tokens); unknown past the smallest."""
-        if chunk in self.chunk_s:
-            return self.chunk_s[chunk]
-        known = [c for c in self.chunk_s if c < chunk]
+    def _cost(self, parts: int, chunk: int) -> float:
+        """The expected seconds of a pass of `parts` chunks of `chunk` tokens: measured, or the measured pass of the
+        most rows below it scaled by the rows (more than it takes, as the weights are read once for more rows);
+        unknown past one smallest chunk, which is tried first."""
+        if (parts, chunk) in self.pass_s:
+            return self.pass_s[(parts, chunk)]
+        rows = parts * chunk
+        known = [k for k in self.pass_s if k[0] * k[1] <= rows]
         if known:
-            return self.chunk_s[max(known)] * chunk / max(known)
-        return 0.0 if chunk == self.model.prefill_chunks[0] else math.inf
+            k = max(known, key=lambda k: k[0] * k[1])
+            return self.pass_s[k] * rows / (k[0] * k[1])
+        return 0.0 if (parts, chunk) == (1, self.model.prefill_chunks[0]) else math.inf
+
+    def _prefill_parts(self, jobs: list[Job], chunk: int) -> bool:
+        """Prefills the next chunk of each job's prompt in one pass (Transformer.prefill_batch); those whose
+        prompts are in sample their first tokens and join the decode steps. Returns whether any did."""
+        parts = [(j.prompt_ids[j.filled:j.filled + chunk], j.filled, j.slot) for j in jobs]
+        last = [j.filled + len(ids) == len(j.prompt_ids) for j, (ids, _, _) in zip(jobs, parts)]
+        try:
+            t0 = time.perf_counter()
+            outs = self.model.prefill_batch(parts, chunk, last)
+            if not any(last):   # a pass without the output projection's rows
+                key = (len(jobs), chunk)
+                self.pass_s[key] = _slow_mean(self.pass_s.get(key), time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - answered to their callers; the engine goes on
+            for j in jobs:
+                self._end(j.slot, j, e)
+            return False
+        started = False
+        for j, (ids, _, _), done, out in zip(jobs, parts, last, outs):
+            j.filled += len(ids)
+            if not done:
+                continue
+            self.filling.remove(j)
+            self.active[j.slot] = j
+            try:
+                first = j.d.sample(out)
+            except Exception as e:  # noqa: BLE001 - answered to its caller
+                self._end(j.slot, j, e)
+                continue
+            self._push(j.slot, j, first)
+            started = started or j.slot in self.active
+        return started
 
     def _prefill(self, job: Job, n: int, chunk: int | None) -> bool:
         """Prefills the next n tokens of a job's prompt (in chunks of `chunk`, else the model's own choice); after
@@ -278,7 +325,7 @@ class BatchEngine:
             else:
                 out = self.model.forward(piece, job.filled, slot=job.slot, logits=last, chunk=chunk)
                 if chunk is not None and not last:
-                    self.chunk_s[chunk] = _slow_mean(self.chunk_s.get(chunk), time.perf_counter() - t0)
+                    self.pass_s[(1, chunk)] = _slow_mean(self.pass_s.get((1, chunk)), time.perf_counter() - t0)
             job.filled += n
             if not last:
                 return False
