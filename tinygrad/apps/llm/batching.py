@@ -49,6 +49,9 @@ class Cancelled(Exception):
 PREFILL_PIECE = 256
 MAX_GAP_S = 0.15
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
+# the most prompts one prefill pass takes: each adds its own attention to the pass's graph, whose first two calls
+# (before its capture) schedule it all in Python; 8 chunks of up to 64 tokens already fill a GPU's matrix units
+MAX_PARTS = 8
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
 # many of its tokens' logprobs are out by then)
@@ -254,7 +257,7 @@ class BatchEngine:
         need = next((c for c in sizes if c >= len(self.filling[0].prompt_ids) - self.filling[0].filled), sizes[-1])
         best: tuple[int, int, int] | None = None     # (tokens, jobs, chunk)
         g = 1
-        while g <= len(self.filling):
+        while g <= min(len(self.filling), MAX_PARTS):
             for c in sizes:
                 if c > need:
                     break
