@@ -4,6 +4,7 @@ usage in streams, content parts, refusals of what it does not do, error shape), 
 readers, disconnects, slow and oversized requests, keep-alive after a rejected body) and operations (API key, /health,
 a port in use, access log)."""
 import json
+import queue
 import socket
 import threading
 import time
@@ -596,8 +597,10 @@ def test_n_choices_and_logprobs_in_openais_shapes(tiny, client):
 def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
     from tinygrad.engine.realize import method_cache
     body = {"prompt": "t2 t3", "max_tokens": 4}
-    # the model's own kernels for one and two rows (prefill, decode steps): compiled by a first greedy request
+    # the model's own kernels for one and two rows (prefill, decode steps; a request's two choices are prefilled in
+    # one pass): compiled by first greedy requests
     assert served.post("/v1/completions", {**body, "temperature": 0, "n": 2})[0] == 200
+    assert served.post("/v1/completions", {**body, "prompt": "t5 t6", "temperature": 0})[0] == 200
     before = len(method_cache)
     asks = [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 3}, {"temperature": 1.0, "top_k": 7, "top_p": 0.5},
             {"temperature": 0.9, "top_p": 0.9, "min_p": 0.2}, {"temperature": 0, "repetition_penalty": 1.3},
@@ -606,7 +609,8 @@ def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
     for k, ask in enumerate(asks):
         st, text = served.post("/v1/completions", {**body, "seed": k, **ask})
         assert st == 200, text
-    assert len(method_cache) == before  # every path was compiled at start-up, with its values as inputs
+    # every path was compiled at start-up, with its values as inputs
+    assert len(method_cache) == before, [getattr(v, "name", v) for v in list(method_cache.values())[before:]]
 
 
 def test_metrics_in_prometheus_text_format(tiny, served):
@@ -720,12 +724,14 @@ def test_prefill_batch_computes_what_a_prefill_each_computes(tiny):
     model = tiny[0]
     a, b = [2, 5, 7, 3, 9, 4], [8, 6]   # a: two chunks of 4, the second padded; b: one padded chunk
     want = [model.forward(ids, 0, slot=0).numpy() for ids in (a, b)]
-    # each part's first chunk in one pass (b's is its last: its logits), then a's rest alone
-    got_b = model.prefill_batch([(a[:4], 0, 0), (b, 0, 1)], 4, [False, True])[1].numpy()
-    got_a = model.prefill_batch([(a[4:], 4, 0)], 4, [True])[0].numpy()
-    assert np.allclose(got_a, want[0], atol=1e-4) and np.allclose(got_b, want[1], atol=1e-4)
+    # each part's first chunk in one pass (b's is its last: its logits), then a's rest beside b's first again
+    got_b = model.head_at(model.prefill_batch([(a[:4], 0, 0), (b, 0, 1)], 4), 4 + len(b) - 1).numpy()
+    h = model.prefill_batch([(b, 0, 1), (a[4:], 4, 0)], 4)
+    got = [model.head_at(h, row).numpy() for row in (4 + len(a[4:]) - 1, len(b) - 1)]
+    assert np.allclose(got[0], want[0], atol=1e-4) and np.allclose(got_b, want[1], atol=1e-4)
+    assert np.allclose(got[1], want[1], atol=1e-4)
     with pytest.raises(ValueError):
-        model.prefill_batch([(a, 0, 0)], 4, [True])  # more ids than the chunk
+        model.prefill_batch([(a, 0, 0)], 4)  # more ids than the chunk
 
 
 def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone(tiny, monkeypatch):
@@ -741,12 +747,13 @@ def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone
     monkeypatch.setattr(model, "prefill_batch", spy)
     s = Served(tiny)
     try:
-        engine, held = s.srv.engine, []
-        monkeypatch.setattr(engine.pending, "put", held.append)
+        engine = s.srv.engine
+        waiting, engine.pending = engine.pending, queue.Queue()  # the engine waits on its queue, not this one
         jobs = [j for p in prompts for j in engine.start(tok.encode(p), 6, SamplingParams())]
-        with engine.pending.not_empty:  # both queued at once: the engine finds them together
-            engine.pending.queue.extend(held)
-            engine.pending.not_empty.notify()
+        held, engine.pending = engine.pending, waiting
+        with waiting.not_empty:  # both at once: the engine finds them together
+            waiting.queue.extend(held.queue)
+            waiting.not_empty.notify()
         for j in jobs:
             assert j.wait(60)
         assert [j.outcome().text for j in jobs] == [want[p] for p in prompts]

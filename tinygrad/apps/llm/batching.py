@@ -138,8 +138,10 @@ class BatchEngine:
             d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
                          ignore_eos=ignore_eos)
             jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
-        for job in jobs:
-            self.pending.put(job)
+        with self.pending.not_empty:  # all at once: the engine admits a request's choices together (one prefill)
+            self.pending.queue.extend(jobs)
+            self.pending.unfinished_tasks += len(jobs)
+            self.pending.not_empty.notify()
         return jobs
 
     def submit(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
@@ -292,7 +294,7 @@ class BatchEngine:
         last = [j.filled + len(ids) == len(j.prompt_ids) for j, (ids, _, _) in zip(jobs, parts)]
         try:
             t0 = time.perf_counter()
-            outs = self.model.prefill_batch(parts, chunk, last)
+            h = self.model.prefill_batch(parts, chunk)
             if not any(last):   # a pass without the output projection's rows
                 key = (len(jobs), chunk)
                 self.pass_s[key] = _slow_mean(self.pass_s.get(key), time.perf_counter() - t0)
@@ -301,14 +303,14 @@ class BatchEngine:
                 self._end(j.slot, j, e)
             return False
         started = False
-        for j, (ids, _, _), done, out in zip(jobs, parts, last, outs):
+        for b, (j, (ids, _, _), done) in enumerate(zip(jobs, parts, last)):
             j.filled += len(ids)
             if not done:
                 continue
             self.filling.remove(j)
             self.active[j.slot] = j
-            try:
-                first = j.d.sample(out)
+            try:  # sampled at once: the next head_at reuses its logits' buffer
+                first = j.d.sample(self.model.head_at(h, b * chunk + len(ids) - 1))
             except Exception as e:  # noqa: BLE001 - answered to its caller
                 self._end(j.slot, j, e)
                 continue

@@ -452,10 +452,7 @@ class Transformer:
             h = fn(Tensor(part, device=self.device), self._chunk_pos[c].bind(pos))
             last = min(c, left) - 1
             pos += min(c, left)
-        if not logits:
-            return None
-        head = self._jit("head", lambda h: self._head(h).realize())
-        return head(h[last:last + 1].contiguous().realize())
+        return self.head_at(h, last) if logits else None
 
     def forward_batch(self, tokens: list[int], positions: list[int], slots: list[int]) -> Tensor:
         """One decode step for several sequences at once: token `tokens[b]` at position `positions[b]` (>= 1) of
@@ -481,15 +478,14 @@ class Transformer:
         ps = [self._row_pos[b].bind(p) for b, p in enumerate(positions)]
         return fn(x, ps, caches).reshape(k, self.cfg.vocab)
 
-    def prefill_batch(self, parts: list[tuple[list[int], int, int]], chunk: int, logits: list[bool]) -> list:
+    def prefill_batch(self, parts: list[tuple[list[int], int, int]], chunk: int) -> Tensor:
         """Prefills several sequences in one pass: part b is (ids, start_pos, slot) with at most `chunk` ids (one of
         prefill_chunks; padded to it), the slots distinct. The matrix products take every part's rows at once, so
-        the weights are read once for all of them; attention reads each part's own cache. Returns each part's logits
-        (vocab,) after its last id where `logits[b]`, else None. Jitted per (len(parts), chunk), the positions
-        Variables and the caches inputs, as forward_batch is."""
+        the weights are read once for all of them; attention reads each part's own cache. Returns the hidden states
+        (len(parts) * chunk, dim): part b's last id is row b * chunk + len(ids) - 1 (its logits: head_at). Jitted
+        per (len(parts), chunk), the positions Variables and the caches inputs, as forward_batch is."""
         g = len(parts)
-        if chunk not in self._chunk_pos or not 0 < g <= len(self.caches) or len(logits) != g or \
-                len({slot for _, _, slot in parts}) != g:
+        if chunk not in self._chunk_pos or not 0 < g <= len(self.caches) or len({slot for _, _, slot in parts}) != g:
             raise ValueError(f"prefill_batch takes 1..{len(self.caches)} parts of distinct slots and a chunk of "
                              f"{self.prefill_chunks}, got {len(parts)} parts and chunk {chunk}")
         x = np.zeros((g * chunk, self.cfg.dim), np.float32)
@@ -501,13 +497,14 @@ class Transformer:
         fn = self._jit(("parts", g, chunk), lambda x, ps, caches, c=chunk:
                        self._layers(x, [(kv, p, c) for kv, p in zip(caches, ps)]).realize())
         ps = [self._part_pos[chunk][b].bind(start) for b, (_, start, _) in enumerate(parts)]
-        h = fn(Tensor(x, device=self.device), ps, [self.caches[slot] for _, _, slot in parts])
+        return fn(Tensor(x, device=self.device), ps, [self.caches[slot] for _, _, slot in parts])
+
+    def head_at(self, h: Tensor, row: int) -> Tensor:
+        """The logits (vocab,) of row `row` of hidden states h. NOTE: valid until the next call (or forward's
+        logits): the jitted head writes each call's into the same buffer."""
         head = self._jit("head", lambda h: self._head(h).realize())
-        out = []
-        for b, (ids, _, _) in enumerate(parts):
-            row = b * chunk + len(ids) - 1
-            out.append(head(h[row:row + 1].contiguous().realize()) if logits[b] else None)
-        return out
+        # the row goes through the host: a slice on the device is a kernel of its own for every row number
+        return head(Tensor(h.numpy()[row:row + 1], device=self.device).realize())
 
     def _batch_step(self, x: Tensor, positions: list, caches: list) -> Tensor:
         """forward_batch's jitted step: row b of x is one token at positions[b] of the sequence whose per-layer
