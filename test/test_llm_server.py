@@ -473,6 +473,18 @@ def test_a_rejected_body_is_never_read_as_the_next_request(served):
     assert any('"PUT /v1/completions" 501' in ln for ln in served.log), served.log
 
 
+def test_malformed_and_huge_request_heads_are_refused_and_the_server_goes_on(served):
+    cases = [(b"\x16\x03\x01\x02\x00garbage\r\n\r\n", b"HTTP/1.1 400"),      # a TLS hello, not HTTP
+             (b"GET /health HTTP/9.9\r\n\r\n", b"HTTP/1.1 505"),                  # a version it does not speak
+             (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"HTTP/1.1 414"),  # a request line past 64 KiB
+             (b"GET /health HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"HTTP/1.1 431"),  # a header too
+             (b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", b"HTTP/1.1 431")]      # 200 headers
+    for raw, want in cases:
+        out = _read_all(served.raw(raw))
+        assert out.startswith(want), (raw[:40], out[:80])
+    assert served.get("/health")[0] == 200
+
+
 # ---- operations -------------------------------------------------------------------------------------------------
 def test_api_key_health_models_and_the_access_log(tiny):
     s = Served(tiny, api_key="sekret")

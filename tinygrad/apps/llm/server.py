@@ -342,6 +342,9 @@ class LLMServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: LLMServer
     protocol_version = "HTTP/1.1"
+    # what http.server assumes until a request line parses: its HTTP/0.9 answered a malformed line with a bare body,
+    # no status line or headers, which clients can't tell from a broken connection
+    default_request_version = "HTTP/1.1"
 
     # ---- the connection: deadlines, logging -----------------------------------------------------------------------
     def setup(self) -> None:
