@@ -4,7 +4,7 @@ A request gets a free sequence slot of the model (its own KV cache) and its prom
 two decode steps of the requests already running, so a long prompt delays their next tokens by a few chunks' time,
 never by its whole prefill. How much runs between two steps is set by time, not by a token count: while requests
 decode, chunks run as long as the time since their last tokens, the next chunk's and a decode step's (each measured
-as the engine runs, see _slow_mean) stay within `max_gap_s`, each chunk the largest of the model's sizes
+as the engine runs, see _Timing) stay within `max_gap_s`, each chunk the largest of the model's sizes
 (Transformer.prefill_chunks, 4 to 64 tokens) that fits, and at least one chunk; with none decoding, up to IDLE_PIECE
 tokens in the model's largest chunks (nobody waits, and bigger chunks prefill faster). Several admitted prompts go
 in one pass (Transformer.prefill_batch: a chunk of each, their rows through the weights together) when their pass
@@ -27,6 +27,7 @@ what a cold prefill would compute.
 """
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import threading
@@ -111,8 +112,8 @@ class BatchEngine:
                  max_gap_s: float = MAX_GAP_S):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.max_gap_s = max_gap_s
-        self.pass_s: dict[tuple[int, int], float] = {}   # a prefill pass's measured seconds by (jobs, chunk size)
-        self.step_s = 0.0                      # a decode step's, the same way
+        self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
+        self.step_s = _Timing()                             # a decode step's
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -234,7 +235,7 @@ class BatchEngine:
                 self._end(job.slot, job, Cancelled(job.cancelled))
             if not self.filling or (since is None and tokens >= IDLE_PIECE):
                 return
-            budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s
+            budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s.value
             pick = self._group(budget, tokens == 0)
             if pick is None:
                 return
@@ -279,12 +280,12 @@ class BatchEngine:
         most rows below it scaled by the rows (more than it takes, as the weights are read once for more rows);
         unknown past one smallest chunk, which is tried first."""
         if (parts, chunk) in self.pass_s:
-            return self.pass_s[(parts, chunk)]
+            return self.pass_s[(parts, chunk)].value
         rows = parts * chunk
         known = [k for k in self.pass_s if k[0] * k[1] <= rows]
         if known:
             k = max(known, key=lambda k: k[0] * k[1])
-            return self.pass_s[k] * rows / (k[0] * k[1])
+            return self.pass_s[k].value * rows / (k[0] * k[1])
         return 0.0 if (parts, chunk) == (1, self.model.prefill_chunks[0]) else math.inf
 
     def _prefill_parts(self, jobs: list[Job], chunk: int) -> bool:
@@ -296,8 +297,7 @@ class BatchEngine:
             t0 = time.perf_counter()
             h = self.model.prefill_batch(parts, chunk)
             if not any(last):   # a pass without the output projection's rows
-                key = (len(jobs), chunk)
-                self.pass_s[key] = _slow_mean(self.pass_s.get(key), time.perf_counter() - t0)
+                self.pass_s.setdefault((len(jobs), chunk), _Timing()).add(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - answered to their callers; the engine goes on
             for j in jobs:
                 self._end(j.slot, j, e)
@@ -330,7 +330,7 @@ class BatchEngine:
             else:
                 out = self.model.forward(piece, job.filled, slot=job.slot, logits=last, chunk=chunk)
                 if chunk is not None and not last:
-                    self.pass_s[(1, chunk)] = _slow_mean(self.pass_s.get((1, chunk)), time.perf_counter() - t0)
+                    self.pass_s.setdefault((1, chunk), _Timing()).add(time.perf_counter() - t0)
             job.filled += n
             if not last:
                 return False
@@ -362,7 +362,7 @@ class BatchEngine:
                 for row, j in enumerate(jobs):
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
-            self.step_s = _slow_mean(self.step_s, time.perf_counter() - t0)
+            self.step_s.add(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
@@ -387,10 +387,20 @@ class BatchEngine:
                 self._step()
 
 
-def _slow_mean(old: float | None, new: float) -> float:
-    """A running estimate of a time that follows a slower measurement at once and a faster one slowly: a piece
-    sized by it overruns the gap only when the machine slows down between two steps, not whenever it was fast once."""
-    return new if old is None or new > old else 0.8 * old + 0.2 * new
+class _Timing:
+    """A running estimate of how long something takes: the second slowest of its last 8 times. It follows a machine
+    that slows down within two measurements, and forgets one slow outlier (a step that compiled, a preempted one),
+    where a mean that jumps to a slow time would starve prefill for many steps after it."""
+
+    def __init__(self):
+        self.times: collections.deque[float] = collections.deque(maxlen=8)
+
+    def add(self, seconds: float) -> None:
+        self.times.append(seconds)
+
+    @property
+    def value(self) -> float:
+        return sorted(self.times)[-2] if len(self.times) > 1 else self.times[0] if self.times else 0.0
 
 
 def _common(a: list[int], b: list[int]) -> int:
