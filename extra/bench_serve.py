@@ -256,6 +256,7 @@ def main() -> None:
             throughput(port, tok, n, args.prompt_tokens, 4)
             r = throughput(port, tok, n, args.prompt_tokens, args.tokens)
             rows.append(r)
+            write_json(args.json, out)  # row by row: a run cut short by a time limit keeps what it measured
             print(f"| {n} | {r['tok_s']:.1f} | {r['per_stream']:.1f} | {r['ttft_p50'] * 1e3:.0f} | "
                   f"{r['ttft_p99'] * 1e3:.0f} |", flush=True)
         if len(rows) > 1:
