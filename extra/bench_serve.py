@@ -224,6 +224,7 @@ def main() -> None:
     # one short request first: the model's prefill and decode kernels compile outside the timed runs
     throughput(port, tok, 1, args.prompt_tokens, 4)
     out: dict = {"model": name, "device": device, "slots": slots, "context": args.context, "startup_s": startup}
+    write_json(args.json, out)
     if args.load:
         c, r = (int(x) for x in args.load.lower().split("x"))
         res = out["load"] = load(port, tok, c, r)
