@@ -1,7 +1,7 @@
 """Serving benchmark of the LLM server (tinygrad/apps/llm/server.py), driven over the loopback as clients drive it.
 
     python extra/bench_serve.py                                       # Gemma 3 270M on the CPU: 1, 4, 8 streams
-    CUDA=1 python extra/bench_serve.py --synthetic llama:llama-3.1-8b  # 1, 8, 32 streams on the GPU
+    python extra/bench_serve.py --synthetic llama:llama-3.1-8b --device CUDA --json out.json  # 1, 8, 32 on a GPU
     python extra/bench_serve.py --gap 2000      # a stream's inter-token gaps while a 2000-token prompt prefills
     python extra/bench_serve.py --turns         # time to first token of a conversation's turn 1 and turn 2
     python extra/bench_serve.py --synthetic llama:llama-tiny --load 64x20   # the bounded load run
@@ -9,10 +9,14 @@
 The throughput table: S streams started together, each a streamed completion of --tokens tokens (`ignore_eos`, so
 each runs its full length) after a --prompt-token prompt; aggregate decode tok/s is the tokens after each stream's
 first, summed, over the time from the first first-token to the last end; TTFT is each stream's time from its request
-to its first chunk (p50 and p99 over the streams). `--load CxR` runs C clients of R short requests each, and reports
-errors and the p50/p99 TTFT. `--gap N` measures the gaps between a running stream's chunks before and while an
-N-token prompt is prefilled beside it (the engine prefills in pieces between decode steps). `--turns` times the first
-token of a second turn that extends the first (the prompt cache reuses its KV) against the first's.
+to its first chunk (p50 and p99 over the streams); the last line is the ratio of the most streams' aggregate to
+one stream's (`--json PATH` writes the rows too). `--synthetic ARCH:SIZE` writes (once, then reuses) a model of
+that shape with random weights (extra/bench_llm.py's synthetic_model): a GPU's speed without the real file; the
+server, its batch engine and sampling are the same on every device. `--load CxR` runs C clients of R short requests
+each, and reports errors and the p50/p99 TTFT. `--gap N` measures the gaps between a running stream's chunks before
+and while an N-token prompt is prefilled beside it (the engine prefills in chunks between decode steps, as many as
+its --max-gap-ms leaves room for). `--turns` times the first token of a second turn that extends the first (the
+prompt cache reuses its KV) against the first's.
 """
 from __future__ import annotations
 
@@ -140,9 +144,11 @@ def load(port: int, tok, clients: int, requests: int) -> dict:
             "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99)}
 
 
-def gap(port: int, tok, prompt: int) -> dict:
-    """A running stream's chunk gaps before, and while, a `prompt`-token prompt is prefilled beside it."""
-    s = Stream(port, {"prompt": text_of(tok, 16), "max_tokens": 100_000, "temperature": 0, "ignore_eos": True})
+def gap(port: int, tok, prompt: int, endless: bool = True) -> dict:
+    """A running stream's chunk gaps before, and while, a `prompt`-token prompt is prefilled beside it (the stream
+    runs on past the process's end, unless not `endless`)."""
+    s = Stream(port, {"prompt": text_of(tok, 16), "max_tokens": 100_000 if endless else 40, "temperature": 0,
+                      "ignore_eos": True})
     t = threading.Thread(target=s.run)
     t.start()
     while len(s.chunks) < 12:
@@ -152,11 +158,14 @@ def gap(port: int, tok, prompt: int) -> dict:
     long.run()
     t_done = time.perf_counter()
     time.sleep(0.5)
+    if not endless:
+        t.join()
     gaps = lambda ts: [b - a for a, b in zip(ts, ts[1:])]  # noqa: E731
     before = gaps([c for c in s.chunks if c < t_long][2:])
     during = gaps([c for c in s.chunks if t_long <= c <= t_done + 0.5])
     return {"prompt": prompt, "prefill_s": t_done - t_long, "gap_before_p50": pct(before, 50),
-            "gap_during_p50": pct(during, 50), "gap_during_max": max(during, default=float("nan")), "stream": t}
+            "gap_during_p50": pct(during, 50), "gap_during_p99": pct(during, 99),
+            "gap_during_max": max(during, default=float("nan")), "stream": t}
 
 
 def turns(port: int, tok, prompt: int) -> dict:
@@ -178,6 +187,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64, help="tokens each stream generates")
     ap.add_argument("--prompt-tokens", type=int, default=32, help="prompt tokens of each stream")
     ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--device", type=str.upper, help="the model's device (default: tinygrad's default device)")
+    ap.add_argument("--max-gap-ms", type=float, help="the server's --max-gap-ms (default: its own)")
+    ap.add_argument("--json", metavar="PATH", help="also write the throughput rows (or the other modes' results) here")
     ap.add_argument("--load", metavar="CxR", help="instead: C clients x R requests, errors and TTFT")
     ap.add_argument("--gap", type=int, metavar="N", help="instead: a stream's chunk gaps beside an N-token prefill")
     ap.add_argument("--turns", type=int, nargs="?", const=500, metavar="N",
@@ -193,48 +205,76 @@ def main() -> None:
         path = synthetic_model(args.synthetic, args.quant)
     else:
         path = args.model or default_model()
-    gpu = Device.DEFAULT != "CPU" and not Device.DEFAULT.startswith("CLANG")
+    device = args.device or Device.DEFAULT
+    gpu = device != "CPU" and not device.startswith("CLANG")
     counts = [int(c) for c in (args.streams or ("1,8,32" if gpu else "1,4,8")).split(",")]
     slots = 2 if args.gap or args.turns else max(counts)  # --load: its clients queue for these
     kv, tensors = gguf_tensors(path)
     tok = Tokenizer.from_gguf(kv)
     t0 = time.perf_counter()
-    model = Transformer(kv, tensors, max_context=args.context, slots=slots)
-    srv = LLMServer(("127.0.0.1", 0), model, tok, "bench", access_log=None)
+    model = Transformer(kv, tensors, device=device, max_context=args.context, slots=slots)
+    options = {} if args.max_gap_ms is None else {"max_gap_s": args.max_gap_ms / 1e3}
+    srv = LLMServer(("127.0.0.1", 0), model, tok, "bench", access_log=None, **options)
     port = srv.server_address[1]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     name = args.synthetic or os.path.basename(path)
     startup = time.perf_counter() - t0
-    print(f"# {name} on {Device.DEFAULT}, {slots} slots, context {args.context} (start-up {startup:.1f} s with every "
+    print(f"# {name} on {device}, {slots} slots, context {args.context} (start-up {startup:.1f} s with every "
           "sampling kernel)", flush=True)
     # one short request first: the model's prefill and decode kernels compile outside the timed runs
     throughput(port, tok, 1, args.prompt_tokens, 4)
+    out: dict = {"model": name, "device": device, "slots": slots, "context": args.context, "startup_s": startup}
+    write_json(args.json, out)
     if args.load:
         c, r = (int(x) for x in args.load.lower().split("x"))
-        res = load(port, tok, c, r)
+        res = out["load"] = load(port, tok, c, r)
         print(f"load {c} clients x {r} requests: {res['requests']} done, {res['errors']} errors in {res['wall_s']:.1f}"
               f" s; TTFT p50 {res['ttft_p50'] * 1e3:.0f} ms, p99 {res['ttft_p99'] * 1e3:.0f} ms")
     elif args.gap:
+        # a shorter run first: the prefill chunks beside a running stream compile and are captured outside the timed
+        # one (on both slots: which one a prompt takes depends on the prompt cache)
+        for _ in range(2):
+            gap(port, tok, min(args.gap, 300), endless=False)
         res = gap(port, tok, args.gap)
+        del res["stream"]
+        out["gap"] = res
         print(f"a {res['prompt']}-token prefill beside a stream took {res['prefill_s']:.2f} s; the stream's chunk gap:"
-              f" p50 {res['gap_before_p50'] * 1e3:.0f} ms alone, p50 {res['gap_during_p50'] * 1e3:.0f} ms and max "
-              f"{res['gap_during_max'] * 1e3:.0f} ms during the prefill")
+              f" p50 {res['gap_before_p50'] * 1e3:.0f} ms alone; during the prefill p50 "
+              f"{res['gap_during_p50'] * 1e3:.0f} ms, p99 {res['gap_during_p99'] * 1e3:.0f} ms, max "
+              f"{res['gap_during_max'] * 1e3:.0f} ms", flush=True)
+        write_json(args.json, out)
         os._exit(0)  # the endless stream ends with the process
     elif args.turns:
-        res = turns(port, tok, args.turns)
+        res = out["turns"] = turns(port, tok, args.turns)
         print(f"TTFT of a {res['prompt']}-token turn 1: {res['ttft_turn1'] * 1e3:.0f} ms; of turn 2 (its prefix "
               f"cached): {res['ttft_turn2'] * 1e3:.0f} ms")
     else:
         print("| streams | aggregate decode tok/s | per-stream tok/s | TTFT p50 ms | TTFT p99 ms |")
         print("|---:|---:|---:|---:|---:|")
+        rows = out["throughput"] = []
         for n in counts:
-            # a short run first: the batched steps of 1..n rows are captured outside the timed one
-            throughput(port, tok, n, args.prompt_tokens, 4)
+            # short runs first: the batched steps and prefill passes of the shapes n streams make (which depend on
+            # when each arrives) compile and are captured outside the timed one
+            for _ in range(2):
+                throughput(port, tok, n, args.prompt_tokens, 4)
             r = throughput(port, tok, n, args.prompt_tokens, args.tokens)
+            rows.append(r)
+            write_json(args.json, out)  # row by row: a run cut short by a time limit keeps what it measured
             print(f"| {n} | {r['tok_s']:.1f} | {r['per_stream']:.1f} | {r['ttft_p50'] * 1e3:.0f} | "
                   f"{r['ttft_p99'] * 1e3:.0f} |", flush=True)
+        if len(rows) > 1:
+            out["ratio"] = rows[-1]["tok_s"] / rows[0]["tok_s"]
+            print(f"aggregate decode tok/s, {rows[-1]['streams']} streams vs {rows[0]['streams']}: "
+                  f"{out['ratio']:.2f}x", flush=True)
+    write_json(args.json, out)
     srv.stop(5.0)
     srv.server_close()
+
+
+def write_json(path: str | None, out: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ usage in streams, content parts, refusals of what it does not do, error shape), 
 readers, disconnects, slow and oversized requests, keep-alive after a rejected body) and operations (API key, /health,
 a port in use, access log)."""
 import json
+import queue
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from test.test_llm import _model
@@ -350,7 +352,7 @@ def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(ti
         return real_batch(tokens, *a, **kw)
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(model, "forward_batch", batch)
-    s = Served(tiny, prefill_piece=4)
+    s = Served(tiny, prefill_piece=4, max_gap_s=1e-6)  # a chunk, then a step: no time is left for a second chunk
     try:
         body = {"prompt": "t2 t3", "max_tokens": 40, "temperature": 1.0, "seed": 1, "stream": True}
         sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
@@ -469,6 +471,18 @@ def test_a_rejected_body_is_never_read_as_the_next_request(served):
     head, _, body = _read_all(sock).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 501") and json.loads(body)["error"]["type"] == "server_error"
     assert any('"PUT /v1/completions" 501' in ln for ln in served.log), served.log
+
+
+def test_malformed_and_huge_request_heads_are_refused_and_the_server_goes_on(served):
+    cases = [(b"\x16\x03\x01\x02\x00garbage\r\n\r\n", b"HTTP/1.1 400"),      # a TLS hello, not HTTP
+             (b"GET /health HTTP/9.9\r\n\r\n", b"HTTP/1.1 505"),                  # a version it does not speak
+             (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"HTTP/1.1 414"),  # a request line past 64 KiB
+             (b"GET /health HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"HTTP/1.1 431"),  # a header too
+             (b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", b"HTTP/1.1 431")]      # 200 headers
+    for raw, want in cases:
+        out = _read_all(served.raw(raw))
+        assert out.startswith(want), (raw[:40], out[:80])
+    assert served.get("/health")[0] == 200
 
 
 # ---- operations -------------------------------------------------------------------------------------------------
@@ -595,8 +609,10 @@ def test_n_choices_and_logprobs_in_openais_shapes(tiny, client):
 def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
     from tinygrad.engine.realize import method_cache
     body = {"prompt": "t2 t3", "max_tokens": 4}
-    # the model's own kernels for one and two rows (prefill, decode steps): compiled by a first greedy request
+    # the model's own kernels for one and two rows (prefill, decode steps; a request's two choices are prefilled in
+    # one pass): compiled by first greedy requests
     assert served.post("/v1/completions", {**body, "temperature": 0, "n": 2})[0] == 200
+    assert served.post("/v1/completions", {**body, "prompt": "t5 t6", "temperature": 0})[0] == 200
     before = len(method_cache)
     asks = [{"temperature": 0.7}, {"temperature": 1.3, "top_k": 3}, {"temperature": 1.0, "top_k": 7, "top_p": 0.5},
             {"temperature": 0.9, "top_p": 0.9, "min_p": 0.2}, {"temperature": 0, "repetition_penalty": 1.3},
@@ -605,7 +621,8 @@ def test_no_sampling_combination_compiles_a_kernel_inside_a_request(served):
     for k, ask in enumerate(asks):
         st, text = served.post("/v1/completions", {**body, "seed": k, **ask})
         assert st == 200, text
-    assert len(method_cache) == before  # every path was compiled at start-up, with its values as inputs
+    # every path was compiled at start-up, with its values as inputs
+    assert len(method_cache) == before, [getattr(v, "name", v) for v in list(method_cache.values())[before:]]
 
 
 def test_metrics_in_prometheus_text_format(tiny, served):
@@ -711,5 +728,47 @@ def test_the_next_turn_reuses_the_last_turns_kv_cache_and_answers_as_a_cold_run(
         monkeypatch.undo()
         cold = generate(model, tok, ids2, 5, SamplingParams(temperature=0.8, seed=2))
         assert out2["choices"][0]["message"]["content"] == cold.text
+    finally:
+        s.close()
+
+
+def test_prefill_batch_computes_what_a_prefill_each_computes(tiny):
+    model = tiny[0]
+    a, b = [2, 5, 7, 3, 9, 4], [8, 6]   # a: two chunks of 4, the second padded; b: one padded chunk
+    want = [model.forward(ids, 0, slot=0).numpy() for ids in (a, b)]
+    # each part's first chunk in one pass (b's is its last: its logits), then a's rest beside b's first again
+    got_b = model.head_at(model.prefill_batch([(a[:4], 0, 0), (b, 0, 1)], 4), 4 + len(b) - 1).numpy()
+    h = model.prefill_batch([(b, 0, 1), (a[4:], 4, 0)], 4)
+    got = [model.head_at(h, row).numpy() for row in (4 + len(a[4:]) - 1, len(b) - 1)]
+    assert np.allclose(got[0], want[0], atol=1e-4) and np.allclose(got_b, want[1], atol=1e-4)
+    assert np.allclose(got[1], want[1], atol=1e-4)
+    with pytest.raises(ValueError):
+        model.prefill_batch([(a, 0, 0)], 4)  # more ids than the chunk
+
+
+def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone(tiny, monkeypatch):
+    model, tok = tiny[0], tiny[1]
+    prompts = ["t1 t2 t3", "t4 t5"]
+    want = {p: generate(model, tok, tok.encode(p), 6, SamplingParams()).text for p in prompts}
+    passes = []
+    real = model.prefill_batch
+
+    def spy(parts, *a, **kw):
+        passes.append(len(parts))
+        return real(parts, *a, **kw)
+    monkeypatch.setattr(model, "prefill_batch", spy)
+    s = Served(tiny)
+    try:
+        engine = s.srv.engine
+        waiting, engine.pending = engine.pending, queue.Queue()  # the engine waits on its queue, not this one
+        jobs = [j for p in prompts for j in engine.start(tok.encode(p), 6, SamplingParams())]
+        held, engine.pending = engine.pending, waiting
+        with waiting.not_empty:  # both at once: the engine finds them together
+            waiting.queue.extend(held.queue)
+            waiting.not_empty.notify()
+        for j in jobs:
+            assert j.wait(60)
+        assert [j.outcome().text for j in jobs] == [want[p] for p in prompts]
+        assert 2 in passes, passes
     finally:
         s.close()

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--serve: require 'Authorization: Bearer KEY' (default: $TINYGRAD_API_KEY, else none)")
     ap.add_argument("--max-tokens-cap", type=int, default=None,
                     help="--serve: the most tokens one answer may have (default: up to the context's end)")
+    ap.add_argument("--max-gap-ms", type=float, default=150.0,
+                    help="--serve: the gap between a running stream's tokens that prefilling a new prompt beside it "
+                         "aims to stay under (default 150)")
     args = ap.parse_args(argv)
     from tinygrad.profile import show_compile_progress
     show_compile_progress(2.0)  # a cold start compiles for several seconds: say so once it takes over 2 s
@@ -86,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         from tinygrad.apps.llm.server import serve
         if args.max_tokens_cap is not None and args.max_tokens_cap < 1:
             ap.error("--max-tokens-cap must be at least 1")
+        if not args.max_gap_ms > 0:
+            ap.error("--max-gap-ms must be above 0")
         return serve(model, tok, args.serve, args.host, name=os.path.basename(args.model), chat_template=template,
-                     api_key=args.api_key or None, max_tokens_cap=args.max_tokens_cap)
+                     api_key=args.api_key or None, max_tokens_cap=args.max_tokens_cap, max_gap_s=args.max_gap_ms / 1e3)
     if args.chat:
         return _chat(model, tok, template, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)

@@ -1,13 +1,16 @@
 """Continuous batching for the server: one thread owns the model and advances every running request together.
 
-A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in pieces, one piece
-between two decode steps of the requests already running, so a long prompt delays their next tokens by a piece's
-time, never by its whole prefill. While requests decode, a piece is as many tokens (in steps of the model's smallest
-prefill chunk, at most `prefill_piece`) as the measured prefill speed fits in what GAP_TARGET_S leaves after a
-decode step (measured too); with none decoding,
-up to IDLE_PIECE tokens (nobody waits, and bigger chunks prefill faster). From then on each step is one
-`Transformer.forward_batch` over all running requests: the weights are read once for all of them,
-which is what a decode step is bound by, and each request samples its own next token from its row with its own
+A request gets a free sequence slot of the model (its own KV cache) and its prompt is prefilled in chunks between
+two decode steps of the requests already running, so a long prompt delays their next tokens by a few chunks' time,
+never by its whole prefill. How much runs between two steps is set by time, not by a token count: while requests
+decode, chunks run as long as the time since their last tokens, the next chunk's and a decode step's (each measured
+as the engine runs, see _Timing) stay within `max_gap_s`, each chunk the largest of the model's sizes
+(Transformer.prefill_chunks, 4 to 64 tokens) that fits, and at least one chunk; with none decoding, up to IDLE_PIECE
+tokens in the model's largest chunks (nobody waits, and bigger chunks prefill faster). Several admitted prompts go
+in one pass (Transformer.prefill_batch: a chunk of each, their rows through the weights together) when their pass
+fits the time, as prompts arriving together do before anything decodes. Once its prompt is in, a request joins the
+decode steps, each one `Transformer.forward_batch` over all running requests: the weights are read once for all of
+them, which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
 a step ends the requests of that step with it, never the thread.
 
@@ -24,6 +27,8 @@ what a cold prefill would compute.
 """
 from __future__ import annotations
 
+import collections
+import math
 import queue
 import threading
 import time
@@ -40,12 +45,14 @@ class Cancelled(Exception):
     """A job ended before its generation was over: its caller cancelled it, or its reader fell behind."""
 
 
-# the most prompt tokens prefilled between two decode steps, and the gap between a running stream's tokens that a
-# piece and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
+# the largest prefill chunk between two decode steps, and the gap between a running stream's tokens that the chunks
+# and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
-GAP_TARGET_S = 0.15
-MIN_PIECE, LARGE_PIECE = 16, 64     # the model's prefill chunks (model.PREFILL_CHUNKS)
+MAX_GAP_S = 0.15
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
+# the most prompts one prefill pass takes: each adds its own attention to the pass's graph, whose first two calls
+# (before its capture) schedule it all in Python; 8 chunks of up to 64 tokens already fill a GPU's matrix units
+MAX_PARTS = 8
 
 # what a Job's events queue holds: (the job's index among its request's, its new text or None once it is over, how
 # many of its tokens' logprobs are out by then)
@@ -101,10 +108,12 @@ class BatchEngine:
     generations and returns their Jobs at once; `submit` waits for one and returns its Result (or raises what went
     wrong)."""
 
-    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE):
+    def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE,
+                 max_gap_s: float = MAX_GAP_S):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
-        self.prefill_s_per_token: float | None = None   # measured, a moving average over the pieces
-        self.step_s = 0.0                               # a decode step's time, a moving average too
+        self.max_gap_s = max_gap_s
+        self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
+        self.step_s = _Timing()                             # a decode step's
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -130,8 +139,10 @@ class BatchEngine:
             d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
                          ignore_eos=ignore_eos)
             jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
-        for job in jobs:
-            self.pending.put(job)
+        with self.pending.not_empty:  # all at once: the engine admits a request's choices together (one prefill)
+            self.pending.queue.extend(jobs)
+            self.pending.unfinished_tasks += len(jobs)
+            self.pending.not_empty.notify()
         return jobs
 
     def submit(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
@@ -213,46 +224,124 @@ class BatchEngine:
         self.filling.append(job)
 
     def _fill(self) -> None:
-        """Prefills the next piece of the first admitted job's prompt; after its last piece the job takes its first
-        token and joins the decode steps."""
-        job = self.filling[0]
-        if job.cancelled is not None:
-            self._end(job.slot, job, Cancelled(job.cancelled))
-            return
-        ids = job.prompt_ids
-        piece = ids[job.filled:job.filled + self._piece()]
-        last = job.filled + len(piece) == len(ids)
+        """Prefills the admitted jobs' prompts, the first admitted first, for as long as the running streams' gap
+        allows (see the module docstring); several jobs' next chunks go in one pass where the time allows. A job
+        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs, so prompts
+        always move on."""
+        since = time.perf_counter() if self.active else None     # when the running streams got their last tokens
+        tokens = 0
+        while self.filling:
+            for job in [j for j in self.filling if j.cancelled is not None]:
+                self._end(job.slot, job, Cancelled(job.cancelled))
+            if not self.filling or (since is None and tokens >= IDLE_PIECE):
+                return
+            budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s.value
+            pick = self._group(budget, tokens == 0)
+            if pick is None:
+                return
+            jobs, c = pick
+            if len(jobs) == 1:
+                left = len(jobs[0].prompt_ids) - jobs[0].filled
+                n = min(left, IDLE_PIECE - tokens) if since is None else min(left, c, self.prefill_piece)
+                tokens += n
+                started = self._prefill(jobs[0], n, None if since is None else c)
+            else:
+                tokens += sum(min(len(j.prompt_ids) - j.filled, c) for j in jobs)
+                started = self._prefill_parts(jobs, c)
+            if started and since is None:
+                since = time.perf_counter()     # a stream is running now: its next token is due
+
+    def _group(self, budget: float, first: bool) -> tuple[list[Job], int] | None:
+        """Which admitted jobs' next chunks go in the next pass, and the chunk size: the most prompt tokens whose
+        pass's measured (or extrapolated) time fits in `budget` seconds, a power of two of jobs (each count a capture
+        of its own), each chunk no larger than the first job needs; None when nothing fits (one job's smallest
+        chunk when `first`: prompts always move on)."""
+        sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece] or [self.model.prefill_chunks[0]]
+        need = next((c for c in sizes if c >= len(self.filling[0].prompt_ids) - self.filling[0].filled), sizes[-1])
+        best: tuple[int, int, int] | None = None     # (tokens, jobs, chunk)
+        g = 1
+        while g <= min(len(self.filling), MAX_PARTS):
+            for c in sizes:
+                if c > need:
+                    break
+                jobs = self.filling[:g]
+                if g > 1 and any(j.filled + c > self.model.max_context for j in jobs):
+                    continue
+                n = sum(min(len(j.prompt_ids) - j.filled, c) for j in jobs)
+                if self._cost(g, c) <= budget and (best is None or n > best[0]):
+                    best = (n, g, c)
+            g *= 2
+        if best is None:
+            return ([self.filling[0]], sizes[0]) if first else None
+        return self.filling[:best[1]], best[2]
+
+    def _cost(self, parts: int, chunk: int) -> float:
+        """The expected seconds of a pass of `parts` chunks of `chunk` tokens: measured, or the measured pass of the
+        most rows below it scaled by the rows (more than it takes, as the weights are read once for more rows);
+        unknown past one smallest chunk, which is tried first."""
+        if (parts, chunk) in self.pass_s:
+            return self.pass_s[(parts, chunk)].value
+        rows = parts * chunk
+        known = [k for k in self.pass_s if k[0] * k[1] <= rows]
+        if known:
+            k = max(known, key=lambda k: k[0] * k[1])
+            return self.pass_s[k].value * rows / (k[0] * k[1])
+        return 0.0 if (parts, chunk) == (1, self.model.prefill_chunks[0]) else math.inf
+
+    def _prefill_parts(self, jobs: list[Job], chunk: int) -> bool:
+        """Prefills the next chunk of each job's prompt in one pass (Transformer.prefill_batch); those whose
+        prompts are in sample their first tokens and join the decode steps. Returns whether any did."""
+        parts = [(j.prompt_ids[j.filled:j.filled + chunk], j.filled, j.slot) for j in jobs]
+        last = [j.filled + len(ids) == len(j.prompt_ids) for j, (ids, _, _) in zip(jobs, parts)]
         try:
             t0 = time.perf_counter()
-            if len(piece) == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
+            h = self.model.prefill_batch(parts, chunk)
+            if not any(last):   # a pass without the output projection's rows
+                self.pass_s.setdefault((len(jobs), chunk), _Timing()).add(time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - answered to their callers; the engine goes on
+            for j in jobs:
+                self._end(j.slot, j, e)
+            return False
+        started = False
+        for b, (j, (ids, _, _), done) in enumerate(zip(jobs, parts, last)):
+            j.filled += len(ids)
+            if not done:
+                continue
+            self.filling.remove(j)
+            self.active[j.slot] = j
+            try:  # sampled at once: the next head_at reuses its logits' buffer
+                first = j.d.sample(self.model.head_at(h, b * chunk + len(ids) - 1))
+            except Exception as e:  # noqa: BLE001 - answered to its caller
+                self._end(j.slot, j, e)
+                continue
+            self._push(j.slot, j, first)
+            started = started or j.slot in self.active
+        return started
+
+    def _prefill(self, job: Job, n: int, chunk: int | None) -> bool:
+        """Prefills the next n tokens of a job's prompt (in chunks of `chunk`, else the model's own choice); after
+        its last ones the job samples its first token and joins the decode steps. Returns whether it did."""
+        piece = job.prompt_ids[job.filled:job.filled + n]
+        last = job.filled + n == len(job.prompt_ids)
+        try:
+            t0 = time.perf_counter()
+            if n == 1 and job.filled:  # one token left (the prompt cache kept the rest): a decode step's
                 out = self.model.forward_batch(piece, [job.filled], [job.slot])
             else:
-                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last)
-            per = (time.perf_counter() - t0) / len(piece)
-            self.prefill_s_per_token = per if self.prefill_s_per_token is None else \
-                (self.prefill_s_per_token + per) / 2
-            job.filled += len(piece)
+                out = self.model.forward(piece, job.filled, slot=job.slot, logits=last, chunk=chunk)
+                if chunk is not None and not last:
+                    self.pass_s.setdefault((1, chunk), _Timing()).add(time.perf_counter() - t0)
+            job.filled += n
             if not last:
-                return
+                return False
             self.filling.pop(0)
             self.active[job.slot] = job
             first = job.d.sample(out)
         except Exception as e:  # noqa: BLE001 - answered to its caller; the engine goes on
             self._end(job.slot, job, e)
-            return
+            return False
         self._push(job.slot, job, first)
-
-    def _piece(self) -> int:
-        """How many prompt tokens the next piece takes (see the module docstring)."""
-        if not self.active:
-            return IDLE_PIECE
-        smallest = min(MIN_PIECE, self.prefill_piece)
-        if self.prefill_s_per_token is None:
-            return smallest
-        fits = int(max(GAP_TARGET_S - self.step_s, 0.0) / self.prefill_s_per_token)
-        # whole chunks of the largest size past it (a 48-token piece runs three small chunks, slower a token)
-        step = LARGE_PIECE if fits >= LARGE_PIECE else smallest
-        return max(smallest, min(self.prefill_piece, fits // step * step))
+        return job.slot in self.active
 
     def _step(self) -> None:
         """One decode step for every active job (the cancelled ones ended first)."""
@@ -273,7 +362,7 @@ class BatchEngine:
                 for row, j in enumerate(jobs):
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
-            self.step_s = (self.step_s + time.perf_counter() - t0) / 2
+            self.step_s.add(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
@@ -296,6 +385,22 @@ class BatchEngine:
                 self._fill()
             if self.active:
                 self._step()
+
+
+class _Timing:
+    """A running estimate of how long something takes: the second slowest of its last 8 times. It follows a machine
+    that slows down within two measurements, and forgets one slow outlier (a step that compiled, a preempted one),
+    where a mean that jumps to a slow time would starve prefill for many steps after it."""
+
+    def __init__(self):
+        self.times: collections.deque[float] = collections.deque(maxlen=8)
+
+    def add(self, seconds: float) -> None:
+        self.times.append(seconds)
+
+    @property
+    def value(self) -> float:
+        return sorted(self.times)[-2] if len(self.times) > 1 else self.times[0] if self.times else 0.0
 
 
 def _common(a: list[int], b: list[int]) -> int:

@@ -193,6 +193,9 @@ class Config:
 
 # the prompt's chunk sizes, each one jitted prefill step
 PREFILL_CHUNKS = (16, 64)
+# smaller chunks only a caller asks for (forward's `chunk`): a server prefilling beside running streams fits a piece
+# into what their inter-token gap leaves, which a 16-token chunk overruns on a slow CPU
+FINE_CHUNKS = (4, 8)
 
 
 def _split(y: Tensor, sizes: list[int]) -> list[Tensor]:
@@ -358,8 +361,11 @@ class Transformer:
         self.start_pos = Variable("start_pos", 1, max(1, self.max_context - 1))
         # a batched step's row b is at position row{b}_pos: its capture serves any sequences at any positions
         self._row_pos = [Variable(f"row{b}_pos", 1, max(1, self.max_context - 1)) for b in range(slots)]
-        self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c) for c in PREFILL_CHUNKS
-                           if c <= self.max_context}
+        self._chunk_pos = {c: Variable(f"chunk_pos{c}", 0, self.max_context - c)
+                           for c in sorted(FINE_CHUNKS + PREFILL_CHUNKS) if c <= self.max_context}
+        # prefill_batch's part b at chunk_pos{c}_{b}: one capture a (parts, chunk) serves any slots at any positions
+        self._part_pos = {c: [Variable(f"chunk_pos{c}_{b}", 0, self.max_context - c) for b in range(slots)]
+                          for c in self._chunk_pos}
         self._jits: dict = {}
         self.batched_steps = 0  # forward_batch calls with more than one sequence (what a server's batching did)
         # every weight is copied out by now: the file's pages need not stay resident (embedding rows are read from
@@ -403,12 +409,20 @@ class Transformer:
         if not 0 <= slot < len(self.caches):
             raise ValueError(f"slot {slot} is not one of this model's {len(self.caches)} sequence slots")
 
+    @property
+    def prefill_chunks(self) -> list[int]:
+        """Every chunk size `forward` can be asked to prefill in (its `chunk`), smallest first."""
+        return list(self._chunk_pos)
+
     def forward(self, ids: list[int], start_pos: int, jit: bool = True, slot: int = 0,
-                logits: bool = True) -> Tensor | None:
+                logits: bool = True, chunk: int | None = None) -> Tensor | None:
         """The logits (vocab,) after `ids` at positions start_pos.. of sequence slot `slot` (its KV cache holds the
         ones before). A single token after the first position runs the jitted decode step. With `logits` False only
-        the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only)."""
+        the cache is filled (a prompt prefilled in pieces needs the output projection after its last piece only).
+        `chunk` (one of prefill_chunks) prefills in chunks of that size only, the last one padded."""
         n = len(ids)
+        if chunk is not None and chunk not in self._chunk_pos:
+            raise ValueError(f"chunk {chunk} is not one of this model's prefill chunks {self.prefill_chunks}")
         self._check_slot(slot)
         cache = self.caches[slot]
         if start_pos < 0 or start_pos + n > self.max_context:
@@ -421,7 +435,7 @@ class Transformer:
             return step(Tensor(xs, device=self.device).realize(), self.start_pos.bind(start_pos))
         # prefill: whole chunks of the largest size that fits, then the smallest that covers the rest (padded with
         # zeros: positions past the prompt get keys that later steps overwrite before any query reaches them)
-        chunks = list(self._chunk_pos)
+        chunks = [chunk] if chunk is not None else [c for c in self._chunk_pos if c in PREFILL_CHUNKS]
         pos, h = start_pos, None
         while pos < start_pos + n:
             left = start_pos + n - pos
@@ -438,10 +452,7 @@ class Transformer:
             h = fn(Tensor(part, device=self.device), self._chunk_pos[c].bind(pos))
             last = min(c, left) - 1
             pos += min(c, left)
-        if not logits:
-            return None
-        head = self._jit("head", lambda h: self._head(h).realize())
-        return head(h[last:last + 1].contiguous().realize())
+        return self.head_at(h, last) if logits else None
 
     def forward_batch(self, tokens: list[int], positions: list[int], slots: list[int]) -> Tensor:
         """One decode step for several sequences at once: token `tokens[b]` at position `positions[b]` (>= 1) of
@@ -466,6 +477,34 @@ class Transformer:
         caches = [self.caches[s] for s in slots]
         ps = [self._row_pos[b].bind(p) for b, p in enumerate(positions)]
         return fn(x, ps, caches).reshape(k, self.cfg.vocab)
+
+    def prefill_batch(self, parts: list[tuple[list[int], int, int]], chunk: int) -> Tensor:
+        """Prefills several sequences in one pass: part b is (ids, start_pos, slot) with at most `chunk` ids (one of
+        prefill_chunks; padded to it), the slots distinct. The matrix products take every part's rows at once, so
+        the weights are read once for all of them; attention reads each part's own cache. Returns the hidden states
+        (len(parts) * chunk, dim): part b's last id is row b * chunk + len(ids) - 1 (its logits: head_at). Jitted
+        per (len(parts), chunk), the positions Variables and the caches inputs, as forward_batch is."""
+        g = len(parts)
+        if chunk not in self._chunk_pos or not 0 < g <= len(self.caches) or len({slot for _, _, slot in parts}) != g:
+            raise ValueError(f"prefill_batch takes 1..{len(self.caches)} parts of distinct slots and a chunk of "
+                             f"{self.prefill_chunks}, got {len(parts)} parts and chunk {chunk}")
+        x = np.zeros((g * chunk, self.cfg.dim), np.float32)
+        for b, (ids, start, slot) in enumerate(parts):
+            self._check_slot(slot)
+            if not 0 < len(ids) <= chunk or start < 0 or start + chunk > self.max_context:
+                raise ValueError(f"part {b}: {len(ids)} ids at {start} don't fit a chunk of {chunk} in the context")
+            x[b * chunk:b * chunk + len(ids)] = self.embed(ids)
+        fn = self._jit(("parts", g, chunk), lambda x, ps, caches, c=chunk:
+                       self._layers(x, [(kv, p, c) for kv, p in zip(caches, ps)]).realize())
+        ps = [self._part_pos[chunk][b].bind(start) for b, (_, start, _) in enumerate(parts)]
+        return fn(Tensor(x, device=self.device), ps, [self.caches[slot] for _, _, slot in parts])
+
+    def head_at(self, h: Tensor, row: int) -> Tensor:
+        """The logits (vocab,) of row `row` of hidden states h. NOTE: valid until the next call (or forward's
+        logits): the jitted head writes each call's into the same buffer."""
+        head = self._jit("head", lambda h: self._head(h).realize())
+        # the row goes through the host: a slice on the device is a kernel of its own for every row number
+        return head(Tensor(h.numpy()[row:row + 1], device=self.device).realize())
 
     def _batch_step(self, x: Tensor, positions: list, caches: list) -> Tensor:
         """forward_batch's jitted step: row b of x is one token at positions[b] of the sequence whose per-layer

@@ -41,7 +41,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-from tinygrad.apps.llm.batching import PREFILL_PIECE, BatchEngine, Cancelled, Job
+from tinygrad.apps.llm.batching import MAX_GAP_S, PREFILL_PIECE, BatchEngine, Cancelled, Job
 from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
 from tinygrad.apps.llm.metrics import Metrics
 from tinygrad.apps.llm.model import Transformer
@@ -268,7 +268,7 @@ class LLMServer(ThreadingHTTPServer):
                  chat_template: ChatTemplate | None = None, *, api_key: str | None = None,
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
-                 max_connections: int = 256, prefill_piece: int = PREFILL_PIECE,
+                 max_connections: int = 256, prefill_piece: int = PREFILL_PIECE, max_gap_s: float = MAX_GAP_S,
                  access_log: Callable[[str], None] | None = _stderr_log):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
@@ -280,7 +280,8 @@ class LLMServer(ThreadingHTTPServer):
         self.max_prompt_chars = model.max_context * max(longest, 1)
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
-        self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece)
+        self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece,
+                                                 max_gap_s=max_gap_s)
         self.metrics = Metrics({
             "llm_queue_depth": ("Requests waiting for a slot.", lambda: engine.pending.qsize()),
             "llm_running_streams": ("Requests holding a slot (prefilling or generating).",
@@ -341,6 +342,9 @@ class LLMServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: LLMServer
     protocol_version = "HTTP/1.1"
+    # what http.server assumes until a request line parses: its HTTP/0.9 answered a malformed line with a bare body,
+    # no status line or headers, which clients can't tell from a broken connection
+    default_request_version = "HTTP/1.1"
 
     # ---- the connection: deadlines, logging -----------------------------------------------------------------------
     def setup(self) -> None:
