@@ -54,6 +54,7 @@ GROUP = 16
 FEW_ROWS = 16
 FEW_ROWS_SHARED = 32 * 1024
 FEW_ROWS_ACCS = 64
+FEW_ROWS_BLOCKS = 512
 # tensor-core configs (indices into codegen/tensor_cores.TC_CONFIGS) in order of preference, and the fewest blocks
 # the chosen one may leave (an H100 has 132 multiprocessors). Measured on the H100 (4096^3 fp16, TFLOP/s, a@b and
 # a@b.T, one run): 128x128x32 in 4 stages (64 KB, dynamic shared memory) 319/314, in 2 stages 308/289, in 3 stages
@@ -265,8 +266,12 @@ def _few_rows(lin, outs, rdims, outputs) -> list[Opt] | None:
     group = _fit(full[r] // max(vw, 1), GROUP)
     if group < 2:
         return None
-    # the block's partial sums go through shared memory, a slot per thread and row: at most FEW_ROWS_SHARED bytes
-    lx = min(GROUP_LOCAL_X, full[rest[-1]], MAX_BLOCK // group, max(1, FEW_ROWS_SHARED // (4 * group * full[d])))
+    # the block's partial sums go through shared memory, a slot per thread and row: at most FEW_ROWS_SHARED bytes;
+    # and at least FEW_ROWS_BLOCKS blocks (each thread holds many accumulators: few threads a multiprocessor, so the
+    # GPU fills with blocks; 1024-thread blocks left 64 blocks for N = 4096 and ran at 240 GB/s of W on an H200)
+    lx = min(GROUP_LOCAL_X, full[rest[-1]], MAX_BLOCK // group, max(1, FEW_ROWS_SHARED // (4 * group * full[d])),
+             max(1, full[rest[-1]] // FEW_ROWS_BLOCKS))
+    lx = 1 << (lx.bit_length() - 1)
     return ret + [Opt(OptOps.UPCAST, d, full[d]), Opt(OptOps.GROUP, r, group), Opt(OptOps.LOCAL, rest[-1], lx)]
 
 
