@@ -6,9 +6,9 @@ uint64 offset into the data); padding to `general.alignment` (default 32); the t
 length and UTF-8 bytes; an array is a uint32 element type, a uint64 count and the elements.
 
 Plain tensors (F32, F16, BF16, F64 and the ints) load as zero-copy DISK tensors. Quantized ones (Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are blocks of small ints with fp16 scales: their raw bytes are copied to the default
-device and dequantized there by Tensor ops (byte shifts and masks, the fp16 scales bitcast from byte pairs), lazily,
-into float32.
+Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) are blocks of small ints with fp16 scales: their raw bytes
+are copied to the default device and dequantized there by Tensor ops (byte shifts and masks, the fp16 scales bitcast
+from byte pairs), lazily, into float32, bit-exact against gguf-py's reference.
 """
 from __future__ import annotations
 
@@ -33,46 +33,110 @@ MAX_ARRAY_DEPTH = 8
 MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
-# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, block size) ----
+# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, groups, values a
+# group) float32, a group being values that share one scale (and offset), in the order the values have in the block.
+# Every value is computed as gguf's reference (gguf-py's quants.py, ggml's dequantize_row_*) computes it, operation
+# for operation in float32 (the scale products first, then times the quant, then less the offset), so the results
+# are bit-exact; the renderers compile with floating-point contraction off, so no fused multiply-add rounds once.
 def _f16(b: Tensor) -> Tensor:
     """Little-endian fp16 from byte pairs: (..., 2) uint8 -> (..., 1) float32."""
     lo, hi = b[..., 0:1].cast(dtypes.uint16), b[..., 1:2].cast(dtypes.uint16)
     return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def _bits(b: Tensor) -> Tensor:
-    """The bits of (..., k) uint8 as (..., 8k) uint8 0/1, least significant first (a little-endian bit order)."""
-    return Tensor.stack(*[(b >> i) & 1 for i in range(8)], dim=-1).reshape(*b.shape[:-1], b.shape[-1] * 8)
+def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
+    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (uint8)."""
+    mask = (1 << bits) - 1
+    return Tensor.stack(*[(b >> (bits * i)) & mask for i in range(count)], dim=dim)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
-    """16 bytes -> 32 values: the low nibbles are elements 0..15, the high ones 16..31."""
-    return (qs & 0xF).cat(qs >> 4, dim=-1)
+    """(n, 16k) bytes -> (n, 2, 16k): the low nibbles are the first 16k values, the high ones the next."""
+    return _fields(qs, 4, 2, 1)
+
+
+_UINTS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _plain(raw: Tensor, dtype: DType) -> Tensor:
+    """Little-endian elements of `dtype` from their bytes: (n * itemsize,) uint8 -> (n,) `dtype` (bfloat16 as the
+    float32 of the same value), bit for bit (a
+    bitcast needs equal sizes, so the bytes are first put together as an unsigned int of the element's width)."""
+    k, wide = dtype.itemsize, _UINTS[dtype.itemsize]
+    b = raw.reshape(-1, k)
+    word = b[:, 0].cast(wide)
+    for i in range(1, k):
+        word = word | (b[:, i].cast(wide) << (8 * i))
+    if dtype == dtypes.bfloat16:
+        # a bfloat16's bits are a float32's top half (and not every renderer can bitcast to bfloat16)
+        return (word.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
+    return word.bitcast(dtype)
+
+
+def _lut(idx: Tensor, table: tuple[int, ...]) -> Tensor:
+    """table[idx] for uint8 indices below len(table) (a power of two), float32: a tree of selects on the index's bits,
+    as the kernel has no gather (a data-dependent load) to read a table with."""
+    level = [Tensor(float(v), dtype=dtypes.float32, device=idx.device) for v in table]
+    bit = 0
+    while len(level) > 1:
+        on = ((idx >> bit) & 1) == 1
+        level = [on.where(level[i + 1], level[i]) for i in range(0, len(level), 2)]
+        bit += 1
+    return level[0]
 
 
 def _q4_0(b: Tensor) -> Tensor:
-    return (_nibbles(b[:, 2:18]).cast(dtypes.float32) - 8) * _f16(b[:, 0:2])
+    return _f16(b[:, 0:2]).unsqueeze(2) * (_nibbles(b[:, 2:18]).cast(dtypes.float32) - 8)
 
 
 def _q4_1(b: Tensor) -> Tensor:
-    return _nibbles(b[:, 4:20]).cast(dtypes.float32) * _f16(b[:, 0:2]) + _f16(b[:, 2:4])
+    return _f16(b[:, 0:2]).unsqueeze(2) * _nibbles(b[:, 4:20]).cast(dtypes.float32) + _f16(b[:, 2:4]).unsqueeze(2)
 
 
 def _q5(qh: Tensor, qs: Tensor) -> Tensor:
-    # the fifth bit of element j is bit j of the 32-bit qh
-    return (_nibbles(qs) | (_bits(qh) << 4)).cast(dtypes.float32)
+    """5-bit values (n, 2, 16), uint8: the low 4 bits are qs's nibbles, the fifth bit of value j bit j of the
+    little-endian uint32 qh."""
+    high = _fields(qh, 1, 8, 2).reshape(-1, 2, 16)
+    return _nibbles(qs) | (high << 4)
 
 
 def _q5_0(b: Tensor) -> Tensor:
-    return (_q5(b[:, 2:6], b[:, 6:22]) - 16) * _f16(b[:, 0:2])
+    return _f16(b[:, 0:2]).unsqueeze(2) * (_q5(b[:, 2:6], b[:, 6:22]).cast(dtypes.float32) - 16)
 
 
 def _q5_1(b: Tensor) -> Tensor:
-    return _q5(b[:, 4:8], b[:, 8:24]) * _f16(b[:, 0:2]) + _f16(b[:, 2:4])
+    q = _q5(b[:, 4:8], b[:, 8:24]).cast(dtypes.float32)
+    return _f16(b[:, 0:2]).unsqueeze(2) * q + _f16(b[:, 2:4]).unsqueeze(2)
 
 
 def _q8_0(b: Tensor) -> Tensor:
-    return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _f16(b[:, 0:2])
+    return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32).unsqueeze(1) * _f16(b[:, 0:2]).unsqueeze(2)
+
+
+def _q2_k(b: Tensor) -> Tensor:
+    # 16 bytes of scales (a 4-bit scale and a 4-bit min per 16 values), 64 bytes of 2-bit values, fp16 d and dmin;
+    # each half of 128 values is 32 bytes: field k of byte l is value 32k + l
+    sc = b[:, 0:16]
+    dl = (_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32)).unsqueeze(2)
+    ml = (_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32)).unsqueeze(2)
+    q = _fields(b[:, 16:80].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16).cast(dtypes.float32)
+    return dl * q - ml
+
+
+def _q3_k(b: Tensor) -> Tensor:
+    # 32 bytes of high bits (bit k of byte l belongs to value 32k + l), 64 bytes of low 2 bits (as Q2_K's), 12 bytes
+    # of 6-bit scales, fp16 d. Scale i's low 4 bits are a nibble of byte i % 8 (the high nibble for i >= 8), its top
+    # 2 bits field i // 4 of byte 8 + i % 4; the scale is that less 32. A value is its low bits, less 4 where its
+    # high bit is clear.
+    s = b[:, 96:108]
+    low = _fields(s[:, 0:8], 4, 2, 1).reshape(-1, 16)
+    high = _fields(s[:, 8:12], 2, 4, 1).reshape(-1, 16)
+    scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
+    dl = (_f16(b[:, 108:110]) * scale).unsqueeze(2)
+    ql = _fields(b[:, 32:96].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16)
+    qh = _fields(b[:, 0:32], 1, 8, 1).reshape(-1, 16, 16)
+    q = ql.bitcast(dtypes.int8) - ((qh ^ 1) << 2).bitcast(dtypes.int8)
+    return dl * q.cast(dtypes.float32)
 
 
 def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
@@ -87,50 +151,67 @@ def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _k_chunks(q: Tensor) -> Tensor:
-    """(n, 4 chunks, 32 bytes) of 4-bit pairs -> (n, 8 sub-blocks, 32): each chunk's low nibbles are one sub-block
-    of 32 values, its high nibbles the next."""
-    return (q & 0xF).unsqueeze(2).cat((q >> 4).unsqueeze(2), dim=2).reshape(q.shape[0], 8, 32)
+    """(n, 128) bytes of 4-bit pairs -> (n, 8 sub-blocks, 32): each chunk of 32 bytes holds one sub-block of 32
+    values in its low nibbles and the next in its high ones."""
+    return _fields(q.reshape(-1, 4, 32), 4, 2, 2).reshape(-1, 8, 32)
+
+
+def _k_values(b: Tensor, q: Tensor) -> Tensor:
+    """Q4_K's and Q5_K's values from their quants q (n, 8, 32) float32: (d * scale) * q - (dmin * min)."""
+    sc, m = _k_scales(b[:, 4:16])
+    return (_f16(b[:, 0:2]) * sc).unsqueeze(2) * q - (_f16(b[:, 2:4]) * m).unsqueeze(2)
 
 
 def _q4_k(b: Tensor) -> Tensor:
-    sc, m = _k_scales(b[:, 4:16])
-    q = _k_chunks(b[:, 16:144].reshape(-1, 4, 32)).cast(dtypes.float32)
-    y = q * (_f16(b[:, 0:2]) * sc).unsqueeze(2) - (_f16(b[:, 2:4]) * m).unsqueeze(2)
-    return y.reshape(-1, 256)
+    return _k_values(b, _k_chunks(b[:, 16:144]).cast(dtypes.float32))
 
 
 def _q5_k(b: Tensor) -> Tensor:
-    sc, m = _k_scales(b[:, 4:16])
-    low = _k_chunks(b[:, 48:176].reshape(-1, 4, 32))
     # the fifth bit of value l of sub-block j is bit j of qh[l]
-    high = _bits(b[:, 16:48].unsqueeze(2)).reshape(-1, 32, 8).permute(0, 2, 1)
-    q = (low | (high << 4)).cast(dtypes.float32)
-    y = q * (_f16(b[:, 0:2]) * sc).unsqueeze(2) - (_f16(b[:, 2:4]) * m).unsqueeze(2)
-    return y.reshape(-1, 256)
+    high = _fields(b[:, 16:48], 1, 8, 1)
+    return _k_values(b, (_k_chunks(b[:, 48:176]) | (high << 4)).cast(dtypes.float32))
 
 
 def _q6_k(b: Tensor) -> Tensor:
     # two halves of 128 values, each four quarters of 32: quarter k of half h takes the low 4 bits from ql (bytes
     # 64h+32(k%2)..+32, the low nibble for k < 2, the high for k >= 2) and 2 more from bits 2k..2k+1 of qh (bytes
     # 32h..+32); each 16 values share an int8 scale
-    ql = b[:, 0:128].reshape(-1, 2, 2, 32)
-    qh = b[:, 128:192].reshape(-1, 2, 32)
-    low = (ql & 0xF).cat(ql >> 4, dim=2)
-    high = Tensor.stack(*[(qh >> (2 * k)) & 3 for k in range(4)], dim=2)
-    q = (low | (high << 4)).cast(dtypes.float32) - 32
-    sc = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32).reshape(-1, 2, 4, 2, 1).expand(-1, 2, 4, 2, 16)
-    return (q * sc.reshape(-1, 2, 4, 32) * _f16(b[:, 208:210]).reshape(-1, 1, 1, 1)).reshape(-1, 256)
+    low = _fields(b[:, 0:128].reshape(-1, 2, 64), 4, 2, 2).reshape(-1, 2, 4, 32)
+    high = _fields(b[:, 128:192].reshape(-1, 2, 32), 2, 4, 2)
+    q = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32).reshape(-1, 16, 16)
+    scale = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
+    return (_f16(b[:, 208:210]) * scale).unsqueeze(2) * q
+
+
+# IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def _iq4_nl(b: Tensor) -> Tensor:
+    return _f16(b[:, 0:2]).unsqueeze(2) * _lut(_nibbles(b[:, 2:18]), IQ4_LEVELS)
+
+
+def _iq4_xs(b: Tensor) -> Tensor:
+    # fp16 d, a uint16 of the 8 scales' top 2 bits (scale j's are bits 2j..2j+1), 4 bytes of their low nibbles
+    # (scale j's is nibble j % 2 of byte j // 2), 128 bytes of quants: sub-block j of 32 values is 16 bytes, as IQ4_NL
+    low = _fields(b[:, 4:8], 4, 2, 2).reshape(-1, 8)
+    high = _fields(b[:, 2:4], 2, 4, 2).reshape(-1, 8)
+    scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
+    q = _fields(b[:, 8:136].reshape(-1, 8, 16), 4, 2, 2).reshape(-1, 8, 32)
+    return (_f16(b[:, 0:2]) * scale).unsqueeze(2) * _lut(q, IQ4_LEVELS)
 
 
 # ggml type id -> (name, values per block, bytes per block, plain dtype or dequantizer)
 GGML_TYPES: dict[int, tuple[str, int, int, DType | Callable[[Tensor], Tensor]]] = {
     0: ("F32", 1, 4, dtypes.float32), 1: ("F16", 1, 2, dtypes.float16), 2: ("Q4_0", 32, 18, _q4_0),
     3: ("Q4_1", 32, 20, _q4_1), 6: ("Q5_0", 32, 22, _q5_0), 7: ("Q5_1", 32, 24, _q5_1), 8: ("Q8_0", 32, 34, _q8_0),
-    12: ("Q4_K", 256, 144, _q4_k), 13: ("Q5_K", 256, 176, _q5_k), 14: ("Q6_K", 256, 210, _q6_k),
+    10: ("Q2_K", 256, 84, _q2_k), 11: ("Q3_K", 256, 110, _q3_k), 12: ("Q4_K", 256, 144, _q4_k),
+    13: ("Q5_K", 256, 176, _q5_k), 14: ("Q6_K", 256, 210, _q6_k), 20: ("IQ4_NL", 32, 18, _iq4_nl),
+    23: ("IQ4_XS", 256, 136, _iq4_xs),
     24: ("I8", 1, 1, dtypes.int8), 25: ("I16", 1, 2, dtypes.int16), 26: ("I32", 1, 4, dtypes.int32),
     27: ("I64", 1, 8, dtypes.int64), 28: ("F64", 1, 8, dtypes.float64), 30: ("BF16", 1, 2, dtypes.bfloat16)}
-_OTHER_TYPES = {9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
-                19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M"}
+_OTHER_TYPES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 21: "IQ3_S",
+                22: "IQ2_S", 29: "IQ1_M"}
 
 
 class _Reader:
@@ -262,11 +343,12 @@ def plain_values(ttype: int, raw: np.ndarray) -> np.ndarray:
 
 
 def dequantize(ttype: int, raw: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """Bytes `raw` (uint8, whole blocks) of quantized ggml type `ttype` as a lazily computed float32 tensor of
-    `shape`."""
+    """Bytes `raw` (uint8, whole blocks) of ggml type `ttype` as a lazily computed float32 tensor of `shape`: a
+    quantized type's blocks taken apart by Tensor ops, a plain type's elements bitcast from their bytes (so F16 and
+    BF16 stay in their own bits until the kernel that reads them)."""
     tname, block, block_bytes, kind = GGML_TYPES[ttype]
     if isinstance(kind, DType):
-        raise ValueError(f"ggml type {tname} is not quantized")
+        return _plain(raw, kind).cast(dtypes.float32).reshape(shape)
     return kind(raw.reshape(-1, block_bytes)).reshape(shape)
 
 
