@@ -651,7 +651,7 @@ def test_gguf_errors(tmp_path):
         (b"GGML" + bytes(20), "not a GGUF file"),
         (write_gguf([], [], version=1), "version 1"),
         (write_gguf([("general.alignment", 4, 48)], []), "power of two"),
-        (write_gguf([], [("t", [2], 10, bytes(84))]), r"type 10 \(Q2_K\)"),
+        (write_gguf([], [("t", [256], 16, bytes(66))]), r"type 16 \(IQ2_XXS\)"),
         (write_gguf([], [("t", [31], 2, bytes(18))]), "multiple of its block of 32"),
         (write_gguf([], [("t", [64], 0, bytes(64))])[:-100], "truncated"),
         (write_gguf([("a", 4, 1), ("a", 4, 2)], []), "appears twice"),
