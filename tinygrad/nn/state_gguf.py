@@ -33,11 +33,14 @@ MAX_ARRAY_DEPTH = 8
 MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
-# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, groups, values a
-# group) float32, a group being values that share one scale (and offset), in the order the values have in the block.
-# Every value is computed as gguf's reference (gguf-py's quants.py, ggml's dequantize_row_*) computes it, operation
-# for operation in float32 (the scale products first, then times the quant, then less the offset), so the results
-# are bit-exact; the renderers compile with floating-point contraction off, so no fused multiply-add rounds once.
+# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, *dims) float32,
+# the block's values in their order once the dims are flattened. The dims are the block's own structure (sub-blocks,
+# the fields of a byte, the bytes), never merged: each is a plain stride over the bytes or a field's shift, so a
+# kernel reading them (Linear's product keeps them as dims of its sum) indexes bytes without division or modulo
+# and computes a group's scale once for its run of values. Every value is computed as gguf's reference (gguf-py's
+# quants.py, ggml's dequantize_row_*) computes it, operation for operation in float32 (the scale products first,
+# then times the quant, then less the offset), so the results are bit-exact; the renderers compile with
+# floating-point contraction off, so no fused multiply-add rounds once.
 def _f16(b: Tensor) -> Tensor:
     """Little-endian fp16 from byte pairs: (..., 2) uint8 -> (..., 1) float32."""
     lo, hi = b[..., 0:1].cast(dtypes.uint16), b[..., 1:2].cast(dtypes.uint16)
@@ -45,14 +48,66 @@ def _f16(b: Tensor) -> Tensor:
 
 
 def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (uint8)."""
-    mask = (1 << bits) - 1
-    return Tensor.stack(*[(b >> (bits * i)) & mask for i in range(count)], dim=dim)
+    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (uint8).
+
+    NOTE: each byte is broadcast along the new axis and shifted by `bits` times the axis' index (an arange, which is
+    an index expression, not data): the kernel loads a byte once for all its fields, and where the axis is unrolled
+    every shift is a constant. Stacking the shifted bytes instead would make each field a padded branch of its own,
+    a gated load per field and value."""
+    shifts = Tensor.arange(count, dtype=dtypes.uint8, device=b.device) * bits
+    dim = dim % (b.ndim + 1)
+    x = b.unsqueeze(dim)
+    shape = list(x.shape)
+    shape[dim] = count
+    return x.expand(*shape).rshift(shifts.reshape(count, *[1] * (b.ndim - dim))) & ((1 << bits) - 1)
+
+
+# 1.5 * 2**23: a float32 t with |t| < 2**22 plus this lands where the spacing of float32 is 1, so (t + ROUNDER) -
+# ROUNDER is t rounded to an integer (the renderers keep the two roundings: no fast-math reassociation)
+ROUNDER = 12582912.0
+
+
+def _floor(t: Tensor) -> Tensor:
+    """floor(t) for float32 t >= 0 that are multiples of 2**-8 below 2**20 (a byte scaled by a power of two): t less
+    0.5, plus 2**-10 so that no value is halfway, rounded to the nearest integer."""
+    return ((t + (2.0 ** -10 - 0.5)) + ROUNDER) - ROUNDER
+
+
+def _vfields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
+    """_fields as exact float32 values, computed in float arithmetic: field k of byte v is floor(v / 2**(bits*k))
+    less 2**bits times floor(v / 2**(bits*(k+1))), each scale by a power of two (exact) and each floor the rounding
+    above.
+
+    NOTE: the quant values take this path, not _fields' integer shifts: a CPU kernel loads a vector of bytes and
+    converts it to floats as one vector, and float arithmetic stays in vectors too, where integer ops run lane by lane
+    in scalars (codegen/uops.py: only float dtypes are vectorized), several times slower for a matrix-vector
+    product. The power of two comes from the field's index, 2**-(bits*k) as the float32 of exponent bits 127 -
+    bits*k, a constant where the axis is unrolled."""
+    dim = dim % (b.ndim + 1)
+    x = b.cast(dtypes.float32).unsqueeze(dim)
+    shape = list(x.shape)
+    shape[dim] = count
+    k = Tensor.arange(count, dtype=dtypes.int32, device=b.device).reshape(count, *[1] * (b.ndim - dim))
+    if bits * count == 8 and count == 2:
+        # nibbles: one floor a byte for both, h = floor(v / 16), shared by the two fields (it does not depend on
+        # the field's index): the low field is v - 16h, the high one h, as v * (1 - k) + h * (17k - 16)
+        h = _floor(x * (1.0 / 16))
+        kf = k.cast(dtypes.float32)
+        return x * (1 - kf) + h * (17 * kf - 16)
+    scale = ((127 - bits * k) << 23).bitcast(dtypes.float32)
+    t = x.expand(*shape) * scale
+    return _floor(t) - float(1 << bits) * _floor(t * (2.0 ** -bits))
 
 
 def _nibbles(qs: Tensor) -> Tensor:
-    """(n, 16k) bytes -> (n, 2, 16k): the low nibbles are the first 16k values, the high ones the next."""
-    return _fields(qs, 4, 2, 1)
+    """(n, 16k) bytes -> (n, 2, 16k) float32: the low nibbles are the first 16k values, the high ones the next."""
+    return _vfields(qs, 4, 2, 1)
+
+
+def _int8(b: Tensor) -> Tensor:
+    """Bytes as the int8 values they hold, float32: v less 256 where its top bit is set (floats, as _vfields)."""
+    v = b.cast(dtypes.float32)
+    return v - 256.0 * _floor(v * (1.0 / 128))
 
 
 _UINTS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -86,41 +141,46 @@ def _lut(idx: Tensor, table: tuple[int, ...]) -> Tensor:
 
 
 def _q4_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * (_nibbles(b[:, 2:18]).cast(dtypes.float32) - 8)
+    return _f16(b[:, 0:2]).unsqueeze(2) * (_nibbles(b[:, 2:18]) - 8)
 
 
 def _q4_1(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * _nibbles(b[:, 4:20]).cast(dtypes.float32) + _f16(b[:, 2:4]).unsqueeze(2)
+    return _f16(b[:, 0:2]).unsqueeze(2) * _nibbles(b[:, 4:20]) + _f16(b[:, 2:4]).unsqueeze(2)
 
 
 def _q5(qh: Tensor, qs: Tensor) -> Tensor:
-    """5-bit values (n, 2, 16), uint8: the low 4 bits are qs's nibbles, the fifth bit of value j bit j of the
-    little-endian uint32 qh."""
-    high = _fields(qh, 1, 8, 2).reshape(-1, 2, 16)
-    return _nibbles(qs) | (high << 4)
+    """5-bit values (n, 2, 2, 8) float32: the low 4 bits are qs's nibbles (the low nibbles values 0..15), the fifth
+    bit of value j bit j of the little-endian uint32 qh (bit k of its byte i, value 8i + k)."""
+    high = _vfields(qh.reshape(-1, 2, 2), 1, 8, 3)
+    return _nibbles(qs).reshape(-1, 2, 2, 8) + 16 * high
 
 
 def _q5_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * (_q5(b[:, 2:6], b[:, 6:22]).cast(dtypes.float32) - 16)
+    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (_q5(b[:, 2:6], b[:, 6:22]) - 16)
 
 
 def _q5_1(b: Tensor) -> Tensor:
-    q = _q5(b[:, 4:8], b[:, 8:24]).cast(dtypes.float32)
-    return _f16(b[:, 0:2]).unsqueeze(2) * q + _f16(b[:, 2:4]).unsqueeze(2)
+    d, m = _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3), _f16(b[:, 2:4]).unsqueeze(2).unsqueeze(3)
+    return d * _q5(b[:, 4:8], b[:, 8:24]) + m
 
 
 def _q8_0(b: Tensor) -> Tensor:
-    return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32).unsqueeze(1) * _f16(b[:, 0:2]).unsqueeze(2)
+    return _int8(b[:, 2:34]).unsqueeze(1) * _f16(b[:, 0:2]).unsqueeze(2)
+
+
+def _k16(scales: Tensor) -> Tensor:
+    """A K-type's 16 per-group factors (n, 16) as (n, half, quarter, group, 1): group g of quarter k of half h is
+    scale 8h + 2k + g, the 16 values of bytes 16g.. of the quarter's 32."""
+    return scales.reshape(-1, 2, 4, 2, 1)
 
 
 def _q2_k(b: Tensor) -> Tensor:
     # 16 bytes of scales (a 4-bit scale and a 4-bit min per 16 values), 64 bytes of 2-bit values, fp16 d and dmin;
     # each half of 128 values is 32 bytes: field k of byte l is value 32k + l
     sc = b[:, 0:16]
-    dl = (_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32)).unsqueeze(2)
-    ml = (_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32)).unsqueeze(2)
-    q = _fields(b[:, 16:80].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16).cast(dtypes.float32)
-    return dl * q - ml
+    dl = _k16(_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32))
+    ml = _k16(_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32))
+    return dl * _vfields(b[:, 16:80].reshape(-1, 2, 2, 16), 2, 4, 2) - ml
 
 
 def _q3_k(b: Tensor) -> Tensor:
@@ -132,11 +192,10 @@ def _q3_k(b: Tensor) -> Tensor:
     low = _fields(s[:, 0:8], 4, 2, 1).reshape(-1, 16)
     high = _fields(s[:, 8:12], 2, 4, 1).reshape(-1, 16)
     scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
-    dl = (_f16(b[:, 108:110]) * scale).unsqueeze(2)
-    ql = _fields(b[:, 32:96].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16)
-    qh = _fields(b[:, 0:32], 1, 8, 1).reshape(-1, 16, 16)
-    q = ql.bitcast(dtypes.int8) - ((qh ^ 1) << 2).bitcast(dtypes.int8)
-    return dl * q.cast(dtypes.float32)
+    dl = _k16(_f16(b[:, 108:110]) * scale)
+    ql = _vfields(b[:, 32:96].reshape(-1, 2, 2, 16), 2, 4, 2)
+    qh = _vfields(b[:, 0:32].reshape(-1, 2, 16), 1, 8, 1).reshape(-1, 2, 4, 2, 16)
+    return dl * (ql - (4 - 4 * qh))
 
 
 def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
@@ -151,36 +210,36 @@ def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _k_chunks(q: Tensor) -> Tensor:
-    """(n, 128) bytes of 4-bit pairs -> (n, 8 sub-blocks, 32): each chunk of 32 bytes holds one sub-block of 32
-    values in its low nibbles and the next in its high ones."""
-    return _fields(q.reshape(-1, 4, 32), 4, 2, 2).reshape(-1, 8, 32)
+    """(n, 128) bytes of 4-bit pairs -> (n, 4 chunks, 2, 32) float32: chunk c of 32 bytes holds sub-block 2c of 32
+    values in its low nibbles and sub-block 2c+1 in its high ones."""
+    return _vfields(q.reshape(-1, 4, 32), 4, 2, 2)
 
 
 def _k_values(b: Tensor, q: Tensor) -> Tensor:
-    """Q4_K's and Q5_K's values from their quants q (n, 8, 32) float32: (d * scale) * q - (dmin * min)."""
+    """Q4_K's and Q5_K's values from their quants q (n, 4, 2, 32) float32: (d * scale) * q - (dmin * min)."""
     sc, m = _k_scales(b[:, 4:16])
-    return (_f16(b[:, 0:2]) * sc).unsqueeze(2) * q - (_f16(b[:, 2:4]) * m).unsqueeze(2)
+    return (_f16(b[:, 0:2]) * sc).reshape(-1, 4, 2, 1) * q - (_f16(b[:, 2:4]) * m).reshape(-1, 4, 2, 1)
 
 
 def _q4_k(b: Tensor) -> Tensor:
-    return _k_values(b, _k_chunks(b[:, 16:144]).cast(dtypes.float32))
+    return _k_values(b, _k_chunks(b[:, 16:144]))
 
 
 def _q5_k(b: Tensor) -> Tensor:
     # the fifth bit of value l of sub-block j is bit j of qh[l]
-    high = _fields(b[:, 16:48], 1, 8, 1)
-    return _k_values(b, (_k_chunks(b[:, 48:176]) | (high << 4)).cast(dtypes.float32))
+    high = _vfields(b[:, 16:48], 1, 8, 1).reshape(-1, 4, 2, 32)
+    return _k_values(b, _k_chunks(b[:, 48:176]) + 16 * high)
 
 
 def _q6_k(b: Tensor) -> Tensor:
-    # two halves of 128 values, each four quarters of 32: quarter k of half h takes the low 4 bits from ql (bytes
-    # 64h+32(k%2)..+32, the low nibble for k < 2, the high for k >= 2) and 2 more from bits 2k..2k+1 of qh (bytes
-    # 32h..+32); each 16 values share an int8 scale
-    low = _fields(b[:, 0:128].reshape(-1, 2, 64), 4, 2, 2).reshape(-1, 2, 4, 32)
-    high = _fields(b[:, 128:192].reshape(-1, 2, 32), 2, 4, 2)
-    q = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32).reshape(-1, 16, 16)
+    # two halves of 128 values, each four quarters of 32: quarter k = 2s + c of half h takes the low 4 bits from
+    # nibble s of bytes 64h + 32c.. of ql, and 2 more from field k of bytes 32h.. of qh; each 16 values (group g
+    # of a quarter) share an int8 scale
+    low = _vfields(b[:, 0:128].reshape(-1, 2, 2, 2, 16), 4, 2, 2)  # (n, h, s, c, g, 16)
+    high = _vfields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2).reshape(-1, 2, 2, 2, 2, 16)
+    q = low + 16 * high - 32
     scale = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
-    return (_f16(b[:, 208:210]) * scale).unsqueeze(2) * q
+    return (_f16(b[:, 208:210]) * scale).reshape(-1, 2, 2, 2, 2, 1) * q
 
 
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale
@@ -188,7 +247,7 @@ IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 8
 
 
 def _iq4_nl(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * _lut(_nibbles(b[:, 2:18]), IQ4_LEVELS)
+    return _f16(b[:, 0:2]).unsqueeze(2) * _lut(_fields(b[:, 2:18], 4, 2, 1), IQ4_LEVELS)
 
 
 def _iq4_xs(b: Tensor) -> Tensor:
@@ -197,8 +256,8 @@ def _iq4_xs(b: Tensor) -> Tensor:
     low = _fields(b[:, 4:8], 4, 2, 2).reshape(-1, 8)
     high = _fields(b[:, 2:4], 2, 4, 2).reshape(-1, 8)
     scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
-    q = _fields(b[:, 8:136].reshape(-1, 8, 16), 4, 2, 2).reshape(-1, 8, 32)
-    return (_f16(b[:, 0:2]) * scale).unsqueeze(2) * _lut(q, IQ4_LEVELS)
+    q = _fields(b[:, 8:136].reshape(-1, 8, 16), 4, 2, 2)
+    return (_f16(b[:, 0:2]) * scale).reshape(-1, 8, 1, 1) * _lut(q, IQ4_LEVELS)
 
 
 # ggml type id -> (name, values per block, bytes per block, plain dtype or dequantizer)

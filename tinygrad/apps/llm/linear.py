@@ -1,38 +1,127 @@
-"""Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`).
+"""Quantized GGUF matrices on the device in the file's own bits, and y = x @ W.T over them (`Linear`).
 
-Q4_0, Q5_0, Q8_0, Q4_K and Q6_K matrices are split at load into planes: int8 values and a scale (and offset) per
-group of 16 or 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. Other quantized
-types keep the file's blocks, dequantized by Tensor ops in the kernel that reads them.
+A matrix is kept as the file stores it: its rows of blocks, byte for byte (F16 and BF16 as their 16-bit words), so
+the device holds the file's tensor bytes and no more. The kernel of a product reads those bytes and takes each block
+apart itself (state_gguf's Tensor-op dequantizers: shifts and masks of the quant bytes, the fp16 scales bitcast
+from byte pairs, the scale products in float32), with the block's groups kept as dims of the sum, so a group's scale
+is computed once for its run of values. Every ggml type state_gguf reads works; values are bit-exact against the
+`gguf` package's reference (a sum's order is the kernel's own).
+
+The host helpers at the end (_planes, plane_values) dequantize a few rows on the host, for the embedding table.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tinygrad.dtype import dtypes
-from tinygrad.nn.state_gguf import GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
 Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 2, 6, 8, 12, 14
-# what _planes makes of each type: (values a group, the scales' dtype, whether groups have offsets). Q4_0, Q5_0 and
-# Q8_0 keep the file's fp16 scales; Q4_K's and Q6_K's are products of an fp16 and a 6- or 8-bit integer, which
-# need float32 to be exact.
-PLANE_LAYOUT = {Q4_0: (32, np.float16, False), Q5_0: (32, np.float16, False), Q8_0: (32, np.float16, False),
-                Q4_K: (32, np.float32, True), Q6_K: (16, np.float32, False)}
-PLANE_TYPES = tuple(PLANE_LAYOUT)
-# a matrix's planes are made on the host and copied to the device about this many bytes of int8 values at a time,
-# so loading never holds a whole matrix's temporaries (the 262,144-row embedding table's would be 170 MB and more)
+BF16 = 30
+# a matrix's blocks are copied to the device about this many bytes at a time, the file's pages of each chunk let go
+# once copied, so loading never holds a large matrix's pages and its device copy at once (the 262,144-row
+# embedding table of Gemma 3 is 178 MB)
 LOAD_CHUNK_BYTES = 8 << 20
 
 
+def _rows_bytes(ts: list[GGUFTensor], lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi-1 (hi - lo, row bytes) of matrices `ts` stacked along the output dim, a host copy of the file's
+    blocks of those rows; the file's pages of them are let go once copied."""
+    parts, first = [], 0
+    for t in ts:
+        a, b = max(lo, first), min(hi, first + t.shape[0])
+        if a < b:
+            row_bytes = t.nbytes // t.shape[0]
+            start, nbytes = (a - first) * row_bytes, (b - a) * row_bytes
+            parts.append(t.host_blocks()[start:start + nbytes].reshape(b - a, row_bytes).copy())
+            t.src.release_pages(t.where + start, nbytes)
+        first += t.shape[0]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _load_rows(ts: list[GGUFTensor], device: str) -> Tensor:
+    """The blocks of one matrix, or of several stacked along the output dim, as a (rows, row bytes) uint8 tensor on
+    `device`: a matrix that fits in one chunk copied as it is, a larger one written into its device tensor a chunk
+    of rows at a time (the chunk's start a Variable: one kernel for every chunk)."""
+    out, row_bytes = sum(t.shape[0] for t in ts), ts[0].nbytes // ts[0].shape[0]
+    step = max(1, LOAD_CHUNK_BYTES // row_bytes)
+    if out <= step:
+        return Tensor(_rows_bytes(ts, 0, out), device=device).realize()
+    from tinygrad.shape.symbolic import Variable
+    dst = Tensor.empty(out, row_bytes, dtype=dtypes.uint8, device=device).realize()
+    at = Variable("load_row", 0, out - step)
+    for start in range(0, out, step):
+        # the last chunk ends at the last row, overlapping the one before: every chunk is one kernel's size
+        start = min(start, out - step)
+        a = at.bind(start)
+        rows = Tensor(_rows_bytes(ts, start, start + step), device=device)
+        dst.shrink(((a, a + step), None)).assign(rows).realize()
+    return dst
+
+
+class Linear:
+    """y = x @ W.T for a GGUF matrix W (out, in), its blocks on the device as the file has them (`blocks`, (out,
+    row bytes) uint8), dequantized inside the kernel that reads them; see the module docstring."""
+
+    def __init__(self, t: GGUFTensor, device: str):
+        self.shape, self.ttype = t.shape, t.ttype
+        self.blocks = _load_rows([t], device)
+        # copied out: the file's pages of this matrix need not stay resident while the next ones are read
+        t.src.release_pages(t.where, t.nbytes)
+
+    @classmethod
+    def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
+        """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
+        kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
+        where their types or input sizes differ (their blocks can't be read by one kernel)."""
+        if len({t.shape[1] for t in ts}) != 1 or len({t.ttype for t in ts}) != 1 or any(len(t.shape) != 2 for t in ts):
+            return None
+        self = cls.__new__(cls)
+        self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
+        self.blocks = _load_rows(ts, device)
+        for t in ts:
+            t.src.release_pages(t.where, t.nbytes)
+        return self
+
+    def device_bytes(self) -> int:
+        """The device memory this matrix holds: the file's tensor bytes."""
+        return self.blocks.nbytes()
+
+    def _grouped(self) -> Tensor:
+        """The matrix's values (out, blocks a row, *the block's dims), dequantized by the type's Tensor ops from the
+        bytes on the device (see state_gguf's dequantizers); a plain type's values as (out, in)."""
+        out, inner = self.shape
+        name, per_block, block_bytes, kind = GGML_TYPES[self.ttype]
+        if not callable(kind):
+            return dequantize(self.ttype, self.blocks.reshape(-1), (out, inner))
+        nb = inner // per_block
+        w = kind(self.blocks.reshape(out * nb, block_bytes))
+        return w.reshape(out, nb, *w.shape[1:])
+
+    def weight(self) -> Tensor:
+        """W (out, in) as float32, lazily dequantized."""
+        return self._grouped().reshape(self.shape)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # the blocks and their groups stay dims of the sum: a group's scale is one value for a run of consecutive
+        # values, so the kernel computes it once per group (its loop hoisted out of the values' loop) where a flat
+        # (out, in) weight would index the scale by division for every value
+        w = self._grouped()
+        dims = w.ndim - 1
+        return (x.reshape(*x.shape[:-1], 1, *w.shape[1:]) * w).sum(tuple(range(-dims, 0)))
+
+
+# ---- host dequantization of a few rows (the embedding table's, a token at a time) ----
 def _f16(b: np.ndarray) -> np.ndarray:
     """Two-byte fields (n, 2) of blocks as the fp16 values they hold (n, 1), in a copy of their own."""
     return np.ascontiguousarray(b).view(np.float16)
 
 
 def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """A quantized type's blocks as planes: int8 values (n, values a block), scales and offsets (or None) (n, groups
-    a block), fp16 or float32 as PLANE_LAYOUT says: value = q * scale - offset, each group of consecutive values
-    sharing a scale and offset."""
+    """A quantized type's blocks (PLANE_TYPES) on the host as planes: int8 values (n, values a block), scales and
+    offsets (or None) (n, groups a block): value = q * scale - offset, each group of consecutive values sharing a
+    scale and offset (the scales float32 products, as gguf's reference computes them)."""
     if ttype == Q8_0:
         b = raw.reshape(-1, 34)
         return b[:, 2:].view(np.int8), _f16(b[:, :2]), None
@@ -42,7 +131,7 @@ def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
         return np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int8) - 8, _f16(b[:, :2]), None
     if ttype == Q5_0:
         b = raw.reshape(-1, 22)  # fp16 d, 32 high bits (value i's is bit i of the little-endian uint32), 16 bytes
-        qs = b[:, 6:22]          # of low nibbles; every step in bytes, so a chunk's temporaries stay its own size
+        qs = b[:, 6:22]          # of low nibbles
         high = np.unpackbits(b[:, 2:6], axis=1, bitorder="little") << 4
         return (np.concatenate([qs & 0xF, qs >> 4], axis=1) | high).view(np.int8) - np.int8(16), _f16(b[:, :2]), None
     if ttype == Q4_K:
@@ -67,125 +156,10 @@ def _planes(ttype: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return q, _f16(b[:, 208:210]).astype(np.float32) * b[:, 192:208].view(np.int8).astype(np.float32), None
 
 
+PLANE_TYPES = (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K)
+
+
 def plane_values(q: np.ndarray, d: np.ndarray, m: np.ndarray | None) -> np.ndarray:
     """The float32 values (n, values a block) that planes from _planes stand for."""
     v = q.astype(np.float32).reshape(d.shape[0], d.shape[1], -1) * d.astype(np.float32)[:, :, None]
     return (v - m.astype(np.float32)[:, :, None] if m is not None else v).reshape(q.shape[0], -1)
-
-
-def _rows_planes(ts: list[GGUFTensor], lo: int, hi: int) -> list[np.ndarray | None]:
-    """The planes (values (hi - lo, in), scales and offsets (hi - lo, groups)) of rows lo..hi-1 of matrices `ts`
-    stacked along the output dim, made from the mapped file's blocks of those rows only; the file's pages of them
-    are let go once read (the planes are copies)."""
-    parts, first = [], 0
-    for t in ts:
-        a, b = max(lo, first), min(hi, first + t.shape[0])
-        if a < b:
-            row_bytes = t.nbytes // t.shape[0]
-            start, nbytes = (a - first) * row_bytes, (b - a) * row_bytes
-            q, d, m = _planes(t.ttype, t.host_blocks()[start:start + nbytes])
-            # NOTE: copies (Q8_0's values are a view of the file's blocks until here): the pages are let go next
-            parts.append([np.ascontiguousarray(p.reshape(b - a, -1)) if p is not None else None for p in (q, d, m)])
-            t.src.release_pages(t.where + start, nbytes)
-        first += t.shape[0]
-    if len(parts) == 1:
-        return parts[0]
-    return [np.concatenate([p[k] for p in parts]) if parts[0][k] is not None else None for k in range(3)]
-
-
-def _write_rows(dst: Tensor, at, start: int, rows: np.ndarray) -> None:
-    """Rows start.. of the realized device tensor `dst` set to host array `rows`: copied to the device, then into
-    place by a kernel that takes the start as Variable `at` (the same kernel for every chunk of the same size)."""
-    a = at.bind(start)
-    dst.shrink(((a, a + rows.shape[0]), None)).assign(Tensor(rows, device=dst.device)).realize()
-
-
-class Linear:
-    """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
-
-    Q4_0, Q5_0, Q8_0, Q4_K and Q6_K are split at load into planes (see _planes): int8 values (out, in), and scales
-    (and Q4_K's offsets) (out, groups) per group of 16 or 32 values. Q4_0, Q5_0 and Q8_0 scales stay the file's fp16
-    (cast to float32 in the kernel, exactly), so Q8_0 takes the file's bytes and Q4_0/Q5_0 up to 8 bits a value plus
-    the file's scales; Q4_K's and Q6_K's scales (and offsets) are float32, the products of the file's fp16 and its
-    6- or 8-bit factors, which fp16 can't hold exactly. A matrix-vector product then reads int8 values and a scale
-    per group instead of taking every block apart bit by bit. The planes are made and copied to the device a few
-    MB at a time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk. Other types stay packed and
-    are dequantized by gguf's Tensor ops in the kernel."""
-
-    def __init__(self, t: GGUFTensor, device: str):
-        self.shape, self.ttype = t.shape, t.ttype
-        self.raw = self.w = self.qs = self.d = self.m = None
-        if t.ttype in PLANE_TYPES:
-            self._load_planes([t], device)
-        elif t.quantized:
-            self.raw = t.raw().to(device).realize()
-        else:
-            self.w = t.load().to(device).cast(dtypes.float32).realize()
-        # copied out: the file's pages of this matrix need not stay resident while the next ones are read (the peak
-        # while loading is then about one matrix of the file, not all of it)
-        t.src.release_pages(t.where, t.nbytes)
-
-    def _load_planes(self, ts: list[GGUFTensor], device: str) -> None:
-        """The planes of one matrix, or of several stacked along the output dim (rows of each in turn), made and
-        copied to the device a chunk of rows at a time: a matrix that fits in one is copied as it is, a larger one
-        is written into its device tensors chunk by chunk."""
-        out, inner = self.shape
-        group, scale_dtype, offsets = PLANE_LAYOUT[ts[0].ttype]
-        self.groups = inner // group
-        step = max(1, LOAD_CHUNK_BYTES // inner)
-        if out <= step:
-            planes = [Tensor(p, device=device).realize() if p is not None else None for p in _rows_planes(ts, 0, out)]
-        else:
-            from tinygrad.shape.symbolic import Variable
-            kinds = [(inner, np.int8), (self.groups, scale_dtype)] + ([(self.groups, np.float32)] if offsets else [])
-            planes = [Tensor.empty(out, w, dtype=dtypes.from_np(np.dtype(dt)), device=device).realize()
-                      for w, dt in kinds] + [None] * (3 - len(kinds))
-            at = Variable("load_row", 0, out - step)
-            for start in range(0, out, step):
-                # the last chunk ends at the last row, overlapping the one before: every chunk is one kernel's size
-                start = min(start, out - step)
-                for dst, rows in zip(planes, _rows_planes(ts, start, start + step)):
-                    if rows is not None:
-                        _write_rows(dst, at, start, rows)
-        self.qs, self.d, self.m = planes
-
-    @classmethod
-    def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
-        """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
-        kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
-        where their planes differ in group size, scale dtype or offsets (or have none), so they can't share one
-        kernel."""
-        if len({t.shape[1] for t in ts}) != 1 or any(t.ttype not in PLANE_TYPES for t in ts) or \
-                len({PLANE_LAYOUT[t.ttype] for t in ts}) != 1:
-            return None
-        self = cls.__new__(cls)
-        self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
-        self.raw = self.w = self.qs = self.d = self.m = None
-        self._load_planes(ts, device)
-        for t in ts:
-            t.src.release_pages(t.where, t.nbytes)
-        return self
-
-    def _grouped(self) -> Tensor:
-        """The planes' values (out, groups, values a group), dequantized: int8 times its group's scale (fp16 scales
-        cast to float32, exactly), less its offset."""
-        out, inner = self.shape
-        g = self.groups
-        w = self.qs.cast(dtypes.float32).reshape(out, g, inner // g) * self.d.cast(dtypes.float32).reshape(out, g, 1)
-        return w - self.m.reshape(out, g, 1) if self.m is not None else w
-
-    def weight(self) -> Tensor:
-        if self.w is not None:
-            return self.w
-        if self.qs is not None:
-            return self._grouped().reshape(self.shape)
-        return dequantize(self.ttype, self.raw, self.shape)
-
-    def __call__(self, x: Tensor) -> Tensor:
-        if self.qs is None:
-            return x @ self.weight().T
-        # the planes keep their groups as a dim of the sum: each group's scale is one value for a run of consecutive
-        # values, so the kernel reads whole vectors of int8 values along the group and one scale per group, where a
-        # flat (out, in) weight would index the scale by division for every value
-        inner, g = self.shape[1], self.groups
-        return (x.reshape(*x.shape[:-1], 1, g, inner // g) * self._grouped()).sum((-2, -1))
