@@ -7,6 +7,11 @@ from byte pairs, the scale products in float32), with the block's groups kept as
 is computed once for its run of values. Every ggml type state_gguf reads works; values are bit-exact against the
 `gguf` package's reference (a sum's order is the kernel's own).
 
+NOTE: on the CPU the quant fields are taken apart in float arithmetic (state_gguf's _vfields), since the C renderer
+vectorizes only float ops: a field costs a few vector ops a value where int8 planes cost none, so a matrix-vector
+product of a 5- or 6-bit type takes about 2-3x the time planes took (Q8_0 the same, Q4_K about 1.3x). Vector
+shifts and masks on byte vectors in the codegen would remove most of that.
+
 The host helpers at the end (_planes, plane_values) dequantize a few rows on the host, for the embedding table.
 """
 from __future__ import annotations
