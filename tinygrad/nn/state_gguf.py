@@ -63,20 +63,22 @@ def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
 
 
 # 1.5 * 2**23: a float32 t with |t| < 2**22 plus this lands where the spacing of float32 is 1, so (t + ROUNDER) -
-# ROUNDER is t rounded to an integer (the renderers keep the two roundings: no fast-math reassociation)
+# ROUNDER is t rounded to an integer (the renderers keep the two roundings: no fast-math reassociation); 2**b times
+# it rounds to a multiple of 2**b the same way
 ROUNDER = 12582912.0
 
 
-def _floor(t: Tensor) -> Tensor:
-    """floor(t) for float32 t >= 0 that are multiples of 2**-8 below 2**20 (a byte scaled by a power of two): t less
-    0.5, plus 2**-10 so that no value is halfway, rounded to the nearest integer."""
-    return ((t + (2.0 ** -10 - 0.5)) + ROUNDER) - ROUNDER
+def _floor(t: Tensor, bits: int = 0) -> Tensor:
+    """2**bits * floor(t / 2**bits) for float32 t >= 0 that are multiples of 2**-8 below 2**20 (a byte scaled by a
+    power of two): t less half a step, plus 2**-10 so that no value is halfway, rounded to the nearest multiple of
+    2**bits."""
+    big = ROUNDER * (1 << bits)
+    return ((t + (2.0 ** -10 - 0.5 * (1 << bits))) + big) - big
 
 
 def _vfields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """_fields as exact float32 values, computed in float arithmetic: field k of byte v is floor(v / 2**(bits*k))
-    less 2**bits times floor(v / 2**(bits*(k+1))), each scale by a power of two (exact) and each floor the rounding
-    above.
+    """_fields as exact float32 values, computed in float arithmetic: field k of byte v is t = v / 2**(bits*k) (a
+    power of two: exact) rounded down to an integer, less t rounded down to a multiple of 2**bits (see _floor).
 
     NOTE: the quant values take this path, not _fields' integer shifts: a CPU kernel loads a vector of bytes and
     converts it to floats as one vector, and float arithmetic stays in vectors too, where integer ops run lane by lane
@@ -96,7 +98,7 @@ def _vfields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
         return x * (1 - kf) + h * (17 * kf - 16)
     scale = ((127 - bits * k) << 23).bitcast(dtypes.float32)
     t = x.expand(*shape) * scale
-    return _floor(t) - float(1 << bits) * _floor(t * (2.0 ** -bits))
+    return _floor(t) - _floor(t, bits)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
