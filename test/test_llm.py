@@ -326,14 +326,17 @@ def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_
     import urllib.error
     import urllib.request
 
+    from tinygrad.apps.llm.chat import BUILTIN, ChatTemplate
     from tinygrad.apps.llm.generate import generate
     from tinygrad.apps.llm.sampling import SamplingParams
-    from tinygrad.apps.llm.server import LLMServer, chat_prompt
+    from tinygrad.apps.llm.server import LLMServer
     path, _ = _model(tmp_path)
     kv, tensors = gguf_tensors(str(path))
     tok = Tokenizer.from_gguf(kv)
     model = Transformer(kv, tensors, max_context=48)
-    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny")
+    # the synthetic file has no chat template: the server is given one (without, its chat endpoint answers 400)
+    template = ChatTemplate.for_tokenizer(BUILTIN["chatml"], tok)
+    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny", template)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}"
 
@@ -348,7 +351,7 @@ def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_
 
     # what greedy generation gives for each prompt, computed directly (the server must give the same)
     want = {p: generate(model, tok, tok.encode(p), 5, SamplingParams()).text for p in ("t1", "t2 t3")}
-    chat_ids = tok.encode(chat_prompt([{"role": "user", "content": "t4"}]), special=True)
+    chat_ids = template.encode(tok, [{"role": "user", "content": "t4"}])
     want_chat = generate(model, tok, chat_ids, 5, SamplingParams()).text
     results = {}
 
@@ -605,9 +608,11 @@ def test_embedding_rows_truncated_during_the_read_raise(tmp_path):
 def test_chat_cli_survives_its_model_file_truncated(tmp_path):
     path, _ = _model(tmp_path)
     good = path.read_bytes()
-    p = subprocess.Popen([sys.executable, "-m", "tinygrad.apps.llm", "--model", str(path), "--chat", "--context", "32",
-                          "--max-tokens", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    # the synthetic file has no chat template of its own: --chat needs one named
+    cmd = [sys.executable, "-m", "tinygrad.apps.llm", "--model", str(path), "--chat", "--chat-template", "chatml",
+           "--context", "32", "--max-tokens", "2"]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
 
     def turn(line):
         p.stdin.write(line + "\n")

@@ -25,6 +25,13 @@ cdef class LazyBuffer:
     cdef public bint shared_const
     # set while an ASSIGN's kernel has not run: its (shared) buffer is allocated but not yet written
     cdef public bint pending
+    # realize() was asked of this unrealized constant: it stays an operand of the kernels that read it (the seed's
+    # `Tensor(2.0).realize() + Tensor(3.0).realize()` compiles 2 + 3) instead of being folded away
+    cdef public bint kept
+    # a constant computed by folding ops on constants (not one the program wrote): realize() gives it the buffer
+    # that the folded-away kernel would have written (the seed's `(Tensor(2.0) + Tensor(3.0)).realize()` runs one
+    # kernel, which stores 5.0)
+    cdef public bint folded
     cdef object __weakref__
 
     cpdef LazyBuffer _view(self, ShapeTracker new_st)

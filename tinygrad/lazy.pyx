@@ -13,6 +13,7 @@ import collections
 
 import numpy as np
 
+from tinygrad.const_fold import cast as const_cast, evaluate as const_evaluate, reduce_sum as const_sum
 from tinygrad.device import Buffer
 from tinygrad.dtype import dtypes
 from tinygrad.errors import ArgumentError
@@ -80,6 +81,7 @@ _IOTA = LoadOps.IOTA
 _CONTIGUOUS = LoadOps.CONTIGUOUS
 _COPY = LoadOps.COPY
 _WHERE = TernaryOps.WHERE
+_NEG = UnaryOps.NEG
 _F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 
 
@@ -203,6 +205,16 @@ cdef class LazyBuffer:
         b = self.base
         return b.realized is None and b.op is _CONST
 
+    def is_folded_const(self):
+        """Whether this reads an unrealized constant that folding computed (see `folded`)."""
+        cdef LazyBuffer b = self._base if self._base is not None else self
+        return b.folded and b.op is _CONST and b.buffer is None
+
+    def constant_value(self):
+        """The Python value of every element when this is a constant that folding may use (unrealized, unmasked, not
+        kept by realize()), else None."""
+        return _const_value(self)
+
     def is_inlined(self):
         """Whether this is a constant or an iota: a value kernels compute in place, with no buffer behind it."""
         b = self.base
@@ -318,6 +330,10 @@ cdef class LazyBuffer:
             return ret
         if bitcast and dtype.itemsize != self.dtype.itemsize:
             raise ArgumentError(f"can't bitcast {self.dtype} to {dtype}: sizes differ")
+        if not bitcast:
+            folded = _fold_cast(self, dtype)
+            if folded is not None:
+                return folded
         op = UnaryOps.BITCAST if bitcast else UnaryOps.CAST
         return new_base(self.device, contiguous_st(self.shape), dtype, op, (dtype, bitcast), (self,))
 
@@ -357,15 +373,27 @@ cdef class LazyBuffer:
                     raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
             out_dtype = dtypes.bool if op in _CMP_OPS else self.dtype
         cdef LazyBuffer b
+        cdef int consts = 0
+        cdef bint tried = False
         for s in srcs:
             # cheap tests first: only a constant operand that _fold has a rule for is looked at further (x*2+1
             # pays a few field reads here)
             b = s._base if s._base is not None else s
-            if b.op is _CONST and _may_fold(op, b.arg):
-                folded = _fold(op, srcs)
+            if b.op is _CONST:
+                consts += 1
+                if not tried and _may_fold(op, b.arg):
+                    tried = True
+                    folded = _fold(op, srcs)
+                    if folded is not None:
+                        return folded
+            elif (op is _NEG or op is BinaryOps.MUL) and b.srcs:
+                folded = _fold_negations(op, srcs)
                 if folded is not None:
                     return folded
-                break
+        if consts == len(srcs):
+            folded = _fold_consts(op, srcs, out_dtype)
+            if folded is not None:
+                return folded
         return new_base(self.device, contiguous_st(self.shape), out_dtype, op, arg, srcs)
 
     def r(self, op, axis):
@@ -378,6 +406,9 @@ cdef class LazyBuffer:
         if all(self.shape[a] == 1 for a in axis if isinstance(self.shape[a], int)) and \
                 all(isinstance(self.shape[a], int) for a in axis):
             return self.reshape(new_shape)
+        folded = _fold_reduce(self, op, axis, new_shape)
+        if folded is not None:
+            return folded
         return new_base(self.device, contiguous_st(new_shape), self.dtype, op, axis, (self,))
 
     # ---- movement ops: zero-copy views through the ShapeTracker ----
@@ -411,7 +442,7 @@ cdef object _const_value(LazyBuffer s):
     """The value of `s` when it is a constant everywhere (an unrealized CONST read through unmasked views), else
     None."""
     cdef LazyBuffer b = s._base if s._base is not None else s
-    if b.op is not _CONST or b.buffer is not None:
+    if b.op is not _CONST or b.buffer is not None or b.kept:
         return None
     for v in s.st.views:
         if v.mask is not None:
@@ -477,6 +508,87 @@ cdef object _fold(object op, tuple srcs):
             if c is not None:
                 return x if c else x.const(False)
     return None
+
+
+cdef LazyBuffer _const_of(str device, object dtype, object val, tuple shp):
+    """Constant `val` of `dtype` on `device` that folding computed, broadcast to `shp`."""
+    c = new_base(device, contiguous_st(()), dtype, _CONST, dtypes.as_const(val, dtype), ())
+    c.folded = True
+    if not shp:
+        return c
+    if not _concrete(shp):
+        return c.reshape((1,) * len(shp)).expand(shp)
+    return new_view(c, broadcast_st(shp))
+
+
+cdef object _fold_consts(object op, tuple srcs, object out_dtype):
+    """An elementwise op on constants alone as the constant it computes (see const_fold), else None."""
+    vals = [_const_value(s) for s in srcs]
+    if any(v is None for v in vals) or op is _WHERE:
+        return None
+    cdef LazyBuffer s0 = srcs[0]
+    val = const_evaluate(op, vals, s0.dtype)
+    if val is None:
+        return None
+    return _const_of(s0.device, out_dtype, val, s0.shape)
+
+
+cdef object _negated(LazyBuffer s):
+    """x when `s` is an unrealized -x (a NEG, or a multiplication by the constant -1) read whole, else None."""
+    if s._base is not None or len(s.srcs) == 0:  # a view, or realized (its sources are dropped then)
+        return None
+    if s.op is _NEG:
+        return s.srcs[0]
+    if s.op is BinaryOps.MUL:
+        for k in range(2):
+            c = _const_value(s.srcs[k])
+            if c is not None and type(c) is not bool and c == -1:
+                return s.srcs[1 - k]
+    return None
+
+
+cdef object _fold_negations(object op, tuple srcs):
+    """-(-x) as x: a NEG of a negation, or a negation times the constant -1 (exact: negating twice gives x back)."""
+    if op is _NEG:
+        return _negated(srcs[0])
+    for k in range(2):
+        c = _const_value(srcs[1 - k])
+        if c is not None and type(c) is not bool and c == -1:
+            return _negated(srcs[k])
+    return None
+
+
+cdef object _fold_cast(LazyBuffer x, object dtype):
+    """A cast of a constant as the constant of the new dtype; a cast of a padded or otherwise masked view of one as
+    that view of the cast constant (the padding's 0 casts to 0) when the new dtype is no wider, else None."""
+    cdef LazyBuffer b = x._base if x._base is not None else x
+    if b.op is not _CONST or b.buffer is not None or b.kept:
+        return None
+    val = const_cast(b.arg, b.dtype, dtype)
+    if val is None:
+        return None
+    if _const_value(x) is not None:
+        return _const_of(b.device, dtype, val, x.shape)
+    if dtype.itemsize > x.dtype.itemsize or b.shape != ():
+        return None
+    return (<LazyBuffer>_const_of(b.device, dtype, val, ()))._view(x.st)
+
+
+cdef object _fold_reduce(LazyBuffer x, object op, tuple axis, tuple new_shape):
+    """A sum or max of a constant read whole as a constant: the max is the value, the sum the value times the count."""
+    val = _const_value(x)
+    if val is None or not _concrete(x.shape) or not (op is ReduceOps.SUM or op is ReduceOps.MAX):
+        return None
+    if op is ReduceOps.MAX:
+        out = val
+    else:
+        count = 1
+        for a in axis:
+            count *= x.shape[a]
+        out = const_sum(val, count, x.dtype)
+        if out is None:
+            return None
+    return _const_of(x.device, x.dtype, out, new_shape)
 
 
 cdef object _disk_view(LazyBuffer lb, object dtype):

@@ -220,6 +220,8 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
         in `lst` in the same schedule (tinygrad 0.9's `Tensor.realize(loss, *opt.schedule_step())`)."""
         lb = self.lazydata
         if not lst and not _realize_with_next and type(lb) is LazyBuffer:
+            if lb.is_folded_const():
+                self.lazydata = lb = lb.contiguous()  # what the folded-away kernel would have stored
             realize_lazybuffers([lb])  # the eager path, every op: what corealize does for one tensor, less its steps
         else:
             Tensor.corealize([self, *lst])
@@ -234,6 +236,9 @@ class Tensor(CreationMixin, MovementMixin, ReduceMixin, ElementwiseMixin, Binary
         >>> a.tolist(), b.tolist()
         ([2], [4])
         """
+        for t in lst:
+            if type(t.lazydata) is LazyBuffer and t.lazydata.is_folded_const():
+                t.lazydata = t.lazydata.contiguous()  # what the folded-away kernel would have stored
         outs = [t.lazydata for t in lst]
         if _realize_with_next:
             # taken with one slice deletion (atomic under the GIL): a backward() in another thread meanwhile keeps

@@ -21,7 +21,7 @@ from tinygrad.errors import ArgumentError
 from tinygrad.lazy import LazyBuffer
 from tinygrad.ops import BinaryOps
 from tinygrad.shape.symbolic import Node
-from tinygrad.tensor_elementwise import TensorLike, _with_grad, broadcast_shape
+from tinygrad.tensor_elementwise import TensorLike, _constant_value, _with_grad, broadcast_shape
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -207,7 +207,14 @@ class BinaryMixin:
 
     def _float_pow(self, e: Tensor) -> Tensor:
         b = self
-        value = b._pow_value(e)
+        # exact folds, for every b and e (nan and inf included): b ** 0 = 1 ** e = 1, b ** 1 = b
+        ev, bv = _constant_value(e), _constant_value(b)
+        if (ev is not None and ev == 0) or (bv is not None and bv == 1):
+            value = b.ones_like()
+        elif ev is not None and ev == 1:
+            value = b
+        else:
+            value = b._pow_value(e)
         return _with_grad(value, (b, lambda: (e == 0).where(0.0, e * b._pow_value(e - 1))),
                           (e, lambda: ((b == 0) & (e >= 0)).where(0.0, value * b.log())))
 

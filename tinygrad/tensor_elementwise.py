@@ -12,7 +12,7 @@ and hardtanh does not, rounding gives 0. Where the way a value is computed would
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import tinygrad.mlops as F
 from tinygrad.dtype import ConstType, DType, dtypes, least_upper_float, to_dtype
@@ -48,6 +48,13 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
             raise ArgumentError(f"shapes {shapes} can't be broadcast together")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def _constant_value(t) -> Any:
+    """The value of every element of tensor `t` when it is a constant that folding may use (see
+    LazyBuffer.constant_value; a tensor on several devices: never), else None."""
+    get = getattr(t.lazydata, "constant_value", None)
+    return get() if get is not None else None
 
 
 def _with_grad(value: Tensor, *pairs: tuple[Tensor, Derivative]) -> Tensor:

@@ -26,7 +26,7 @@ from tinygrad.errors import ArgumentError
 from tinygrad.helpers import argfix, prod
 from tinygrad.ops import LoadOps
 from tinygrad.shape.symbolic import Node, sint, sym_infer
-from tinygrad.tensor_elementwise import broadcast_shape
+from tinygrad.tensor_elementwise import _constant_value, broadcast_shape
 
 if TYPE_CHECKING:
     from tinygrad.tensor import Tensor
@@ -532,7 +532,9 @@ class MovementMixin:
                                      "supported: use a Python/numpy bool mask or Tensor.where")
                 if not dtypes.is_int(i.dtype):
                     raise IndexError(f"tensors used as indices must be int tensors, not {i.dtype}")
-                entries.append(("tensor", i.to(self.device)))
+                c = _constant_value(i) if i.shape == () else None
+                # a 0-d constant index (Tensor(1), Tensor(1) + 2) is the int it holds: a view, no gather kernel
+                entries.append(("int", int(c)) if c is not None else ("tensor", i.to(self.device)))
             elif isinstance(i, (list, tuple, np.ndarray)):
                 for t, arr, mask_size in self._sequence_index(i):
                     host[id(t)] = (arr, mask_size)

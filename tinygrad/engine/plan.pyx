@@ -268,6 +268,12 @@ def realize_lazybuffers(list outs):
     ENGINE_LOCK. A node counts as computed once its buffer has memory, which it gets just before its kernel runs, so
     another thread walking the same graph meanwhile would read that buffer unwritten as a realized input (or
     allocate it a second time, or run its kernels again into a buffer being read, or find its sources dropped)."""
+    cdef LazyBuffer lb, b
+    for lb in outs:
+        # a constant asked to be realized stays a constant (no buffer: kernels inline it), kept from folding
+        b = lb._base if lb._base is not None else lb
+        if b.op is LoadOps.CONST and b.buffer is None:
+            b.kept = True
     _engine_lock.enter()
     try:
         _realize(outs)

@@ -468,6 +468,11 @@ cdef View _compose(View lo, View hi):
             if _mask_empty(hi.mask):
                 result = _invalid(hi.shape)
                 break
+            # a symbolic mask wider than its dim (valid for every value, but not a box inside the shape) can't be
+            # shrunk to: the two views stay apart
+            for (b, e), sz in zip(hi.mask, hi.shape):
+                if _lo(b) < 0 or _lo(_sub(e, b)) < 0 or _lo(_sub(sz, e)) < 0:
+                    return None
             # compose the valid box only, then put the padding back around the result
             pads.append(tuple([(b, _sub(s, e)) for (b, e), s in zip(hi.mask, hi.shape)]))
             hi = hi.shrink(hi.mask)

@@ -4,9 +4,11 @@
 Prints the generated text as it is made; with --json, one JSON object as the last line instead: prompt_ids (as fed
 to the model, BOS included), ids (the generated ones), text, prefill_tok_s, decode_tok_s. `--logits-for IDS_JSON`
 prints the final-position logits for the given ids (a JSON list) as a JSON list, for testing against a reference.
-`--chat` is an interactive conversation in the model's turn format; `--serve PORT` an OpenAI-style HTTP server
-(`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py), which runs up to
-`--slots N` requests at once, batched (each slot a KV cache of --context positions).
+`--chat` is an interactive conversation in the model's turn format, written by the file's own chat template
+(`tokenizer.chat_template`, rendered with Jinja2: `pip install 'tinygrad[chat]'`); a file without one (a base model)
+is refused unless `--chat-template` names a template file or a built-in (chatml). `--serve PORT` is an OpenAI-style
+HTTP server (`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py), which runs
+up to `--slots N` requests at once, batched (each slot a KV cache of --context positions).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logits-for", metavar="IDS_JSON", help="print the final-position logits for these token ids")
     ap.add_argument("--context", type=int, default=4096, help="the most positions the KV cache holds")
     ap.add_argument("--chat", action="store_true", help="an interactive chat (a line of input a turn)")
+    ap.add_argument("--chat-template", metavar="FILE_OR_NAME",
+                    help="the chat template for --chat and --serve: a Jinja file or 'chatml' (default: the file's own)")
     ap.add_argument("--serve", type=int, metavar="PORT", help="an OpenAI-style HTTP server on this port")
     ap.add_argument("--slots", type=int, default=4, help="--serve: requests generated together (default 4)")
     args = ap.parse_args(argv)
@@ -45,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kv, tensors = gguf_tensors(args.model)
         tok = Tokenizer.from_gguf(kv)
+        template = None
+        if args.chat or args.serve is not None:
+            template = _chat_template(ap, args, kv.get("tokenizer.chat_template"), tok)
         model = Transformer(kv, tensors, max_context=args.context, slots=args.slots if args.serve is not None else 1)
     except (OSError, CheckpointError, ValueError, KeyError) as e:
         ap.error(f"can't load {args.model}: {e}")
@@ -66,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if args.serve is not None:
         from tinygrad.apps.llm.server import serve
-        serve(model, tok, args.serve, name=os.path.basename(args.model))
+        serve(model, tok, args.serve, name=os.path.basename(args.model), chat_template=template)
         return 0
     if args.chat:
-        return _chat(model, tok, params, args.max_tokens)
+        return _chat(model, tok, template, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)
     on_text = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     try:
@@ -86,10 +93,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _chat(model, tok, params, max_tokens: int) -> int:
+def _chat_template(ap: argparse.ArgumentParser, args: argparse.Namespace, source, tok):
+    """The template --chat and --serve use: --chat-template's, else the file's own; None for a server whose file has
+    none (its chat endpoint answers 400). --chat without one is refused: a base model continues text and has no turn
+    format, and an invented one would make it print junk."""
+    from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
+    try:
+        if args.chat_template is not None:
+            return ChatTemplate.load(args.chat_template, tok)
+        if isinstance(source, str) and source:
+            return ChatTemplate.for_tokenizer(source, tok)
+    except ChatTemplateError as e:
+        if args.chat or args.chat_template is not None:
+            ap.error(str(e))
+        print(f"warning: {e}; /v1/chat/completions is off", file=sys.stderr)
+        return None
+    if args.chat:
+        ap.error(f"{args.model} has no chat template (tokenizer.chat_template): it looks like a base model, which "
+                 "continues text rather than taking turns; use --prompt, or choose a format with --chat-template FILE "
+                 "(or --chat-template chatml)")
+    print(f"note: {args.model} has no chat template: /v1/chat/completions is off (--chat-template turns it on)",
+          file=sys.stderr)
+    return None
+
+
+def _chat(model, tok, template, params, max_tokens: int) -> int:
     """A conversation on stdin/stdout in the model's turn format, the whole history re-read each turn."""
     from tinygrad.apps.llm.generate import generate
-    from tinygrad.apps.llm.server import chat_prompt
     messages = []
     while True:
         try:
@@ -100,12 +130,13 @@ def _chat(model, tok, params, max_tokens: int) -> int:
         if not line.strip():
             continue
         messages.append({"role": "user", "content": line})
-        ids = tok.encode(chat_prompt(messages), special=True)
         try:
+            # the template may refuse the conversation (ChatTemplateError is a ValueError): this turn fails alone
+            ids = template.encode(tok, messages)
             res = generate(model, tok, ids, max_tokens, params,
                            on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
         except (OSError, ValueError) as e:
-            # this turn fails (the model file changed under us, ...); the conversation goes on without it
+            # this turn fails (the model file changed under us, the template refused, ...); the conversation goes on
             sys.stdout.write("\n")
             print(f"error: {e}", file=sys.stderr, flush=True)
             messages.pop()

@@ -1,7 +1,8 @@
 """An OpenAI-style HTTP server for one model: `POST /v1/completions` and `POST /v1/chat/completions`, each answered
 whole or, with `"stream": true`, as server-sent events (`data: {chunk}` lines, then `data: [DONE]`).
 
-Requests take `prompt` (completions) or `messages` (chat: role and content, put into the Gemma turn markers),
+Requests take `prompt` (completions) or `messages` (chat: role and content, written out by the model's chat template;
+a model without one answers the chat endpoint with 400),
 `max_tokens`, `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`, `seed` and `stop` (a string or a list).
 Clients are served on threads of their own; their generations run together, batched (batching.py): each of the
 model's sequence slots holds one request, and every decode step advances all of them at once (the weights read once
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tinygrad.apps.llm.batching import BatchEngine
+from tinygrad.apps.llm.chat import ChatTemplate, ChatTemplateError
 from tinygrad.apps.llm.model import Transformer
 from tinygrad.apps.llm.sampling import SamplingParams
 from tinygrad.apps.llm.tokenizer import Tokenizer
@@ -33,24 +35,21 @@ class RequestError(Exception):
         self.status = status
 
 
-def chat_prompt(messages: Any) -> str:
-    """Gemma's turn format: `<start_of_turn>role\\ncontent<end_of_turn>\\n` per message (the assistant's role is
-    "model", a system message goes before the first user turn), then the model's turn opened."""
+def chat_ids(template: ChatTemplate | None, tok: Tokenizer, messages: Any) -> list[int]:
+    """The prompt ids of a chat request's messages, written out by the model's chat template."""
+    if template is None:
+        raise RequestError(400, "this model has no chat template (its file has no tokenizer.chat_template, as a base "
+                                "model's hasn't): use /v1/completions, or start the server with --chat-template")
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "'messages' must be a non-empty list of {role, content}")
-    out, system = [], ""
     for m in messages:
         if not isinstance(m, dict) or not isinstance(m.get("content"), str) or \
                 m.get("role") not in ("system", "user", "assistant"):
             raise RequestError(400, "each message needs a role (system, user or assistant) and a string content")
-        if m["role"] == "system":
-            system += m["content"] + "\n\n"
-            continue
-        role = "model" if m["role"] == "assistant" else "user"
-        text = (system + m["content"]) if role == "user" and system else m["content"]
-        system = "" if role == "user" else system
-        out.append(f"<start_of_turn>{role}\n{text}<end_of_turn>\n")
-    return "".join(out) + "<start_of_turn>model\n"
+    try:
+        return template.encode(tok, [{"role": m["role"], "content": m["content"]} for m in messages])
+    except ChatTemplateError as e:  # the template refused the conversation (roles that don't alternate, ...)
+        raise RequestError(400, str(e)) from None
 
 
 def _params(body: dict) -> tuple[SamplingParams, int, list[str]]:
@@ -81,9 +80,10 @@ def _params(body: dict) -> tuple[SamplingParams, int, list[str]]:
 class LLMServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], model: Transformer, tok: Tokenizer, name: str = "model"):
+    def __init__(self, address: tuple[str, int], model: Transformer, tok: Tokenizer, name: str = "model",
+                 chat_template: ChatTemplate | None = None):
         super().__init__(address, _Handler)
-        self.model, self.tok, self.name = model, tok, name
+        self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.engine = BatchEngine(model, tok)
 
 
@@ -131,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise RequestError(400, "the body must be a JSON object")
             chat = self.path == "/v1/chat/completions"
             if chat:
-                ids = self.server.tok.encode(chat_prompt(body.get("messages")), special=True)
+                ids = chat_ids(self.server.chat_template, self.server.tok, body.get("messages"))
             else:
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
@@ -194,9 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
                          "usage": usage})
 
 
-def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1", name: str = "model") -> None:
+def serve(model: Transformer, tok: Tokenizer, port: int, host: str = "127.0.0.1", name: str = "model",
+          chat_template: ChatTemplate | None = None) -> None:
     """Serve until interrupted (Ctrl-C stops it)."""
-    srv = LLMServer((host, port), model, tok, name)
+    srv = LLMServer((host, port), model, tok, name, chat_template)
     print(f"serving {name} on http://{host}:{srv.server_address[1]}/v1", flush=True)
     try:
         srv.serve_forever()

@@ -1,4 +1,5 @@
-"""The SentencePiece-style tokenizer a GGUF file describes (`tokenizer.ggml.model = llama`), as llama.cpp runs it.
+"""The SentencePiece-style tokenizer a GGUF file describes (`tokenizer.ggml.model = llama`), as llama.cpp runs it
+(byte-level BPE, `gpt2`, is bpe.py's `BPETokenizer`, which `Tokenizer.from_gguf` returns for such a file).
 
 From the metadata: the tokens' texts (`tokenizer.ggml.tokens`), their scores and their types (1 normal, 2 unknown,
 3 control, 4 user-defined, 5 unused, 6 byte). Encoding:
@@ -132,8 +133,13 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, kv: dict[str, Any]) -> Tokenizer:
         model = kv.get("tokenizer.ggml.model")
+        if model == "gpt2":
+            # byte-level BPE lives in its own module, which builds on this one
+            from tinygrad.apps.llm.bpe import BPETokenizer
+            return BPETokenizer.from_gguf(kv)
         if model != "llama":
-            raise ValueError(f"tokenizer model {model!r} is not supported (only SentencePiece-style 'llama')")
+            raise ValueError(f"tokenizer model {model!r} is not supported (supported: 'llama' (SentencePiece), "
+                             "'gpt2' (byte-level BPE))")
         return cls(kv["tokenizer.ggml.tokens"], kv.get("tokenizer.ggml.scores"), kv.get("tokenizer.ggml.token_type"),
                    bos=kv.get("tokenizer.ggml.bos_token_id"), eos=kv.get("tokenizer.ggml.eos_token_id"),
                    unk=kv.get("tokenizer.ggml.unknown_token_id"), add_bos=kv.get("tokenizer.ggml.add_bos_token", True),
