@@ -25,7 +25,13 @@ import itertools
 import math
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS
+from tinygrad.codegen.uops import (
+    INT_VECTOR_ALU_OPS,
+    NARROW_VECTOR_DTYPES,
+    VECTOR_ALU_OPS,
+    VECTOR_DTYPES,
+    VECTOR_MATH_OPS,
+)
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 from tinygrad.shape.symbolic import NumNode, Variable
@@ -128,6 +134,7 @@ class _Model:
     def _nodes(lin, ops) -> list[_Node]:
         seen: set[int] = set()
         narrow = lin.opts.narrow_vectors
+        ints = narrow and lin.opts.int_vectors
         out = []
         for op in ops:
             if id(op) in seen:
@@ -144,9 +151,14 @@ class _Model:
                 src = lin.op_dtypes[id(op.src[0])]
                 vec = src in VECTOR_DTYPES or src in NARROW_VECTOR_DTYPES
                 out.append(_Node(dims, _cast_cost(src), vec, False, frozenset()))
+            elif op.op in (UnaryOps.CAST, UnaryOps.BITCAST) and ints and dt in NARROW_VECTOR_DTYPES:
+                # a narrow vector to another (a bitcast costs nothing: the same register)
+                vec = lin.op_dtypes[id(op.src[0])] in NARROW_VECTOR_DTYPES
+                out.append(_Node(dims, 1 if op.op is UnaryOps.CAST else 0, vec, False, frozenset()))
             elif not isinstance(op.op, ReduceOps):
                 vec = (op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES) or \
-                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and lin.opts.vector_math)
+                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and lin.opts.vector_math) or \
+                    (ints and op.op in INT_VECTOR_ALU_OPS and dt in NARROW_VECTOR_DTYPES)
                 out.append(_Node(dims, _OP_COST.get(op.op, 1), vec, False, frozenset()))
         return out
 
