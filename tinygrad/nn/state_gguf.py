@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import prod
@@ -54,12 +55,15 @@ def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
     an index expression, not data): the kernel loads a byte once for all its fields, and where the axis is unrolled
     every shift is a constant. Stacking the shifted bytes instead would make each field a padded branch of its own,
     a gated load per field and value."""
-    shifts = Tensor.arange(count, dtype=dtypes.uint8, device=b.device) * bits
+    shifts = Tensor.arange(count, dtype=b.dtype, device=b.device) * bits
     dim = dim % (b.ndim + 1)
     x = b.unsqueeze(dim)
     shape = list(x.shape)
     shape[dim] = count
-    return x.expand(*shape).rshift(shifts.reshape(count, *[1] * (b.ndim - dim))) & ((1 << bits) - 1)
+    # the shifts are below 8 by construction: C's >> as it is (Tensor.rshift would guard each lane against counts
+    # of 8 and more with selects, which a CPU kernel does lane by lane)
+    x, s = x.expand(*shape), shifts.reshape(count, *[1] * (b.ndim - dim)).expand(*shape)
+    return F.ShiftRight.apply(x, s) & ((1 << bits) - 1)
 
 
 # 1.5 * 2**23: a float32 t with |t| < 2**22 plus this lands where the spacing of float32 is 1, so (t + ROUNDER) -
@@ -77,28 +81,8 @@ def _floor(t: Tensor, bits: int = 0) -> Tensor:
 
 
 def _vfields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """_fields as exact float32 values, computed in float arithmetic: field k of byte v is t = v / 2**(bits*k) (a
-    power of two: exact) rounded down to an integer, less t rounded down to a multiple of 2**bits (see _floor).
-
-    NOTE: the quant values take this path, not _fields' integer shifts: a CPU kernel loads a vector of bytes and
-    converts it to floats as one vector, and float arithmetic stays in vectors too, where integer ops run lane by lane
-    in scalars (codegen/uops.py: only float dtypes are vectorized), several times slower for a matrix-vector
-    product. The power of two comes from the field's index, 2**-(bits*k) as the float32 of exponent bits 127 -
-    bits*k, a constant where the axis is unrolled."""
-    dim = dim % (b.ndim + 1)
-    x = b.cast(dtypes.float32).unsqueeze(dim)
-    shape = list(x.shape)
-    shape[dim] = count
-    k = Tensor.arange(count, dtype=dtypes.int32, device=b.device).reshape(count, *[1] * (b.ndim - dim))
-    if bits * count == 8 and count == 2:
-        # nibbles: one floor a byte for both, h = floor(v / 16), shared by the two fields (it does not depend on
-        # the field's index): the low field is v - 16h, the high one h, as v * (1 - k) + h * (17k - 16)
-        h = _floor(x * (1.0 / 16))
-        kf = k.cast(dtypes.float32)
-        return x * (1 - kf) + h * (17 * kf - 16)
-    scale = ((127 - bits * k) << 23).bitcast(dtypes.float32)
-    t = x.expand(*shape) * scale
-    return _floor(t) - _floor(t, bits)
+    """_fields as float32 values, taken apart in int32."""
+    return _fields(b.cast(dtypes.int32), bits, count, dim).cast(dtypes.float32)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
@@ -107,9 +91,8 @@ def _nibbles(qs: Tensor) -> Tensor:
 
 
 def _int8(b: Tensor) -> Tensor:
-    """Bytes as the int8 values they hold, float32: v less 256 where its top bit is set (floats, as _vfields)."""
-    v = b.cast(dtypes.float32)
-    return v - 256.0 * _floor(v * (1.0 / 128))
+    """Bytes as the int8 values they hold, float32."""
+    return b.bitcast(dtypes.int8).cast(dtypes.float32)
 
 
 _UINTS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
