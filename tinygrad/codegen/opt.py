@@ -105,6 +105,9 @@ class _Model:
         self.nodes = [nd for nd in every if nd.dims & self.reduce]
         self.hoisted = [nd for nd in every if not nd.dims & self.reduce]
         self.post = self._nodes(lin, post)
+        # the kernel takes narrow ints apart in its reduce loop (a quantized matrix's blocks)
+        self.fields = any(op.op in INT_VECTOR_ALU_OPS and lin.op_dtypes[id(op)] in NARROW_VECTOR_DTYPES
+                          for op in inner)
         everything = frozenset(d for d in range(len(self.full)) if d not in self.reduce)
         self.stores = [(everything, root.arg.dtype, _unit_dims(root.arg.st)) for root in lin.ast]
         self.reduce_size = math.prod(self.full[d] if isinstance(self.full[d], int) else self.full[d].max
@@ -315,13 +318,16 @@ def choose_opts(lin) -> list[Opt]:
         return []
     cur, v, w, up = best
     unroll = [d for d in int_dims if d in model.reduce and d != v]
-    if unroll:
-        d = unroll[-1]
+    # the innermost reduced dim; in a kernel that takes blocks of narrow ints apart, where it is unrolled whole, the
+    # next one out, and so on: a block's short dims (its fields, halves and groups) are loops of two steps otherwise
+    for d in reversed(unroll):
         for a in _divisors(full[d], MAX_UNROLL)[1:]:
             cand = list(up)
             cand[d] = a
             if model.feasible(cand, v, w) and model.cost(cand, v, w) < cur * (1 - MIN_GAIN):
                 cur, up = model.cost(cand, v, w), cand
+        if up[d] != full[d] or not model.fields:
+            break
     ret = [Opt(OptOps.VECTORIZE, v, w)] if v != -1 else []
     for d, u in enumerate(up):
         amt = u // (w if d == v else 1)

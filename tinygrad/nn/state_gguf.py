@@ -49,7 +49,7 @@ def _f16(b: Tensor) -> Tensor:
 
 
 def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (uint8).
+    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (b's dtype).
 
     NOTE: each byte is broadcast along the new axis and shifted by `bits` times the axis' index (an arange, which is
     an index expression, not data): the kernel loads a byte once for all its fields, and where the axis is unrolled
@@ -66,28 +66,18 @@ def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
     return F.ShiftRight.apply(x, s) & ((1 << bits) - 1)
 
 
-# 1.5 * 2**23: a float32 t with |t| < 2**22 plus this lands where the spacing of float32 is 1, so (t + ROUNDER) -
-# ROUNDER is t rounded to an integer (the renderers keep the two roundings: no fast-math reassociation); 2**b times
-# it rounds to a multiple of 2**b the same way
-ROUNDER = 12582912.0
+def _ifields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
+    """_fields of bytes widened to int32 first (int32 values).
 
-
-def _floor(t: Tensor, bits: int = 0) -> Tensor:
-    """2**bits * floor(t / 2**bits) for float32 t >= 0 that are multiples of 2**-8 below 2**20 (a byte scaled by a
-    power of two): t less half a step, plus 2**-10 so that no value is halfway, rounded to the nearest multiple of
-    2**bits."""
-    big = ROUNDER * (1 << bits)
-    return ((t + (2.0 ** -10 - 0.5 * (1 << bits))) + big) - big
-
-
-def _vfields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """_fields as float32 values, taken apart in int32."""
-    return _fields(b.cast(dtypes.int32), bits, count, dim).cast(dtypes.float32)
+    NOTE: the quant values take this path: a CPU kernel widens a vector of bytes to int32 lanes in one instruction,
+    shifts, masks and combines them as int32 vectors (x86 has no byte shifts) and converts them to float32 as one
+    vector, once a value."""
+    return _fields(b.cast(dtypes.int32), bits, count, dim)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
     """(n, 16k) bytes -> (n, 2, 16k) float32: the low nibbles are the first 16k values, the high ones the next."""
-    return _vfields(qs, 4, 2, 1)
+    return _ifields(qs, 4, 2, 1).cast(dtypes.float32)
 
 
 def _int8(b: Tensor) -> Tensor:
@@ -134,19 +124,19 @@ def _q4_1(b: Tensor) -> Tensor:
 
 
 def _q5(qh: Tensor, qs: Tensor) -> Tensor:
-    """5-bit values (n, 2, 2, 8) float32: the low 4 bits are qs's nibbles (the low nibbles values 0..15), the fifth
+    """5-bit values (n, 2, 2, 8) int32: the low 4 bits are qs's nibbles (the low nibbles values 0..15), the fifth
     bit of value j bit j of the little-endian uint32 qh (bit k of its byte i, value 8i + k)."""
-    high = _vfields(qh.reshape(-1, 2, 2), 1, 8, 3)
-    return _nibbles(qs).reshape(-1, 2, 2, 8) + 16 * high
+    high = _ifields(qh.reshape(-1, 2, 2), 1, 8, 3)
+    return _ifields(qs, 4, 2, 1).reshape(-1, 2, 2, 8) | (high << 4)
 
 
 def _q5_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (_q5(b[:, 2:6], b[:, 6:22]) - 16)
+    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (_q5(b[:, 2:6], b[:, 6:22]) - 16).cast(dtypes.float32)
 
 
 def _q5_1(b: Tensor) -> Tensor:
     d, m = _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3), _f16(b[:, 2:4]).unsqueeze(2).unsqueeze(3)
-    return d * _q5(b[:, 4:8], b[:, 8:24]) + m
+    return d * _q5(b[:, 4:8], b[:, 8:24]).cast(dtypes.float32) + m
 
 
 def _q8_0(b: Tensor) -> Tensor:
@@ -165,7 +155,7 @@ def _q2_k(b: Tensor) -> Tensor:
     sc = b[:, 0:16]
     dl = _k16(_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32))
     ml = _k16(_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32))
-    return dl * _vfields(b[:, 16:80].reshape(-1, 2, 2, 16), 2, 4, 2) - ml
+    return dl * _ifields(b[:, 16:80].reshape(-1, 2, 2, 16), 2, 4, 2).cast(dtypes.float32) - ml
 
 
 def _q3_k(b: Tensor) -> Tensor:
@@ -178,9 +168,9 @@ def _q3_k(b: Tensor) -> Tensor:
     high = _fields(s[:, 8:12], 2, 4, 1).reshape(-1, 16)
     scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
     dl = _k16(_f16(b[:, 108:110]) * scale)
-    ql = _vfields(b[:, 32:96].reshape(-1, 2, 2, 16), 2, 4, 2)
-    qh = _vfields(b[:, 0:32].reshape(-1, 2, 16), 1, 8, 1).reshape(-1, 2, 4, 2, 16)
-    return dl * (ql - (4 - 4 * qh))
+    ql = _ifields(b[:, 32:96].reshape(-1, 2, 2, 16), 2, 4, 2)
+    qh = _ifields(b[:, 0:32].reshape(-1, 2, 16), 1, 8, 1).reshape(-1, 2, 4, 2, 16)
+    return dl * (ql - ((qh ^ 1) << 2)).cast(dtypes.float32)
 
 
 def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
@@ -195,15 +185,16 @@ def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _k_chunks(q: Tensor) -> Tensor:
-    """(n, 128) bytes of 4-bit pairs -> (n, 4 chunks, 2, 32) float32: chunk c of 32 bytes holds sub-block 2c of 32
+    """(n, 128) bytes of 4-bit pairs -> (n, 4 chunks, 2, 32) int32: chunk c of 32 bytes holds sub-block 2c of 32
     values in its low nibbles and sub-block 2c+1 in its high ones."""
-    return _vfields(q.reshape(-1, 4, 32), 4, 2, 2)
+    return _ifields(q.reshape(-1, 4, 32), 4, 2, 2)
 
 
 def _k_values(b: Tensor, q: Tensor) -> Tensor:
-    """Q4_K's and Q5_K's values from their quants q (n, 4, 2, 32) float32: (d * scale) * q - (dmin * min)."""
+    """Q4_K's and Q5_K's values from their quants q (n, 4, 2, 32) int32: (d * scale) * q - (dmin * min)."""
     sc, m = _k_scales(b[:, 4:16])
-    return (_f16(b[:, 0:2]) * sc).reshape(-1, 4, 2, 1) * q - (_f16(b[:, 2:4]) * m).reshape(-1, 4, 2, 1)
+    d, dmin = (_f16(b[:, 0:2]) * sc).reshape(-1, 4, 2, 1), (_f16(b[:, 2:4]) * m).reshape(-1, 4, 2, 1)
+    return d * q.cast(dtypes.float32) - dmin
 
 
 def _q4_k(b: Tensor) -> Tensor:
@@ -212,17 +203,17 @@ def _q4_k(b: Tensor) -> Tensor:
 
 def _q5_k(b: Tensor) -> Tensor:
     # the fifth bit of value l of sub-block j is bit j of qh[l]
-    high = _vfields(b[:, 16:48], 1, 8, 1).reshape(-1, 4, 2, 32)
-    return _k_values(b, _k_chunks(b[:, 48:176]) + 16 * high)
+    high = _ifields(b[:, 16:48], 1, 8, 1).reshape(-1, 4, 2, 32)
+    return _k_values(b, _k_chunks(b[:, 48:176]) | (high << 4))
 
 
 def _q6_k(b: Tensor) -> Tensor:
     # two halves of 128 values, each four quarters of 32: quarter k = 2s + c of half h takes the low 4 bits from
     # nibble s of bytes 64h + 32c.. of ql, and 2 more from field k of bytes 32h.. of qh; each 16 values (group g
     # of a quarter) share an int8 scale
-    low = _vfields(b[:, 0:128].reshape(-1, 2, 2, 2, 16), 4, 2, 2)  # (n, h, s, c, g, 16)
-    high = _vfields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2).reshape(-1, 2, 2, 2, 2, 16)
-    q = low + 16 * high - 32
+    low = _ifields(b[:, 0:128].reshape(-1, 2, 2, 2, 16), 4, 2, 2)  # (n, h, s, c, g, 16)
+    high = _ifields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2).reshape(-1, 2, 2, 2, 2, 16)
+    q = ((low | (high << 4)) - 32).cast(dtypes.float32)
     scale = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
     return (_f16(b[:, 208:210]) * scale).reshape(-1, 2, 2, 2, 2, 1) * q
 

@@ -260,6 +260,9 @@ class CStyleLanguage:
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         if dtypes.bfloat16 in (src, dt):
             raise NotImplementedError("bitcast to or from bfloat16 is not supported by the C renderer")
+        if src.count > 1:
+            # a vector cast to a vector type of the same size reinterprets its bits (in its register)
+            return f"(({self.render_dtype(dt)})({x}))"
         # a union compound literal reinterprets the bits without undefined behaviour
         return f"((union {{ {self.render_dtype(src)} i; {self.render_dtype(dt)} o; }}){{.i = {x}}}).o"
 
