@@ -13,12 +13,16 @@ A last row counts how many of each runtime's greedy tokens equal this runtime's 
 
     python extra/bench_llm.py --model PATH.gguf --llamacpp-python VENV/bin/python     # CPU, the real file
     python extra/bench_llm.py --synthetic --device CUDA --json                         # a GPU machine without it
+    python extra/bench_llm.py --synthetic llama:llama-3.1-8b --device CUDA --no-torch  # any family and size
 
 The model defaults to $GEMMA3_GGUF and the llama.cpp interpreter to $LLAMACPP_PYTHON where they are set (a venv of
 its own with llama-cpp-python, so that neither runtime's dependencies reach the other).
 
 `--synthetic` writes (to a temporary folder) a GGUF with the real file's metadata, tensor shapes and types and
-random blocks (tinygrad/apps/llm/synthetic.py): the same speed, meaningless text.
+random blocks (tinygrad/apps/llm/synthetic.py): the same speed, meaningless text. `--synthetic ARCH:SIZE` (a size of
+synthetic.SIZES: llama:llama-3.2-1b, llama:llama-3.1-8b, qwen3:qwen3-8b, the tiny ones) writes that model with
+`--quant` weights (Q4_K_M by default) into $TINYGRAD_SYNTHETIC_DIR (default ~/.cache/tinygrad/synthetic), or reuses
+the file written there before; its prompt is token ids spread over the vocabulary (no tokenizer needed).
 
 Imports only the standard library at the top: the llama.cpp worker runs under another venv's interpreter.
 """
@@ -90,7 +94,11 @@ def worker_tinygrad(args, ids: list[int]) -> dict:
     # what the CLI holds while it generates: the tokenizer and the model (it drops the metadata, whose vocabulary
     # lists alone take ~40 MB, and the tensor table once they are made)
     kv, tensors = gguf_tensors(args.model)
-    tok = Tokenizer.from_gguf(kv)
+    try:
+        tok = Tokenizer.from_gguf(kv)
+    except ValueError:  # a vocabulary the tokenizer can't read yet: the prompt is ids anyway
+        tok = None
+    n_vocab = len(kv.get("tokenizer.ggml.tokens", ()))
     model = Transformer(kv, tensors, device=device, max_context=CONTEXT)
     del kv, tensors
     sampler = Sampler(SamplingParams())
@@ -105,7 +113,7 @@ def worker_tinygrad(args, ids: list[int]) -> dict:
         return sampler(model.forward([t], pos), history)
     res = timed_runs(step_prompt, step_one, ids, args.decode, args.runs)
     res["label"] = f"tinygrad {device}"
-    res["vocab"] = len(tok.vocab)
+    res["vocab"] = len(tok.vocab) if tok is not None else n_vocab
     return res
 
 
@@ -222,6 +230,31 @@ WORKERS = {"tinygrad": worker_tinygrad, "llamacpp": worker_llamacpp, "torch": wo
 
 
 # ---- the parent ----
+def synthetic_ids(model: str, n: int) -> list[int]:
+    """`n` ids of a synthetic model spread over its vocabulary (its BOS first): its text is meaningless anyway."""
+    from tinygrad.nn.state_gguf import gguf_tensors
+    kv = gguf_tensors(model)[0]
+    vocab, bos = len(kv["tokenizer.ggml.tokens"]), kv.get("tokenizer.ggml.bos_token_id", 1)
+    lo = min(300, vocab // 4)  # past the byte tokens; the last ones are control tokens
+    return [bos] + [lo + (7919 * i) % (vocab - lo - 2) for i in range(n - 1)]
+
+
+def synthetic_model(name: str, quant: str) -> str:
+    """The path of synthetic model ARCH:SIZE with `quant` weights, written at the first use and reused after (written
+    under another name and renamed, so a run cut short leaves no half file behind)."""
+    from tinygrad.apps.llm.synthetic import write_synthetic
+    folder = os.environ.get("TINYGRAD_SYNTHETIC_DIR") or os.path.expanduser("~/.cache/tinygrad/synthetic")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name.replace(':', '-')}-{quant}.gguf")
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        write_synthetic(path + ".part", name, quant)
+        os.replace(path + ".part", path)
+        gb, s = os.path.getsize(path) / 1e9, time.perf_counter() - t
+        print(f"wrote {path} ({gb:.2f} GB) in {s:.0f} s", file=sys.stderr)
+    return path
+
+
 def prompt_ids(model: str, n: int) -> list[int]:
     """The paragraph's ids (BOS first), repeated as needed and cut to `n`."""
     from tinygrad.apps.llm.tokenizer import Tokenizer
@@ -257,7 +290,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL,
                     help="a Gemma 3 GGUF file (default: $GEMMA3_GGUF; the timed file is gemma-3-270m-Q4_K_M.gguf)")
-    ap.add_argument("--synthetic", action="store_true", help="time a synthetic file of the 270M model's shapes")
+    ap.add_argument("--synthetic", nargs="?", const="gemma3-270m", metavar="ARCH:SIZE",
+                    help="time a synthetic file: the 270M model's shapes, or ARCH:SIZE (see synthetic.SIZES)")
+    ap.add_argument("--quant", default="Q4_K_M", help="the weights of a --synthetic ARCH:SIZE file (F32, F16, Q8_0, "
+                    "Q4_K_M)")
     ap.add_argument("--device", default="CPU", type=str.upper, help="CPU (default) or CUDA")
     ap.add_argument("--prompt-tokens", type=benchlib.positive(int), default=100)
     ap.add_argument("--decode", type=benchlib.positive(int), default=128, help="decode steps timed")
@@ -276,12 +312,17 @@ def main() -> None:
         return
     import importlib.util
     with tempfile.TemporaryDirectory() as tmp:
-        if args.synthetic:
+        if args.synthetic == "gemma3-270m":
             from tinygrad.apps.llm.synthetic import write_gemma3_270m
             args.model = write_gemma3_270m(os.path.join(tmp, "gemma3-270m-synthetic.gguf"))
+        elif args.synthetic:
+            args.model = synthetic_model(args.synthetic, args.quant)
         elif not args.model or not os.path.exists(args.model):
             raise RuntimeError(f"no model file {args.model!r} (pass --model PATH, set GEMMA3_GGUF, or --synthetic)")
-        ids = prompt_ids(args.model, args.prompt_tokens)
+        if args.synthetic and args.synthetic != "gemma3-270m":
+            ids = synthetic_ids(args.model, args.prompt_tokens)
+        else:
+            ids = prompt_ids(args.model, args.prompt_tokens)
         columns = {"tinygrad": sys.executable}
         llamacpp = args.llamacpp_python or (sys.executable if importlib.util.find_spec("llama_cpp") else None)
         if llamacpp:

@@ -16,8 +16,9 @@ cdef class LazyBuffer:
     cdef public object op
     cdef public object arg
     cdef public tuple srcs
-    # a base's Buffer (allocated when its kernel first runs); None for views and constants
-    cdef public object buffer
+    # a base's Buffer, made at the first read of `buffer` (an op fused into its consumer never needs one) and
+    # allocated when its kernel first runs; None for views and constants
+    cdef public object _buffer
     # contiguous() on an already-contiguous base: it must get a buffer of its own instead of being fused away
     cdef public bint forced_realize
     # a realized scalar shared by every graph that uses its value (LazyBuffer.scalar): never written, an assign

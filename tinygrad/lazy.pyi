@@ -33,6 +33,7 @@ class LazyBuffer:
     srcs: tuple[LazyBuffer, ...]
     # a base's Buffer, allocated when its kernel first runs; None for views and constants
     buffer: Buffer | None
+    _buffer: Buffer | None
     forced_realize: bool
     shared_const: bool
     pending: bool

@@ -82,6 +82,7 @@ _CONTIGUOUS = LoadOps.CONTIGUOUS
 _COPY = LoadOps.COPY
 _WHERE = TernaryOps.WHERE
 _NEG = UnaryOps.NEG
+_CMPLT, _CMPEQ, _CMPNE = BinaryOps.CMPLT, BinaryOps.CMPEQ, BinaryOps.CMPNE
 _F16, _BF16, _F32, _F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 
 
@@ -144,13 +145,9 @@ cdef LazyBuffer new_base(str device, ShapeTracker st, object dtype, object op, o
     ret.size = st.size
     ret._base = None
     ret.op, ret.arg, ret.srcs = op, arg, srcs
-    # consts never get memory of their own: kernels inline them
-    # a symbolic size gets room for the largest value its variables allow
-    if op is _CONST:
-        ret.buffer = None
-    else:
-        size = ret.size
-        ret.buffer = Buffer(device, size if isinstance(size, int) else size.max, dtype)
+    # the Buffer object comes at the first read of `buffer`: most nodes of an eager expression fuse into the
+    # kernel of the one realized, and never need one
+    ret._buffer = None
     ret.forced_realize = False
     ret.pending = False
     return ret
@@ -161,7 +158,7 @@ cdef LazyBuffer new_view(LazyBuffer base, ShapeTracker st):
     ret.device, ret.st, ret.dtype, ret.shape = base.device, st, base.dtype, st.shape
     ret.size = st.size
     ret._base = base
-    ret.op, ret.arg, ret.srcs, ret.buffer = None, None, (), None
+    ret.op, ret.arg, ret.srcs, ret._buffer = None, None, (), None
     ret.forced_realize = False
     ret.pending = False
     return ret
@@ -175,8 +172,8 @@ cdef class LazyBuffer:
             raise RuntimeError("a view's base must be a base")
         proto = new_view(base, st) if base is not None else new_base(device, st, dtype, op, arg, srcs)
         self.device, self.st, self.dtype, self.shape, self.size = device, st, proto.dtype, proto.shape, proto.size
-        self._base, self.op, self.arg, self.srcs, self.buffer = proto._base, proto.op, proto.arg, proto.srcs, \
-            proto.buffer
+        self._base, self.op, self.arg, self.srcs, self._buffer = proto._base, proto.op, proto.arg, proto.srcs, \
+            proto._buffer
         self.forced_realize = False
         self.pending = False
 
@@ -193,9 +190,23 @@ cdef class LazyBuffer:
     @property
     def realized(self):
         """The Buffer holding this base's data once it has been computed; None for views and unrealized bases."""
-        if self._base is not None or self.buffer is None or self.pending or self.buffer._buf is None:
+        if self._base is not None or self._buffer is None or self.pending or self._buffer._buf is None:
             return None
-        return self.buffer
+        return self._buffer
+
+    @property
+    def buffer(self):
+        """A base's Buffer (made here at the first read: its memory comes when its kernel first runs); None for
+        views and constants, which kernels inline. A symbolic size gets room for the largest value its variables
+        allow."""
+        if self._buffer is None and self._base is None and self.op is not None and self.op is not _CONST:
+            size = self.size
+            self._buffer = Buffer(self.device, size if isinstance(size, int) else size.max, self.dtype)
+        return self._buffer
+
+    @buffer.setter
+    def buffer(self, value):
+        self._buffer = value
 
     def __repr__(self):
         what = f"{self.op}" if self._base is None else f"view of {self.base.op}"
@@ -208,7 +219,7 @@ cdef class LazyBuffer:
     def is_folded_const(self):
         """Whether this reads an unrealized constant that folding computed (see `folded`)."""
         cdef LazyBuffer b = self._base if self._base is not None else self
-        return b.folded and b.op is _CONST and b.buffer is None
+        return b.folded and b.op is _CONST and b._buffer is None
 
     def constant_value(self):
         """The Python value of every element when this is a constant that folding may use (unrealized, unmasked, not
@@ -371,7 +382,8 @@ cdef class LazyBuffer:
             for s in srcs:
                 if s.dtype is not self.dtype and s.dtype != self.dtype:
                     raise TypeError(f"{op} needs equal dtypes, got {[x.dtype for x in srcs]}")
-            out_dtype = dtypes.bool if op in _CMP_OPS else self.dtype
+            # identity, not `op in _CMP_OPS`: hashing an Enum member runs Python code, on every eager op
+            out_dtype = dtypes.bool if op is _CMPLT or op is _CMPEQ or op is _CMPNE else self.dtype
         cdef LazyBuffer b
         cdef int consts = 0
         cdef bint tried = False
@@ -442,7 +454,7 @@ cdef object _const_value(LazyBuffer s):
     """The value of `s` when it is a constant everywhere (an unrealized CONST read through unmasked views), else
     None."""
     cdef LazyBuffer b = s._base if s._base is not None else s
-    if b.op is not _CONST or b.buffer is not None or b.kept:
+    if b.op is not _CONST or b._buffer is not None or b.kept:
         return None
     for v in s.st.views:
         if v.mask is not None:
@@ -562,7 +574,7 @@ cdef object _fold_cast(LazyBuffer x, object dtype):
     """A cast of a constant as the constant of the new dtype; a cast of a padded or otherwise masked view of one as
     that view of the cast constant (the padding's 0 casts to 0) when the new dtype is no wider, else None."""
     cdef LazyBuffer b = x._base if x._base is not None else x
-    if b.op is not _CONST or b.buffer is not None or b.kept:
+    if b.op is not _CONST or b._buffer is not None or b.kept:
         return None
     val = const_cast(b.arg, b.dtype, dtype)
     if val is None:

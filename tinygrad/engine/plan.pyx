@@ -81,7 +81,7 @@ cdef inline bint _needs_compute(LazyBuffer b):
     # unrealized and not inlined into kernels (constants and iotas are)
     if b.op is _CONST or b.op is _IOTA:
         return False
-    return b.buffer is None or b.pending or b.buffer._buf is None
+    return b._buffer is None or b.pending or b._buffer._buf is None
 
 
 cdef inline bint _symbolic(ShapeTracker st):
@@ -130,7 +130,7 @@ cdef object _walk(list outs, list nodes, list leaves):
                         if _needs_compute(sb):
                             srcs_key.append((index[_id(sb)], edge))
                         elif sb.op is _CONST or sb.op is _IOTA:
-                            if sb.buffer is not None and sb.buffer._buf is not None or _symbolic(sb.st):
+                            if sb._buffer is not None and sb._buffer._buf is not None or _symbolic(sb.st):
                                 return None
                             ck = _const_key(sb)
                             if ck is None:
@@ -272,7 +272,7 @@ def realize_lazybuffers(list outs):
     for lb in outs:
         # a constant asked to be realized stays a constant (no buffer: kernels inline it), kept from folding
         b = lb._base if lb._base is not None else lb
-        if b.op is LoadOps.CONST and b.buffer is None:
+        if b.op is LoadOps.CONST and b._buffer is None:
             b.kept = True
     _engine_lock.enter()
     try:

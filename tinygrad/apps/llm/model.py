@@ -1,5 +1,8 @@
-"""A decoder-only transformer built from a GGUF file's metadata alone: Gemma 3, and the llama/qwen2/qwen3 family
-through a table of the few things in which they differ (FAMILIES).
+"""A decoder-only transformer built from a GGUF file's metadata alone: the llama (Llama 2 and 3.x, Mistral,
+TinyLlama, SmolLM), qwen2, qwen3, gemma2, gemma3 and phi3 architectures, through a table of the few things in which
+they differ (FAMILIES) and the numbers the metadata gives (Config): grouped-query attention at any ratio, RoPE with
+normal or neox pairs, partial rotary, linear or YaRN scaling and llama 3's per-pair frequency factors, sliding-window
+layers, soft-capping, tied or separate output embeddings, fused or separate q/k/v and gate/up matrices.
 
 Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). Q4_0, Q5_0, Q8_0, Q4_K and
 Q6_K matrices are split at load into planes, int8 values and a scale (and offset) per group of 16 or 32, so a
@@ -18,6 +21,7 @@ head_dim, positions), up to the context length; a step writes its positions and 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -33,24 +37,67 @@ from tinygrad.tensor import Tensor
 
 @dataclass(frozen=True)
 class Family:
-    """What sets one architecture apart (the rest is the metadata's numbers)."""
+    """What sets one architecture apart (the rest is the metadata's numbers). Facts from llama.cpp's model graphs
+    (src/models/*.cpp) and llama_model_rope_type."""
     qk_norm: bool = False          # RMSNorm over each head of q and k before RoPE
     post_norms: bool = False       # RMSNorm on the attention and FFN outputs before the residual adds
     embed_scale: bool = False      # the embedding times sqrt(dim)
     gelu: bool = False             # GeGLU with tanh GELU (else SwiGLU)
-    neox_rope: bool = True         # RoPE rotates dim i with dim i + head_dim/2 (else the pairs 2i, 2i+1)
+    neox_rope: bool = True         # RoPE rotates dim i with dim i + rope_dims/2 (else the pairs 2i, 2i+1)
     sliding_every: int = 0         # layer i is global when i % sliding_every == sliding_every - 1 (0: all global)
-    local_rope_base: float = 0.0   # RoPE base of the sliding-window layers (0: the file's)
-    qkv_bias: bool = False
+    local_rope_base: float = 0.0   # RoPE base of the sliding-window layers (0: the file's), unless rope.freq_base_swa
+    default_window: int = 0        # the sliding window where the metadata names none (0: no window)
+    softcap: bool = False          # attention and final logit soft-capping, c * tanh(x / c), c from the metadata
+    # the 27B models (this many layers) scale queries by 1/sqrt(dim / heads), not 1/sqrt(head_dim)
+    wide_query_scale_layers: int = 0
 
 
 FAMILIES = {
+    "gemma2": Family(post_norms=True, embed_scale=True, gelu=True, sliding_every=2, default_window=4096,
+                     softcap=True, wide_query_scale_layers=46),
     "gemma3": Family(qk_norm=True, post_norms=True, embed_scale=True, gelu=True, sliding_every=6,
-                     local_rope_base=10000.0),
+                     local_rope_base=10000.0, wide_query_scale_layers=62),
     "llama": Family(neox_rope=False),
-    "qwen2": Family(qkv_bias=True),
+    "phi3": Family(),
+    "qwen2": Family(),
     "qwen3": Family(qk_norm=True),
 }
+
+
+@dataclass(frozen=True)
+class Rope:
+    """How positions turn into angles (ggml's rope with YaRN): angle of pair i at position p is
+    p * scale * base^(-2i/dims) / factors[i], blended toward the unscaled angle for the fast pairs under YaRN; cos and
+    sin are multiplied by `mscale`. Dims past `dims` are not rotated (partial rotary)."""
+    base: float
+    dims: int
+    scale: float = 1.0              # 1 / rope.scaling.factor (linear and YaRN)
+    yarn: bool = False
+    orig_context: int = 0           # rope.scaling.original_context_length (YaRN's correction range)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attn_factor: float = 1.0        # rope.scaling.attn_factor
+    factors: tuple[float, ...] | None = None  # rope_freqs.weight (llama 3.1's per-pair frequency divisors)
+
+    def angles(self, positions: int) -> tuple[np.ndarray, float]:
+        """The angles (positions, dims/2), float64, and the factor on cos and sin."""
+        half = self.dims // 2
+        freq = self.base ** (-2.0 * np.arange(half) / self.dims)
+        if self.factors is not None:
+            freq = freq / np.asarray(self.factors, np.float64)
+        extrap = np.arange(positions, dtype=np.float64)[:, None] * freq[None, :]
+        theta, mscale = extrap * self.scale, self.attn_factor
+        if self.yarn:
+            # ggml_rope_yarn_corr_dims: pairs rotating more than beta_fast (fewer than beta_slow) times over the
+            # original context keep their unscaled angle (take the scaled one), a linear ramp between
+            def corr(rot: float) -> float:
+                return self.dims * math.log(self.orig_context / (rot * 2 * math.pi)) / (2 * math.log(self.base))
+            lo, hi = max(0.0, math.floor(corr(self.beta_fast))), min(self.dims - 1.0, math.ceil(corr(self.beta_slow)))
+            ramp = 1 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0, 1)
+            theta = theta * (1 - ramp) + extrap * ramp
+            # llama.cpp cancels its attn_factor's get_mscale against this: the net factor is ggml's own
+            mscale *= 1.0 + 0.1 * math.log(1.0 / self.scale)
+        return theta, mscale
 
 
 @dataclass(frozen=True)
@@ -68,28 +115,80 @@ class Config:
     context: int
     vocab: int
     family: Family
+    rope_dims: int = 0
+    rope: Rope | None = None          # the global layers' RoPE
+    local_rope: Rope | None = None    # the sliding-window layers'
+    sliding: tuple[bool, ...] = ()    # per layer: attends over the last `window` positions only
+    attn_scale: float = 0.0
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    rope_long_factors: tuple[float, ...] | None = None  # Phi-3's rope_factors_long
 
     @classmethod
     def from_gguf(cls, kv: dict, tensors: dict[str, GGUFTensor]) -> Config:
         arch = kv.get("general.architecture")
         if arch not in FAMILIES:
             raise ValueError(f"architecture {arch!r} is not supported (supported: {', '.join(FAMILIES)})")
+        fam = FAMILIES[arch]
 
         def get(key, default=None):
             v = kv.get(f"{arch}.{key}", default)
             if v is None:
                 raise ValueError(f"the GGUF metadata has no {arch}.{key}")
             return v
-        dim, heads = get("embedding_length"), get("attention.head_count")
-        return cls(arch, get("block_count"), dim, get("feed_forward_length"), heads,
-                   get("attention.head_count_kv", heads), get("attention.key_length", dim // heads),
-                   float(get("attention.layer_norm_rms_epsilon", 1e-6)), float(get("rope.freq_base", 10000.0)),
-                   int(get("attention.sliding_window", 0)), get("context_length"),
-                   tensors["token_embd.weight"].shape[0], FAMILIES[arch])
+        dim, heads, layers = get("embedding_length"), get("attention.head_count"), get("block_count")
+        kv_heads = get("attention.head_count_kv", heads)
+        if heads % kv_heads:
+            raise ValueError(f"{heads} attention heads can't share {kv_heads} key/value heads evenly")
+        head_dim = get("attention.key_length", dim // heads)
+        window = int(get("attention.sliding_window", fam.default_window))
+        # which layers slide: the metadata's pattern (a period, or a flag per layer) or the family's period
+        pattern = kv.get(f"{arch}.attention.sliding_window_pattern", fam.sliding_every)
+        if isinstance(pattern, list):
+            sliding = tuple(window > 0 and bool(x) for x in pattern[:layers])
+        else:
+            sliding = tuple(window > 0 and pattern > 0 and i % pattern < pattern - 1 for i in range(layers))
+        base = float(get("rope.freq_base", 10000.0))
+        rope_dims = int(get("rope.dimension_count", head_dim))
+        kind = get("rope.scaling.type", "linear")
+        if kind not in ("none", "linear", "yarn", "longrope"):
+            raise ValueError(f"RoPE scaling {kind!r} is not supported (supported: none, linear, yarn, longrope)")
+        factor = float(get("rope.scaling.factor", get("rope.scale_linear", 0.0)))
+        scale = 1.0 / factor if factor and kind in ("linear", "yarn") else 1.0
+
+        def factors(name: str) -> tuple[float, ...] | None:
+            t = tensors.get(name)
+            return tuple(float(x) for x in t.load().numpy()) if t is not None else None
+        # per-pair frequency divisors: llama 3.1's rope_freqs, else Phi-3's long-context ones, short by default
+        # (the long ones where the context used passes the original one, see for_context)
+        freqs, long = factors("rope_freqs.weight"), factors("rope_factors_long.weight")
+        rope = Rope(base, rope_dims, scale, kind == "yarn" and scale != 1.0,
+                    int(get("rope.scaling.original_context_length", get("context_length"))),
+                    attn_factor=float(get("rope.scaling.attn_factor", 1.0)),
+                    factors=freqs or factors("rope_factors_short.weight"))
+        # sliding-window layers have their own base (gemma2: the global one), and no scaling but gemma2's
+        local_base = float(get("rope.freq_base_swa", fam.local_rope_base or base))
+        local = dataclasses.replace(rope, base=local_base, scale=scale if arch == "gemma2" else 1.0)
+        qscale = dim / heads if layers == fam.wide_query_scale_layers else head_dim
+        return cls(arch, layers, dim, get("feed_forward_length"), heads, kv_heads, head_dim,
+                   float(get("attention.layer_norm_rms_epsilon", 1e-6)), base, window, get("context_length"),
+                   tensors["token_embd.weight"].shape[0], fam, rope_dims, rope, local, sliding,
+                   1.0 / math.sqrt(qscale),
+                   float(get("attn_logit_softcapping", 50.0)) if fam.softcap else 0.0,
+                   float(kv.get(f"{arch}.final_logit_softcapping", 30.0 if fam.softcap else 0.0)),
+                   long if freqs is None else None)
+
+    def for_context(self, n: int) -> Config:
+        """This config for a run of up to `n` positions: past the original context, RoPE takes the long-context
+        factors where the file has them (llama.cpp's choice by its context size)."""
+        if self.rope_long_factors is None or n <= self.rope.orig_context:
+            return self
+        long = self.rope_long_factors
+        return dataclasses.replace(self, rope=dataclasses.replace(self.rope, factors=long),
+                                   local_rope=dataclasses.replace(self.local_rope, factors=long))
 
     def is_global(self, layer: int) -> bool:
-        every = self.family.sliding_every
-        return every == 0 or self.window == 0 or layer % every == every - 1
+        return not self.sliding[layer] if self.sliding else True
 
 
 # the prompt's chunk sizes, each one jitted prefill step
@@ -132,25 +231,37 @@ def _normed_linear(lin: Linear, x: Tensor, w: Tensor, eps: float) -> Tensor:
     return lin(x * w) * _rms_scale(x, eps)
 
 
-def _rope_tables(base: float, head_dim: int, positions: int, device: str, neox: bool) -> tuple[Tensor, Tensor]:
+def _rope_tables(rope: Rope, head_dim: int, positions: int, device: str, neox: bool) -> tuple[Tensor, Tensor]:
     """RoPE as x * C + swap(x) * S (see _rope): C and S for every position, (positions, head_dim), a step slicing
-    its positions' rows. C is each pair's cos twice, S its -sin then sin."""
-    inv = Tensor([base ** (-2.0 * i / head_dim) for i in range(head_dim // 2)], dtype=dtypes.float32, device=device)
-    ang = Tensor.arange(positions, device=device).cast(dtypes.float32).reshape(-1, 1) * inv.reshape(1, -1)
-    cos, sin = ang.cos(), ang.sin()
-    # neox pairs dim i with i + head_dim/2 (the two halves), the others 2i with 2i+1 (neighbours)
-    c, s = (cos.cat(cos, dim=-1), (-sin).cat(sin, dim=-1)) if neox else \
-        (Tensor.stack(cos, cos, dim=-1), Tensor.stack(-sin, sin, dim=-1))
-    return c.reshape(positions, head_dim).contiguous().realize(), s.reshape(positions, head_dim).contiguous().realize()
+    its positions' rows. C is each pair's cos twice, S its -sin then sin; dims past rope.dims (not rotated) have C 1
+    and S 0. Computed in float64 on the host, then float32."""
+    theta, mscale = rope.angles(positions)
+    cos, sin = np.cos(theta) * mscale, np.sin(theta) * mscale
+    # neox pairs dim i with i + dims/2 (the two halves), the others 2i with 2i+1 (neighbours)
+    if neox:
+        c, s = np.concatenate([cos, cos], axis=1), np.concatenate([-sin, sin], axis=1)
+    else:
+        c = np.stack([cos, cos], axis=-1).reshape(positions, -1)
+        s = np.stack([-sin, sin], axis=-1).reshape(positions, -1)
+    rest = head_dim - rope.dims
+    if rest:
+        c = np.concatenate([c, np.ones((positions, rest))], axis=1)
+        s = np.concatenate([s, np.zeros((positions, rest))], axis=1)
+    return tuple(Tensor(t.astype(np.float32), device=device).realize() for t in (c, s))
 
 
-def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool) -> Tensor:
+def _rope(x: Tensor, c: Tensor, s: Tensor, neox: bool, dims: int) -> Tensor:
     """RoPE on x (T, heads, head_dim) with its positions' rows of the tables (T, head_dim): x * C + swap(x) * S,
     where swap exchanges the two members of each rotated pair, a flip of a size-2 dim (a view: the rotation is one
-    elementwise kernel, where concatenating the rotated halves would pad them and store each half first)."""
+    elementwise kernel, where concatenating the rotated halves would pad them and store each half first). With
+    partial rotary (dims < head_dim) the swapped part is padded with zeros over the dims S leaves alone."""
     t, h, d = x.shape
-    pairs = x.reshape(t, h, 2, d // 2).flip(2) if neox else x.reshape(t, h, d // 2, 2).flip(3)
-    return x * c.reshape(t, 1, d) + pairs.reshape(t, h, d) * s.reshape(t, 1, d)
+    r = x if dims == d else x[:, :, :dims]
+    pairs = r.reshape(t, h, 2, dims // 2).flip(2) if neox else r.reshape(t, h, dims // 2, 2).flip(3)
+    pairs = pairs.reshape(t, h, dims)
+    if dims != d:
+        pairs = pairs.pad((None, None, (0, d - dims)))
+    return x * c.reshape(t, 1, d) + pairs * s.reshape(t, 1, d)
 
 
 def _return_freed_memory(device: str) -> None:
@@ -172,22 +283,33 @@ class Transformer:
                  slots: int = 1):
         from tinygrad.device import Device
         self.device = device or Device.DEFAULT
-        self.cfg = cfg = Config.from_gguf(kv, tensors)
+        cfg = Config.from_gguf(kv, tensors)
         self.max_context = min(max_context, cfg.context)
+        self.cfg = cfg = cfg.for_context(self.max_context)
         fam = cfg.family
         self.embd = tensors["token_embd.weight"]
         # the embedding rows are read from the mapped file for as long as the model runs: its checksum tells a file
         # rewritten since (or put back as it was) apart, see embed
         self._embd_digest = self.embd.src.digest(self.embd.where, self.embd.nbytes)
+        # no output.weight: the output projection is the embedding table (tied)
         self.output = Linear(tensors.get("output.weight", self.embd), self.device)
         load = lambda name: tensors[name].load().to(self.device).cast(dtypes.float32).realize()  # noqa: E731
         self.output_norm = load("output_norm.weight")
+        self.output_bias = load("output.bias") if "output.bias" in tensors else None
+        q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         self.layers = []
         for i in range(cfg.layers):
             p = f"blk.{i}."
             layer: dict = {}
-            # q, k and v (gate and up) read the same normed input: stacked where their types allow, one kernel
-            for fused, names in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
+            # q, k and v (gate and up) read the same normed input: one matrix where the file fuses them (phi3's
+            # attn_qkv, and its ffn_up holding gate then up), else stacked where their types allow, one kernel
+            fusions = (("qkv", "attn_qkv", ("attn_q", "attn_k", "attn_v"), [q_dim, kv_dim, kv_dim]),
+                       ("gate_up", "ffn_up", ("ffn_gate", "ffn_up"), [cfg.ffn, cfg.ffn]))
+            for fused, file_fused, names, sizes in fusions:
+                t = tensors.get(p + file_fused + ".weight")
+                if t is not None and t.shape[0] == sum(sizes):
+                    layer[fused], layer[fused + "_split"] = Linear(t, self.device), sizes
+                    continue
                 ts = [tensors[p + n + ".weight"] for n in names]
                 both = Linear.stacked(ts, self.device)
                 if both is not None:
@@ -200,9 +322,15 @@ class Transformer:
             norms = ("attn_norm", "ffn_norm") + (("post_attention_norm", "post_ffw_norm") if fam.post_norms else ())
             for n in norms + (("attn_q_norm", "attn_k_norm") if fam.qk_norm else ()):
                 layer[n] = load(p + n + ".weight")
-            if fam.qkv_bias:
-                for n in ("attn_q", "attn_k", "attn_v"):
-                    layer[n + "_bias"] = load(p + n + ".bias")
+            # biases wherever the file has them (qwen2's q, k and v; some llama files' too, or one fused)
+            if p + "attn_qkv.bias" in tensors:
+                layer["qkv_bias"] = load(p + "attn_qkv.bias")
+            elif any(p + n + ".bias" in tensors for n in ("attn_q", "attn_k", "attn_v")):
+                parts = [load(p + n + ".bias") if p + n + ".bias" in tensors else Tensor.zeros(m, device=self.device)
+                         for n, m in zip(("attn_q", "attn_k", "attn_v"), (q_dim, kv_dim, kv_dim))]
+                layer["qkv_bias"] = parts[0].cat(*parts[1:]).realize()
+            if p + "attn_output.bias" in tensors:
+                layer["attn_output_bias"] = load(p + "attn_output.bias")
             self.layers.append(layer)
         shape = (self.max_context, cfg.kv_heads, cfg.head_dim)
         # NOTE: allocated, not written: a step reads positions 0..end-1 only, each written before (a padded prefill
@@ -219,8 +347,10 @@ class Transformer:
                          Tensor.empty(*vshape, device=self.device).realize()) for _ in range(cfg.layers)]
                        for _ in range(slots)]
         self.cache = self.caches[0]
-        bases = {cfg.rope_base} | ({fam.local_rope_base} if fam.local_rope_base else set())
-        self.rope = {b: _rope_tables(b, cfg.head_dim, self.max_context, self.device, fam.neox_rope) for b in bases}
+        # the global layers' RoPE tables, and the sliding-window layers' where they differ
+        self.rope = {True: _rope_tables(cfg.rope, cfg.head_dim, self.max_context, self.device, fam.neox_rope)}
+        self.rope[False] = self.rope[True] if cfg.local_rope == cfg.rope else \
+            _rope_tables(cfg.local_rope, cfg.head_dim, self.max_context, self.device, fam.neox_rope)
         # one decode step for every position: start_pos is a Variable, so TinyJit replays the same kernels; prefill
         # goes in chunks of PREFILL_CHUNKS tokens the same way (the last one padded), the logits from its last row.
         # Each slot has its own (their captures hold its cache's buffers), made at its first use.
@@ -330,6 +460,10 @@ class Transformer:
     def _head(self, h: Tensor) -> Tensor:
         """The logits of hidden states (k, dim): (vocab,) for one, else (k, vocab)."""
         logits = _normed_linear(self.output, h, self.output_norm, self.cfg.eps)
+        if self.output_bias is not None:
+            logits = logits + self.output_bias
+        if self.cfg.final_softcap:
+            logits = (logits * (1.0 / self.cfg.final_softcap)).tanh() * self.cfg.final_softcap
         return logits.reshape(self.cfg.vocab) if h.shape[0] == 1 else logits
 
     def _layers(self, x: Tensor, groups: list[tuple[int, Any, int]]) -> Tensor:
@@ -345,19 +479,22 @@ class Transformer:
             n = x.shape[0]
             if "qkv" in L:
                 qkv = _normed_linear(L["qkv"], x, L["attn_norm"], cfg.eps)
+                if "qkv_bias" in L:
+                    qkv = qkv + L["qkv_bias"]
                 q, k, v = _split(qkv, L["qkv_split"])
                 # q's heads then k's: one view of the stacked output
                 qk = qkv[:, :(cfg.heads + cfg.kv_heads) * cfg.head_dim].reshape(n, cfg.heads + cfg.kv_heads, -1)
             else:
                 q, k, v = (_normed_linear(L[m], x, L["attn_norm"], cfg.eps) for m in ("attn_q", "attn_k", "attn_v"))
-            if fam.qkv_bias:
-                q, k, v = q + L["attn_q_bias"], k + L["attn_k_bias"], v + L["attn_v_bias"]
+                if "qkv_bias" in L:
+                    bq, bk, bv = _split(L["qkv_bias"].reshape(1, -1), [q.shape[1], k.shape[1], v.shape[1]])
+                    q, k, v = q + bq, k + bk, v + bv
             q = q.reshape(n, cfg.heads, cfg.head_dim)
             k = k.reshape(n, cfg.kv_heads, cfg.head_dim)
             v = v.reshape(n, cfg.kv_heads, cfg.head_dim)
             if fam.qk_norm:
                 # every head's factor of q and k in one kernel, q's heads and k's side by side
-                f = _rms_scale(qk if qk is not None and not fam.qkv_bias else q.cat(k, dim=1), cfg.eps)
+                f = _rms_scale(qk if qk is not None else q.cat(k, dim=1), cfg.eps)
                 q = q * f[:, :cfg.heads] * L["attn_q_norm"]
                 k = k * f[:, cfg.heads:] * L["attn_k_norm"]
             outs = []
@@ -366,6 +503,8 @@ class Transformer:
                 outs.append(self._attend(i, glob, slot, start_pos, m, part(q), part(k), part(v), mask))
             att = outs[0] if len(outs) == 1 else outs[0].cat(*outs[1:], dim=0)
             a = L["attn_output"](att)
+            if "attn_output_bias" in L:
+                a = a + L["attn_output_bias"]
             if fam.post_norms:
                 a = _rms(a, L["post_attention_norm"], cfg.eps)
             x = (x + a).realize()
@@ -401,26 +540,29 @@ class Transformer:
         slot's cache at start_pos.., then q against every cached position. Returns (n, heads * head_dim)."""
         cfg, fam = self.cfg, self.cfg.family
         end = start_pos + n
-        base = cfg.rope_base if glob or not fam.local_rope_base else fam.local_rope_base
-        c, sn = (t[start_pos:end] for t in self.rope[base])
-        q, k = _rope(q, c, sn, fam.neox_rope), _rope(k, c, sn, fam.neox_rope)
+        c, sn = (t[start_pos:end] for t in self.rope[glob])
+        q, k = _rope(q, c, sn, fam.neox_rope, cfg.rope_dims), _rope(k, c, sn, fam.neox_rope, cfg.rope_dims)
         # NOTE: q made once: fused into the scores, its norm and rotation would be computed again for every key
         q = q.contiguous()
         ck, cv = self.caches[slot][layer]
         ck[start_pos:end].assign(k).realize()
         cv[:, start_pos:end].assign(v.reshape(n, cfg.kv_heads * cfg.head_dim).T).realize()
-        keys = ck[:end]
-        rep = cfg.heads // cfg.kv_heads
-        keys = keys.reshape(end, cfg.kv_heads, 1, cfg.head_dim).expand(end, cfg.kv_heads, rep, cfg.head_dim)
-        keys = keys.reshape(end, cfg.heads, cfg.head_dim).permute(1, 2, 0)  # (heads, head_dim, end)
-        scores = (q.permute(1, 0, 2) @ keys) * (1.0 / math.sqrt(cfg.head_dim))  # (heads, n, end)
+        # grouped-query attention: q's heads as (kv_heads, rep), each group of rep heads against its one kv head by
+        # broadcasting. NOTE: never expand the cache to (end, heads, head_dim) by a reshape of (kv_heads, rep): that
+        # merges a stride-0 dim with a strided one, which takes a second view whose index then needs a modulo by the
+        # symbolic `end` (NotImplementedError for 9/3, 8/2...); with kv_heads 1 or rep 1 the merge was trivial
+        kvh, rep, hd = cfg.kv_heads, cfg.heads // cfg.kv_heads, cfg.head_dim
+        keys = ck[:end].permute(1, 2, 0).reshape(kvh, 1, hd, end)
+        qg = q.reshape(n, kvh, rep, hd).permute(1, 2, 0, 3)  # (kv_heads, rep, n, head_dim)
+        scores = (qg @ keys) * cfg.attn_scale  # (kv_heads, rep, n, end)
+        if cfg.attn_softcap:
+            scores = (scores * (1.0 / cfg.attn_softcap)).tanh() * cfg.attn_softcap
         mask = masks[0] if glob else masks[1]
         if mask is not None:
-            scores = mask.reshape(1, n, end).where(scores, float("-inf"))
-        # (n, heads, 1, end) times the values (heads, head_dim, end), summed over positions: the kernel writes the
-        # rows in the order attn_output reads them, where a permute of (heads, n, head_dim) would make its input a
-        # strided view
-        probs = scores.softmax(-1).permute(1, 0, 2).reshape(n, cfg.heads, 1, end)
-        vals = cv[:, :end].reshape(cfg.kv_heads, 1, cfg.head_dim, end)
-        vals = vals.expand(cfg.kv_heads, rep, cfg.head_dim, end).reshape(1, cfg.heads, cfg.head_dim, end)
-        return (probs * vals).sum(-1).reshape(n, cfg.heads * cfg.head_dim)
+            scores = mask.reshape(1, 1, n, end).where(scores, float("-inf"))
+        # (n, kv_heads, rep, 1, end) times the values (kv_heads, 1, head_dim, end), summed over positions: the
+        # kernel writes the rows in the order attn_output reads them, where a permute of (heads, n, head_dim) would
+        # make its input a strided view
+        probs = scores.softmax(-1).permute(2, 0, 1, 3).reshape(n, kvh, rep, 1, end)
+        vals = cv[:, :end].reshape(1, kvh, 1, hd, end)
+        return (probs * vals).sum(-1).reshape(n, cfg.heads * hd)
