@@ -94,7 +94,8 @@ def _q8_0(w: np.ndarray) -> tuple[bytes, np.ndarray]:
     return raw, (d.astype(np.float32)[:, None] * q.astype(np.float32)).reshape(w.shape)
 
 
-def _model(tmp_path):
+def _model(tmp_path, v_f16: bool = False):
+    """A tiny Gemma 3 file of float32 weights (attn_v float16 where `v_f16`), and its weights as numpy arrays."""
     rng = np.random.default_rng(0)
     w = {}
     f = lambda *s, scale=0.3: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
@@ -109,6 +110,11 @@ def _model(tmp_path):
     for i in range(LAYERS):
         for n, shape in names.items():
             a = f(*shape)
+            if v_f16 and n == "attn_v":
+                h = a.astype(np.float16)
+                w[f"blk.{i}.{n}.weight"] = h.astype(np.float32)
+                tensors.append((f"blk.{i}.{n}.weight", list(reversed(shape)), 1, h.tobytes()))
+                continue
             w[f"blk.{i}.{n}.weight"] = a
             tensors.append((f"blk.{i}.{n}.weight", list(reversed(shape)), 0, a.tobytes()))
         for n, size in norms.items():
@@ -185,6 +191,17 @@ def test_transformer_matches_a_numpy_gemma3(tmp_path):
     np.testing.assert_allclose(got, _ref_forward(w, ids), rtol=2e-4, atol=2e-4)
     with pytest.raises(ValueError, match="past the context"):
         model2.forward([1, 2], 15)
+
+
+def test_q_and_k_stacked_where_v_has_another_type(tmp_path):
+    """q and k of one type and v of another (as Gemma 3's Q5_0, Q5_0, Q8_0): q and k are one stacked Linear, v its
+    own, and the logits are the reference's."""
+    path, w = _model(tmp_path, v_f16=True)
+    kv, tensors = gguf_tensors(str(path))
+    model = Transformer(kv, tensors, max_context=16)
+    assert all("qk" in L and "attn_v" in L and "qkv" not in L for L in model.layers)
+    ids = [5, 17, 3, 42, 9, 11, 60]
+    np.testing.assert_allclose(model.forward(ids, 0).numpy(), _ref_forward(w, ids), rtol=2e-4, atol=2e-4)
 
 
 def test_cli_json_and_logits_for(tmp_path, capsys):

@@ -48,8 +48,9 @@ def _f16(b: Tensor) -> Tensor:
     return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (b's dtype).
+def _fields(b: Tensor, bits: int, count: int, dim: int, up: int = 0) -> Tensor:
+    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (b's dtype),
+    each times 2**up (`b` wide enough to hold that: the shift comes before the broadcast, once a byte).
 
     NOTE: each byte is broadcast along the new axis and shifted by `bits` times the axis' index (an arange, which is
     an index expression, not data): the kernel loads a byte once for all its fields, and where the axis is unrolled
@@ -57,22 +58,22 @@ def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
     a gated load per field and value."""
     shifts = Tensor.arange(count, dtype=b.dtype, device=b.device) * bits
     dim = dim % (b.ndim + 1)
-    x = b.unsqueeze(dim)
+    x = (b << up if up else b).unsqueeze(dim)
     shape = list(x.shape)
     shape[dim] = count
     # the shifts are below 8 by construction: C's >> as it is (Tensor.rshift would guard each lane against counts
     # of 8 and more with selects, which a CPU kernel does lane by lane)
     x, s = x.expand(*shape), shifts.reshape(count, *[1] * (b.ndim - dim)).expand(*shape)
-    return F.ShiftRight.apply(x, s) & ((1 << bits) - 1)
+    return F.ShiftRight.apply(x, s) & (((1 << bits) - 1) << up)
 
 
-def _ifields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
+def _ifields(b: Tensor, bits: int, count: int, dim: int, up: int = 0) -> Tensor:
     """_fields of bytes widened to int32 first (int32 values).
 
     NOTE: the quant values take this path: a CPU kernel widens a vector of bytes to int32 lanes in one instruction,
     shifts, masks and combines them as int32 vectors (x86 has no byte shifts) and converts them to float32 as one
     vector, once a value."""
-    return _fields(b.cast(dtypes.int32), bits, count, dim)
+    return _fields(b.cast(dtypes.int32), bits, count, dim, up)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
@@ -126,8 +127,8 @@ def _q4_1(b: Tensor) -> Tensor:
 def _q5(qh: Tensor, qs: Tensor) -> Tensor:
     """5-bit values (n, 2, 2, 8) int32: the low 4 bits are qs's nibbles (the low nibbles values 0..15), the fifth
     bit of value j bit j of the little-endian uint32 qh (bit k of its byte i, value 8i + k)."""
-    high = _ifields(qh.reshape(-1, 2, 2), 1, 8, 3)
-    return _ifields(qs, 4, 2, 1).reshape(-1, 2, 2, 8) | (high << 4)
+    high = _ifields(qh.reshape(-1, 2, 2), 1, 8, 3, up=4)
+    return _ifields(qs, 4, 2, 1).reshape(-1, 2, 2, 8) | high
 
 
 def _q5_0(b: Tensor) -> Tensor:
@@ -203,8 +204,8 @@ def _q4_k(b: Tensor) -> Tensor:
 
 def _q5_k(b: Tensor) -> Tensor:
     # the fifth bit of value l of sub-block j is bit j of qh[l]
-    high = _ifields(b[:, 16:48], 1, 8, 1).reshape(-1, 4, 2, 32)
-    return _k_values(b, _k_chunks(b[:, 48:176]) | (high << 4))
+    high = _ifields(b[:, 16:48], 1, 8, 1, up=4).reshape(-1, 4, 2, 32)
+    return _k_values(b, _k_chunks(b[:, 48:176]) | high)
 
 
 def _q6_k(b: Tensor) -> Tensor:
@@ -212,8 +213,8 @@ def _q6_k(b: Tensor) -> Tensor:
     # nibble s of bytes 64h + 32c.. of ql, and 2 more from field k of bytes 32h.. of qh; each 16 values (group g
     # of a quarter) share an int8 scale
     low = _ifields(b[:, 0:128].reshape(-1, 2, 2, 2, 16), 4, 2, 2)  # (n, h, s, c, g, 16)
-    high = _ifields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2).reshape(-1, 2, 2, 2, 2, 16)
-    q = ((low | (high << 4)) - 32).cast(dtypes.float32)
+    high = _ifields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2, up=4).reshape(-1, 2, 2, 2, 2, 16)
+    q = ((low | high) - 32).cast(dtypes.float32)
     scale = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
     return (_f16(b[:, 208:210]) * scale).reshape(-1, 2, 2, 2, 2, 1) * q
 

@@ -7,10 +7,9 @@ from byte pairs, the scale products in float32), with the block's groups kept as
 is computed once for its run of values. Every ggml type state_gguf reads works; values are bit-exact against the
 `gguf` package's reference (a sum's order is the kernel's own).
 
-NOTE: on the CPU the quant fields are taken apart in float arithmetic (state_gguf's _vfields), since the C renderer
-vectorizes only float ops: a field costs a few vector ops a value where int8 planes cost none, so a matrix-vector
-product of a 5- or 6-bit type takes about 2-3x the time planes took (Q8_0 the same, Q4_K about 1.3x). Vector
-shifts and masks on byte vectors in the codegen would remove most of that.
+NOTE: on the CPU the quant fields are taken apart as int32 vectors (state_gguf's _ifields: bytes widened once,
+shifted, masked and combined, then converted to float32 whole; the C renderer's int_vectors), so a product costs
+a few integer vector ops a value more than int8 planes did, and reads fewer bytes (extra/bench_quant.py compares).
 
 The host helpers at the end (_planes, plane_values) dequantize a few rows on the host, for the embedding table.
 """
@@ -79,7 +78,12 @@ class Linear:
     def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
         """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
         kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
-        where their types or input sizes differ (their blocks can't be read by one kernel)."""
+        where their types or input sizes differ.
+
+        NOTE: matrices of different types are not stacked: a kernel has no branch per row, so one reading two
+        types' blocks (each padded to all the rows) would compute both dequantizations for every row, where the
+        loads alone are gated (Gemma 3's Q5_0 q and k with its Q8_0 v: about 1.5x the ALU work of the separate
+        products, for one launch saved). The model stacks q and k there and keeps v apart."""
         if len({t.shape[1] for t in ts}) != 1 or len({t.ttype for t in ts}) != 1 or any(len(t.shape) != 2 for t in ts):
             return None
         self = cls.__new__(cls)
