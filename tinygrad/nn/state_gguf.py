@@ -132,7 +132,11 @@ def _q5(qh: Tensor, qs: Tensor) -> Tensor:
 
 
 def _q5_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (_q5(b[:, 2:6], b[:, 6:22]) - 16).cast(dtypes.float32)
+    # q - 16 as the low bits less 16 - the fifth bit's 16, that is the complemented byte's bit (a byte's xor, where
+    # q | 16 * bit - 16 is an or and a sub a value)
+    low = _ifields(b[:, 6:22], 4, 2, 1).reshape(-1, 2, 2, 8)
+    off = _ifields(b[:, 2:6].reshape(-1, 2, 2) ^ 0xFF, 1, 8, 3, up=4)
+    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (low - off).cast(dtypes.float32)
 
 
 def _q5_1(b: Tensor) -> Tensor:
