@@ -6,7 +6,7 @@ finite fp16 scales. Both products are captured by TinyJit and called back to bac
 (time.process_time, so other processes on a shared machine add little), the best of a few rounds, single thread
 (OMP_NUM_THREADS=1 unless set).
 
-    PYTHONPATH=. python extra/bench_quant.py [--reps 200]
+    PYTHONPATH=. python extra/bench_quant.py [--reps 200] [--rows 1]
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def planes_product(ttype: int, shape: tuple[int, int], blocks: np.ndarray):
         w = qs.cast(dtypes.float32).reshape(out, g, inner // g) * dt.cast(dtypes.float32).reshape(out, g, 1)
         if mt is not None:
             w = w - mt.reshape(out, g, 1)
-        return (x.reshape(1, 1, g, inner // g) * w).sum((-2, -1))
+        return (x.reshape(x.shape[0], 1, g, inner // g) * w).sum((-2, -1))
     return product
 
 
@@ -84,12 +84,13 @@ def cpu_time(fn, x: Tensor, reps: int, rounds: int = 5) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=1, help="rows of x (1: decode; 16 or 64: a prefill chunk)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     print(f"{'type':6} {'shape':12} {'in Gemma':12} {'planes us':>10} {'blocks us':>10} {'blocks/planes':>14}")
     for ttype, shape, what in CASES:
         blocks = random_blocks(ttype, shape, rng)
-        x = Tensor(rng.standard_normal((1, shape[1])).astype(np.float32)).realize()
+        x = Tensor(rng.standard_normal((args.rows, shape[1])).astype(np.float32)).realize()
         lin = linear(ttype, shape, blocks)
         plane = planes_product(ttype, shape, blocks)
         # the two compute the same values (a sum's order aside)
