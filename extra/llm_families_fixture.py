@@ -7,7 +7,7 @@ time, their sha256 kept in the fixture); llama-cpp-python, in a venv of its own,
 token ids, the top 20 (id, logit) pairs at its last position, then greedy ids (plain argmax on raw logits) with the
 top-2 gap of each step. Prompts are token ids, so no tokenizer is involved.
 
-    python extra/llm_families_fixture.py --llamacpp-python /work/llamacpp-venv/bin/python \\
+    python extra/llm_families_fixture.py --llamacpp-python LLAMACPP_VENV/bin/python \\
         --out test/fixtures/families_llamacpp.json.gz
 """
 from __future__ import annotations

@@ -57,7 +57,9 @@ def test_float_binops_fold_to_the_kernels_value(op, a, b, dtype):
     fn = BINOPS[op]
     want = fn(buffered(a, dtype), buffered(b, dtype)).numpy()
     got = fn(Tensor.full((3,), a, dtype=dtype), Tensor.full((3,), b, dtype=dtype))
-    assert kernels(got) == 0
+    # the max of a nan, or of the two zeros, is each device's own (not folded)
+    ambiguous = op == "max" and (math.isnan(a) or math.isnan(b) or (a == b == 0 and str(a) != str(b)))
+    assert kernels(got) == (1 if ambiguous else 0)
     same(got.numpy(), want, dtype if op not in ("lt", "eq", "ne") else dtypes.bool)
 
 
@@ -83,7 +85,7 @@ def test_int_binops_fold_to_the_kernels_value(op, a, b, dtype):
 def test_float_unary_folds_within_an_ulp_of_the_kernel(fn, v):
     want = getattr(buffered(v, dtypes.float32), fn)().numpy()
     t = getattr(Tensor.full((3,), v), fn)()
-    assert kernels(t) == 0
+    assert kernels(t) == (1 if fn == "relu" and math.isnan(v) else 0)  # relu is a max: a nan's is the device's
     got = t.numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)

@@ -337,85 +337,6 @@ def test_generate_streams_its_text_and_stops_at_a_stop_string(tmp_path):
     assert res.text == full.text[:full.text.find(stop)] and "".join(shown) == res.text
 
 
-# ---- the HTTP server -------------------------------------------------------------------------------------------
-def test_server_answers_concurrent_streaming_and_plain_requests_and_rejects_bad_ones(tmp_path):
-    import threading
-    import urllib.error
-    import urllib.request
-
-    from tinygrad.apps.llm.chat import BUILTIN, ChatTemplate
-    from tinygrad.apps.llm.generate import generate
-    from tinygrad.apps.llm.sampling import SamplingParams
-    from tinygrad.apps.llm.server import LLMServer
-    path, _ = _model(tmp_path)
-    kv, tensors = gguf_tensors(str(path))
-    tok = Tokenizer.from_gguf(kv)
-    model = Transformer(kv, tensors, max_context=48)
-    # the synthetic file has no chat template: the server is given one (without, its chat endpoint answers 400)
-    template = ChatTemplate.for_tokenizer(BUILTIN["chatml"], tok)
-    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny", template)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{srv.server_address[1]}"
-
-    def post(route, body, raw=None):
-        data = raw if raw is not None else json.dumps(body).encode()
-        req = urllib.request.Request(base + route, data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, r.headers.get("Content-Type"), r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers.get("Content-Type"), e.read().decode()
-
-    # what greedy generation gives for each prompt, computed directly (the server must give the same)
-    want = {p: generate(model, tok, tok.encode(p), 5, SamplingParams()).text for p in ("t1", "t2 t3")}
-    chat_ids = template.encode(tok, [{"role": "user", "content": "t4"}])
-    want_chat = generate(model, tok, chat_ids, 5, SamplingParams()).text
-    results = {}
-
-    def client(i):
-        p = ("t1", "t2 t3")[i % 2]
-        if i % 3 == 0:
-            st, ct, body = post("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0, "stream": True})
-            events = [ln[6:] for ln in body.split("\n") if ln.startswith("data: ")]
-            assert ct == "text/event-stream" and events[-1] == "[DONE]"
-            text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
-            results[i] = (st, p, text, json.loads(events[-2])["choices"][0]["finish_reason"])
-        elif i % 3 == 1:
-            st, ct, body = post("/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0})
-            out = json.loads(body)
-            results[i] = (st, p, out["choices"][0]["text"], out["choices"][0]["finish_reason"])
-            assert out["usage"]["prompt_tokens"] == len(tok.encode(p))
-        else:
-            st, ct, body = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "t4"}],
-                                                         "max_tokens": 5, "temperature": 0})
-            out = json.loads(body)
-            results[i] = (st, "chat", out["choices"][0]["message"]["content"], out["choices"][0]["finish_reason"])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert len(results) == 6
-    for st, p, text, finish in results.values():
-        assert st == 200 and finish in ("stop", "length")
-        assert text == (want_chat if p == "chat" else want[p])
-    # bad requests: 4xx with a JSON error, and the server still serves
-    for route, body, raw, code in [("/v1/completions", None, b"{not json", 400),
-                                   ("/v1/completions", {"prompt": 3}, None, 400),
-                                   ("/v1/completions", {"prompt": "t1", "max_tokens": 0}, None, 400),
-                                   ("/v1/completions", {"prompt": "t1", "top_p": 2}, None, 400),
-                                   ("/v1/chat/completions", {"messages": [{"role": "x"}]}, None, 400),
-                                   ("/v1/nothing", {}, None, 404)]:
-        st, ct, text = post(route, body, raw)
-        assert st == code and ct == "application/json" and "message" in json.loads(text)["error"]
-    st, _, body = post("/v1/completions", {"prompt": "t1", "max_tokens": 5, "temperature": 0})
-    assert st == 200 and json.loads(body)["choices"][0]["text"] == want["t1"]
-    srv.shutdown()
-    srv.server_close()
-
-
-
 def test_forward_batch_rows_equal_each_sequence_alone(tmp_path):
     path, _ = _model(tmp_path)
     kv, tensors = gguf_tensors(str(path))
@@ -443,52 +364,6 @@ def test_forward_batch_rows_equal_each_sequence_alone(tmp_path):
         model.forward([3], 0, slot=3)
     with pytest.raises(ValueError, match="slots"):
         Transformer(kv, tensors, max_context=48, slots=0)
-
-
-def test_server_batches_concurrent_requests_and_survives_a_client_that_leaves(tmp_path):
-    import socket
-    import threading
-    import urllib.request
-
-    from tinygrad.apps.llm.generate import generate
-    from tinygrad.apps.llm.sampling import SamplingParams
-    from tinygrad.apps.llm.server import LLMServer
-    path, _ = _model(tmp_path)
-    kv, tensors = gguf_tensors(str(path))
-    tok = Tokenizer.from_gguf(kv)
-    single = Transformer(kv, tensors, max_context=48)
-    prompts = ["t1", "t2 t3", "t4 t5 t6", "t7", "t8 t9"]
-    want = {p: generate(single, tok, tok.encode(p), 8, SamplingParams()).text for p in prompts}
-    model = Transformer(kv, tensors, max_context=48, slots=3)
-    srv = LLMServer(("127.0.0.1", 0), model, tok, "tiny")
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    port = srv.server_address[1]
-
-    # a streaming client that hangs up after the headers: its request ends, the others go on
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    body = json.dumps({"prompt": "t1", "max_tokens": 30, "temperature": 0, "stream": True}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    s.recv(64)
-    s.close()
-    results = {}
-
-    def client(p):
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
-                                     data=json.dumps({"prompt": p, "max_tokens": 8, "temperature": 0}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            results[p] = json.loads(r.read())["choices"][0]["text"]
-
-    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert results == want  # five requests over three slots: each answer what it gets alone
-    assert model.batched_steps > 0  # and they ran together
-    srv.shutdown()
-    srv.server_close()
 
 
 def test_cli_names_what_it_cannot_load(tmp_path, capsys):

@@ -61,6 +61,10 @@ def evaluate(op: Any, vals: list, dtype: DType) -> Any:
             return bool(_CMP[op](a, b))
         if is_bool:
             return bool(_BITS[op](a, b)) if op in _BITS else None
+        if op is BinaryOps.MAX and is_float and (a != a or b != b or
+                                                 (a == 0 and b == 0 and np.signbit(a) != np.signbit(b))):
+            # the max of a nan, or of 0.0 and -0.0, is the device's choice (CUDA's fmax drops a nan): its kernel's
+            return None
         if op in _ARITH:
             return _py(_ARITH[op](a, b))
         if op is BinaryOps.DIV:

@@ -13,7 +13,7 @@ import collections
 
 import numpy as np
 
-from tinygrad.const_fold import cast as const_cast, evaluate as const_evaluate, reduce_sum as const_sum
+from tinygrad.const_fold import cast as _const_cast, evaluate as _const_evaluate, reduce_sum as _const_sum
 from tinygrad.device import Buffer
 from tinygrad.dtype import dtypes
 from tinygrad.errors import ArgumentError
@@ -539,7 +539,7 @@ cdef object _fold_consts(object op, tuple srcs, object out_dtype):
     if any(v is None for v in vals) or op is _WHERE:
         return None
     cdef LazyBuffer s0 = srcs[0]
-    val = const_evaluate(op, vals, s0.dtype)
+    val = _const_evaluate(op, vals, s0.dtype)
     if val is None:
         return None
     return _const_of(s0.device, out_dtype, val, s0.shape)
@@ -576,7 +576,7 @@ cdef object _fold_cast(LazyBuffer x, object dtype):
     cdef LazyBuffer b = x._base if x._base is not None else x
     if b.op is not _CONST or b._buffer is not None or b.kept:
         return None
-    val = const_cast(b.arg, b.dtype, dtype)
+    val = _const_cast(b.arg, b.dtype, dtype)
     if val is None:
         return None
     if _const_value(x) is not None:
@@ -597,7 +597,7 @@ cdef object _fold_reduce(LazyBuffer x, object op, tuple axis, tuple new_shape):
         count = 1
         for a in axis:
             count *= x.shape[a]
-        out = const_sum(val, count, x.dtype)
+        out = _const_sum(val, count, x.dtype)
         if out is None:
             return None
     return _const_of(x.device, x.dtype, out, new_shape)

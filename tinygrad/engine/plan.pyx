@@ -167,7 +167,7 @@ cdef object _walk(list outs, list nodes, list leaves):
     cdef dict first_of = {}
     leaf_key = []
     for i, sb in enumerate(leaves):
-        alias = first_of.setdefault(_id(sb.buffer), i)
+        alias = first_of.setdefault(_id(sb._buffer), i)
         leaf_key.append((_intern(sb.dtype), sb.device, sb.shape, alias))
     out_key = []
     for o in outs:

@@ -8,7 +8,9 @@ prints the final-position logits for the given ids (a JSON list) as a JSON list,
 (`tokenizer.chat_template`, rendered with Jinja2: `pip install 'tinygrad[chat]'`); a file without one (a base model)
 is refused unless `--chat-template` names a template file or a built-in (chatml). `--serve PORT` is an OpenAI-style
 HTTP server (`/v1/completions`, `/v1/chat/completions`, streaming by server-sent events; see server.py), which runs
-up to `--slots N` requests at once, batched (each slot a KV cache of --context positions).
+up to `--slots N` requests at once, batched (each slot a KV cache of --context positions), on `--host` (default
+127.0.0.1: this machine only), with `--api-key KEY` required as a Bearer token when given (the environment's
+TINYGRAD_API_KEY too) and each answer cut to `--max-tokens-cap N` tokens (default: the context's end).
 """
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the chat template for --chat and --serve: a Jinja file or 'chatml' (default: the file's own)")
     ap.add_argument("--serve", type=int, metavar="PORT", help="an OpenAI-style HTTP server on this port")
     ap.add_argument("--slots", type=int, default=4, help="--serve: requests generated together (default 4)")
+    ap.add_argument("--host", default="127.0.0.1", help="--serve: the address to listen on (0.0.0.0: every one)")
+    ap.add_argument("--api-key", default=os.environ.get("TINYGRAD_API_KEY"),
+                    help="--serve: require 'Authorization: Bearer KEY' (default: $TINYGRAD_API_KEY, else none)")
+    ap.add_argument("--max-tokens-cap", type=int, default=None,
+                    help="--serve: the most tokens one answer may have (default: up to the context's end)")
     args = ap.parse_args(argv)
 
     from tinygrad.apps.llm.generate import generate
@@ -73,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if args.serve is not None:
         from tinygrad.apps.llm.server import serve
-        serve(model, tok, args.serve, name=os.path.basename(args.model), chat_template=template)
-        return 0
+        if args.max_tokens_cap is not None and args.max_tokens_cap < 1:
+            ap.error("--max-tokens-cap must be at least 1")
+        return serve(model, tok, args.serve, args.host, name=os.path.basename(args.model), chat_template=template,
+                     api_key=args.api_key or None, max_tokens_cap=args.max_tokens_cap)
     if args.chat:
         return _chat(model, tok, template, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)

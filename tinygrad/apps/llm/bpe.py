@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tinygrad.apps.llm.pretokenize import PreTokenizer
-from tinygrad.apps.llm.tokenizer import BYTE, CONTROL, UNKNOWN, UNUSED, USER_DEFINED, Tokenizer
+from tinygrad.apps.llm.tokenizer import BYTE, CONTROL, TOKENIZER_MODELS, UNKNOWN, UNUSED, USER_DEFINED, Tokenizer
 
 _CACHE_WORDS = 1 << 16  # the word cache is emptied when it reaches this many words
 
@@ -50,6 +50,7 @@ _CHAR_TO_BYTE = {ord(c): b for b, c in _BYTE_TO_CHAR.items()}
 
 class BPETokenizer(Tokenizer):
     """Encode and decode with a GGUF file's byte-level BPE vocabulary (see the module docstring)."""
+    model_name = "byte-level BPE"
 
     def __init__(self, tokens: list[str], merges: list[str], types: list[int] | None = None, pre: str | None = None,
                  bos: int | None = None, eos: int | None = None, unk: int | None = None, add_bos: bool | None = None,
@@ -169,3 +170,6 @@ class BPETokenizer(Tokenizer):
 
     def decode(self, ids: list[int], special: bool = False) -> str:
         return b"".join(self.token_bytes(i, special) for i in ids).decode("utf-8", errors="replace")
+
+
+TOKENIZER_MODELS["gpt2"] = BPETokenizer

@@ -100,6 +100,7 @@ class Vocab:
 
 class Tokenizer:
     """Encode and decode with a GGUF file's vocabulary (see the module docstring)."""
+    model_name = "SentencePiece"
 
     def __init__(self, tokens: list[str], scores: list[float] | None = None, types: list[int] | None = None,
                  bos: int | None = None, eos: int | None = None, unk: int | None = None, add_bos: bool = True,
@@ -127,19 +128,18 @@ class Tokenizer:
         # ... and with the control tokens among them, for encode(special=True)
         self.special_texts = special
         # control tokens that end the model's turn as EOS does (Gemma's <end_of_turn>)
-        ends = (self.vocab.get(t) for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>"))
+        ends = (self.vocab.get(t) for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"))
         self.end_ids = {i for i in ends if i is not None and self.types[i] == CONTROL}
 
     @classmethod
     def from_gguf(cls, kv: dict[str, Any]) -> Tokenizer:
         model = kv.get("tokenizer.ggml.model")
-        if model == "gpt2":
-            # byte-level BPE lives in its own module, which builds on this one
-            from tinygrad.apps.llm.bpe import BPETokenizer
-            return BPETokenizer.from_gguf(kv)
-        if model != "llama":
-            raise ValueError(f"tokenizer model {model!r} is not supported (supported: 'llama' (SentencePiece), "
-                             "'gpt2' (byte-level BPE))")
+        kind = TOKENIZER_MODELS.get(model)
+        if kind is None:
+            names = ", ".join(f"{m!r} ({k.model_name})" for m, k in sorted(TOKENIZER_MODELS.items()))
+            raise ValueError(f"tokenizer model {model!r} is not supported (supported: {names})")
+        if kind is not Tokenizer:
+            return kind.from_gguf(kv)
         return cls(kv["tokenizer.ggml.tokens"], kv.get("tokenizer.ggml.scores"), kv.get("tokenizer.ggml.token_type"),
                    bos=kv.get("tokenizer.ggml.bos_token_id"), eos=kv.get("tokenizer.ggml.eos_token_id"),
                    unk=kv.get("tokenizer.ggml.unknown_token_id"), add_bos=kv.get("tokenizer.ggml.add_bos_token", True),
@@ -261,6 +261,11 @@ class Tokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+
+
+# tokenizer.ggml.model -> the class that reads it: SentencePiece here; bpe.py, which builds on this module, adds
+# byte-level BPE ('gpt2') when the package imports it
+TOKENIZER_MODELS: dict[str, type[Tokenizer]] = {"llama": Tokenizer}
 
 
 class StreamDecoder:
