@@ -30,6 +30,8 @@ class LinearizerOptions:
     "cp.async" where it can copy global memory to shared memory asynchronously (COPY_ASYNC uops); `narrow_vectors`:
     the renderer loads vectors of `codegen.uops.NARROW_VECTOR_DTYPES` and casts them to float vectors lane by lane;
     `vector_math`: the renderer computes VECTOR_MATH_OPS (exp2) on float32 vectors itself, not a libm call per lane;
+    `int_vectors`: (with `narrow_vectors`) the renderer applies INT_VECTOR_ALU_OPS to vectors of NARROW_VECTOR_DTYPES,
+    and casts and bitcasts them to each other whole;
     `shared_max`: the most shared memory one block may use, in bytes (CUDA's is 48 KB unless a kernel opts in to
     more, as the CUDA runtime does for kernels that need it: up to 227 KB on an H100).
     """
@@ -46,6 +48,7 @@ class LinearizerOptions:
     shared_max: int = 48 * 1024
     narrow_vectors: bool = False
     vector_math: bool = False
+    int_vectors: bool = False
 
 
 class OptOps(Enum):
