@@ -216,7 +216,7 @@ def _cuda_sources(y: Tensor) -> list[str]:
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
-def test_linear_product_renders_for_cuda(name):
+def test_linear_product_renders_for_cuda(name, all_file_bits):
     """The product's kernel, the blocks dequantized inside it, renders for CUDA: one kernel reading the bytes (the
     GPU itself runs it in test_linear_product_reads_the_blocks where CUDA is the default device)."""
     raw, w = _ordinary(name, 64)

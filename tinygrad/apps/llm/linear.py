@@ -26,7 +26,7 @@ from tinygrad.helpers import getenv
 from tinygrad.nn.state_gguf import GGML_TYPES, GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
-F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 12, 14, 30
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
 # what _planes makes of each type: (values a group, the scales' (and offsets') dtype, whether groups have offsets).
 # Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 keep the file's fp16 scales (and minimums, negated: exact); Q4_K's and Q6_K's are
 # products of an fp16 and a 6- or 8-bit integer, which need float32 to be exact.
@@ -174,10 +174,12 @@ class Linear:
     (`raw`), plain ones load as float32 (`w`). Either way a matrix is made and copied to the device a few MB at a
     time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk."""
 
-    # the types a CPU product reads in the file's bits: each measured with extra/bench_quant.py at least as fast as
-    # its planes there (with 2 threads, decode's shape); TG_LLM_FILE_BITS=0 keeps planes for every type
-    FILE_BITS_TYPES: frozenset[int] = frozenset({F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K} |
-                                                {t for t, v in GGML_TYPES.items() if callable(v[3])})
+    # the types a CPU product reads in the file's bits: the 4- and 5-bit types and Q6_K, whose planes take 1.5x to 1.8x
+    # the file's bytes (decode reads every weight once a token, from memory), the plain and other types (F16 and
+    # BF16 stay 16 bits, not float32). Q8_0 keeps planes: they are its blocks' bytes exactly, split into aligned
+    # int8 values and fp16 scales, which the product reads faster (extra/bench_quant.py --big 64: 1.09x-1.13x the
+    # planes' time in the file's bits). TG_LLM_FILE_BITS=0 keeps planes for every type.
+    FILE_BITS_TYPES: frozenset[int] = frozenset(t for t in GGML_TYPES if t != Q8_0)
 
     @classmethod
     def file_bits(cls, ttype: int, device: str) -> bool:
