@@ -4,8 +4,9 @@ they differ (FAMILIES) and the numbers the metadata gives (Config): grouped-quer
 normal or neox pairs, partial rotary, linear or YaRN scaling and llama 3's per-pair frequency factors, sliding-window
 layers, soft-capping, tied or separate output embeddings, fused or separate q/k/v and gate/up matrices.
 
-Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, Q4_K and Q6_K matrices are split at load into planes, int8 values and a scale (and offset) per group of 16 or
+Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). On the CPU most types keep
+the file's own bits (linear.py says which and why); elsewhere Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices
+are split at load into planes, int8 values and a scale (and offset) per group of 16 or
 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. The 4- and 5-bit legacy types and
 Q8_0 keep the file's fp16 scales (Q8_0 then takes exactly the file's bytes), Q4_K and Q6_K have float32 ones
 (products fp16 can't hold); the 4- to 6-bit types take 8 bits a value. Other quantized types keep the file's blocks,
