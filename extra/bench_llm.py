@@ -47,6 +47,7 @@ import benchlib
 # --synthetic is needed)
 DEFAULT_MODELS = [p for p in (os.environ.get("GEMMA3_GGUF"), os.environ.get("SMOLLM2_GGUF")) if p]
 CONTEXT = 4096  # the CLI's default: its KV cache size is part of the memory row
+LONG_WARMUP = 4  # untimed decode steps before each --long-decode measurement
 WARMUP_DECODE = 8  # a jitted step is captured on its second call: a few more for anything compiled late
 PARAGRAPH = (
     "The old lighthouse keeper climbed the spiral stairs every evening, carrying a lantern and a notebook. He wrote "
@@ -89,6 +90,21 @@ def timed_runs(step_prompt, step_one, ids: list[int], n_decode: int, runs: int) 
             "ids": results[0][2]}
 
 
+def long_decode(step_one, tok: int, steps: int, far: int) -> dict:
+    """Decode speed with the KV cache filled to position 1024 (or far / 2) and to `far` (the positions before are not
+    computed: attention reads them whatever they hold, so the time is what a conversation that long costs a token):
+    issue 28 wants 32k to keep >= 70% of 1k's speed."""
+    out = {"near_position": min(1024, far // 2), "far_position": far}
+    for key, pos in (("decode_1k_tok_s", out["near_position"]), ("decode_far_tok_s", far)):
+        for i in range(LONG_WARMUP):
+            tok = step_one(tok, pos + i)
+        t0 = time.perf_counter()
+        for i in range(steps):
+            tok = step_one(tok, pos + LONG_WARMUP + i)
+        out[key] = steps / (time.perf_counter() - t0)
+    return out
+
+
 # ---- workers: each prints one tagged JSON line ----
 def worker_tinygrad(args, ids: list[int]) -> dict:
     from tinygrad.apps.llm.model import Transformer
@@ -105,7 +121,8 @@ def worker_tinygrad(args, ids: list[int]) -> dict:
     except ValueError:  # a vocabulary the tokenizer can't read yet: the prompt is ids anyway
         tok = None
     n_vocab = len(kv.get("tokenizer.ggml.tokens", ()))
-    model = Transformer(kv, tensors, device=device, max_context=CONTEXT)
+    context = max(CONTEXT, args.long_decode + args.decode + LONG_WARMUP + 1) if args.long_decode else CONTEXT
+    model = Transformer(kv, tensors, device=device, max_context=context)
     del kv, tensors
     sampler = Sampler(SamplingParams())
     history: list[int] = []
@@ -118,6 +135,8 @@ def worker_tinygrad(args, ids: list[int]) -> dict:
         history.append(t)
         return sampler(model.forward([t], pos), history)
     res = timed_runs(step_prompt, step_one, ids, args.decode, args.runs)
+    if args.long_decode:
+        res.update(long_decode(step_one, ids[-1], args.decode, args.long_decode))
     res["label"] = f"tinygrad {device}"
     res["vocab"] = len(tok.vocab) if tok is not None else n_vocab
     return res
@@ -290,6 +309,14 @@ def table_rows(results: dict) -> list[tuple[str, list[str]]]:
             ("peak resident MB", "peak_rss_mb", 0)]
     out = [(name, [cell(r, key, d) for r in results.values()]) for name, key, d in rows]
     out.append(("greedy ids equal to tinygrad's", [agree(r) for r in results.values()]))
+    far, near = next(((r["far_position"], r["near_position"]) for r in results.values() if "far_position" in r),
+                     (None, None))
+    if far is not None:
+        out += [(f"decode tok/s at position {near}", [cell(r, "decode_1k_tok_s", 1) for r in results.values()]),
+                (f"decode tok/s at position {far}", [cell(r, "decode_far_tok_s", 1) for r in results.values()]),
+                (f"decode speed kept at {far} (of {near}'s)",
+                 ["-" if "decode_far_tok_s" not in r else f"{r['decode_far_tok_s'] / r['decode_1k_tok_s']:.0%}"
+                  for r in results.values()])]
     mine = results.get("tinygrad")
 
     def ratio(r, key):
@@ -323,6 +350,8 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=benchlib.positive(int), default=100)
     ap.add_argument("--decode", type=benchlib.positive(int), default=128, help="decode steps timed")
     ap.add_argument("--runs", type=benchlib.positive(int), default=2, help="timed runs a round; the best is shown")
+    ap.add_argument("--long-decode", type=benchlib.positive(int), default=0, metavar="POS",
+                    help="also time tinygrad's decode with the cache filled to 1024 and to POS positions (e.g. 32768)")
     ap.add_argument("--rounds", type=benchlib.positive(int), default=2,
                     help="rounds of every column in turn (A B A B), each a process of its own; the best is shown")
     ap.add_argument("--threads", type=benchlib.positive(int), default=2, help="llama.cpp's and PyTorch's CPU threads")
@@ -378,7 +407,8 @@ def bench_model(args, model: str, tmp: str) -> tuple[str, list[int], dict, list[
     if not args.no_torch and importlib.util.find_spec("torch"):
         columns["torch"] = sys.executable
     common = ["--model", model, "--device", args.device, "--decode", str(args.decode), "--runs", str(args.runs),
-              "--threads", str(args.threads), "--ids", json.dumps(ids)]
+              "--threads", str(args.threads), "--ids", json.dumps(ids)] + \
+        (["--long-decode", str(args.long_decode)] if args.long_decode else [])
     results: dict = {}
     notes: dict = {}
     for _ in range(args.rounds):

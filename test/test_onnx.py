@@ -104,7 +104,8 @@ def test_exported_model_matches_onnxruntime(torch_models, name):
 
 @pytest.mark.parametrize("symbolic", [True, False])
 def test_dynamic_batch_is_symbolic_or_retraced_per_shape(torch_models, symbolic):
-    # a named batch dim is a Variable: one capture serves every batch size; without it, one capture per size
+    # the first batch size gets a capture of its own; a named batch dim is then a Variable: one more capture serves
+    # every other batch size; without symbolic dims, one capture per size
     data, inputs = torch_models["mlp"]
     runner = OnnxRunner(data, symbolic=symbolic)
     assert runner.graph.inputs["x"][0][0] == "batch"
@@ -115,8 +116,11 @@ def test_dynamic_batch_is_symbolic_or_retraced_per_shape(torch_models, symbolic)
         assert out.shape == (batch, 10)
         np.testing.assert_allclose(out.numpy(), models.ort_run(data, {"x": x}), rtol=1e-4, atol=1e-5)
     assert runner.symbolic == symbolic
-    # symbolic: one capture, replayed; concrete: sizes 3 and 5 captured, 7 run once
-    assert sorted(j.cnt for j in runner._jits.values()) == ([2] if symbolic else [1, 2, 2])
+    # symbolic: size 3's capture (called 3 times) and the symbolic one (sizes 5, 5, 5, 7); concrete: sizes 3 and 5
+    # captured, 7 run once
+    assert sorted(j.cnt for j in runner._jits.values()) == ([2, 2] if symbolic else [1, 2, 2])
+    if symbolic:
+        assert ("symbolic", ("x", ("batch", 64), runner._first_key[0][2])) in runner._jits
 
 
 # ---- the runner's contract ----
@@ -152,13 +156,26 @@ def test_static_shape_values_are_folded_out_of_the_jit():
              onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
              onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")]
     r = OnnxRunner(_model(nodes, [_vi("x", ["n", 2, 3])], [_vi("y", None)], inits))
-    for k in range(4):
-        x = np.full((2, 2, 3), k, np.float32)
-        np.testing.assert_equal(r({"x": x})["y"].numpy(), x.reshape(2, 6) * 2)
-    # Shape reads the named dim n as a value: the symbolic trace gives way to one capture per shape
+    for n in (2, 2, 2, 2, 3):
+        x = np.full((n, 2, 3), n, np.float32)
+        np.testing.assert_equal(r({"x": x})["y"].numpy(), x.reshape(n, 6) * 2)
+    # Shape reads the named dim n as a value: the symbolic trace (tried for n=3) gives way to one capture per shape
     assert not r.data_dependent and not r.symbolic
-    jit = next(iter(r._jits.values()))
+    jit = r._jits[r._first_key]
     assert jit.cnt == 2 and len(jit.jit_cache) == 1
+
+
+def test_array_inputs_are_copied_into_one_buffer_per_input():
+    # arrays go straight into a realized buffer kept per input: every call (run, capture, replays) sees its own data
+    m = _model([helper.make_node("Mul", ["x", "x"], ["y"])], [_vi("x", ["n", 3])], [_vi("y", None)])
+    r = OnnxRunner(m)
+    rng = np.random.default_rng(0)
+    for n in (2, 2, 2, 2, 4, 4, 4, 2):
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(r({"x": x})["y"].numpy(), x * x, rtol=1e-6)
+        np.testing.assert_allclose(r({"x": x.astype(np.float64)})["y"].numpy(), x * x, rtol=1e-6)  # cast first
+    staged = r._staging["x"]
+    assert staged.shape == (2, 3) and staged.lazydata.base.realized is not None
 
 
 def test_data_dependent_graph_runs_eagerly():

@@ -1,6 +1,7 @@
-"""The profiler: its trace is valid Chrome trace event JSON (checked against a schema of the format written here),
-holds the host and kernel spans it promises, times kernels as timing them directly does, and the summary CLI, the
-PROFILE knob and the compile progress line work."""
+"""The profiler: its trace is valid Chrome trace event JSON (checked against the JSON Schema of the format as
+Perfetto's importer reads it, test/fixtures/chrome_trace_event.schema.json), holds the host and kernel spans it
+promises, times kernels as timing them directly does, and the summary CLI, the PROFILE knob and the compile progress
+line work."""
 import json
 import os
 import subprocess
@@ -11,56 +12,27 @@ import unittest
 import numpy as np
 
 import tinygrad.profile as profile
+from test import json_schema
 from tinygrad import Tensor, TinyJit
 from tinygrad.profile import Profile
 from tinygrad.profile.summary import format_summary, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Chrome's trace event format (the "JSON Object Format" of the Trace Event Format document, which Perfetto's JSON
-# importer reads): per phase, the keys an event must have and their types
-_NUM = (int, float)
-_COMMON = {"ph": str, "pid": int, "tid": int}
-_PHASES: dict[str, dict] = {
-    "X": {"name": str, "ts": _NUM, "dur": _NUM},   # complete event
-    "B": {"name": str, "ts": _NUM},                # duration begin
-    "E": {"ts": _NUM},                             # duration end
-    "i": {"name": str, "ts": _NUM},                # instant
-    "C": {"name": str, "ts": _NUM, "args": dict},  # counter
-    "M": {"name": str, "args": dict},              # metadata
-}
-_METADATA = ("process_name", "thread_name", "process_sort_index", "thread_sort_index", "process_labels")
+# The trace event format as Perfetto's JSON importer reads it, as a JSON Schema (its sources are named in the
+# fixture's $comment); validated with the jsonschema package when it is installed, else with test/json_schema.py
+with open(os.path.join(ROOT, "test", "fixtures", "chrome_trace_event.schema.json")) as _f:
+    TRACE_SCHEMA = json.load(_f)
 
 
 def check_trace(trace) -> list[str]:
     """Everything that makes `trace` not a valid Chrome trace (an empty list when valid)."""
-    errs: list[str] = []
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        return ["the top level must be an object with a 'traceEvents' list"]
-    if "displayTimeUnit" in trace and trace["displayTimeUnit"] not in ("ms", "ns"):
-        errs.append(f"displayTimeUnit must be 'ms' or 'ns', not {trace['displayTimeUnit']!r}")
-    for i, ev in enumerate(trace["traceEvents"]):
-        if not isinstance(ev, dict):
-            errs.append(f"event {i} is not an object")
-            continue
-        ph = ev.get("ph")
-        if ph not in _PHASES:
-            errs.append(f"event {i}: unknown phase {ph!r}")
-            continue
-        for key, typ in {**_COMMON, **_PHASES[ph]}.items():
-            if key not in ev:
-                errs.append(f"event {i} ({ph}): missing {key!r}")
-            elif not isinstance(ev[key], typ) or isinstance(ev[key], bool):
-                errs.append(f"event {i} ({ph}): {key!r} is {type(ev[key]).__name__}")
-        if ph == "X" and isinstance(ev.get("dur"), _NUM) and ev["dur"] < 0:
-            errs.append(f"event {i}: negative duration")
-        if ph == "M" and (ev.get("name") not in _METADATA or not isinstance(ev.get("args", {}).get("name", ""), str)):
-            errs.append(f"event {i}: bad metadata event {ev.get('name')!r}")
-        if "args" in ev and not isinstance(ev["args"], dict):
-            errs.append(f"event {i}: args must be an object")
-        if "cat" in ev and not isinstance(ev["cat"], str):
-            errs.append(f"event {i}: cat must be a string")
-    return errs
+    try:
+        import jsonschema
+    except ImportError:
+        return json_schema.errors(trace, TRACE_SCHEMA)
+    validator = jsonschema.Draft202012Validator(TRACE_SCHEMA)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(trace)]
 
 
 _TIMING = """
@@ -94,12 +66,37 @@ def _workload(n: int = 128) -> Tensor:
 
 
 class TestTrace(unittest.TestCase):
-    def test_schema_checker_rejects_bad_traces(self):
-        self.assertTrue(check_trace({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "k", "ts": 1}]}))
-        self.assertTrue(check_trace({"traceEvents": [{"ph": "Q", "pid": 0, "tid": 0}]}))
-        self.assertTrue(check_trace([]))
-        self.assertEqual(check_trace({"traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "name": "k", "ts": 1,
-                                                       "dur": 2}]}), [])
+    def test_schema_accepts_what_perfetto_reads(self):
+        ev = {"ph": "X", "pid": 0, "tid": 0, "name": "k", "ts": 1, "dur": 2}
+        # the object form and a bare array of events; pid/tid as strings; ts/dur as strings of an integer
+        self.assertEqual(check_trace({"traceEvents": [ev], "displayTimeUnit": "ns"}), [])
+        self.assertEqual(check_trace([ev]), [])
+        self.assertEqual(check_trace([{**ev, "pid": "gpu", "tid": "7", "ts": "12", "dur": "3"}]), [])
+        others = [{"ph": "B", "name": "a", "ts": 1.5, "pid": 1, "tid": 1}, {"ph": "E", "ts": 2, "pid": 1, "tid": 1},
+                  {"ph": "i", "name": "mark", "ts": 3, "s": "g"}, {"ph": "C", "name": "mem", "ts": 4,
+                                                                  "args": {"bytes": 1024, "pinned": 0.5}},
+                  {"ph": "s", "name": "f", "id": 1, "ts": 1}, {"ph": "t", "name": "f", "id": "1", "ts": 2},
+                  {"ph": "f", "name": "f", "id": 1, "ts": 3, "bp": "e"},
+                  {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "CUDA"}},
+                  {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": 2, "args": {"sort_index": 3}}]
+        self.assertEqual(check_trace({"traceEvents": others}), [])
+
+    def test_schema_rejects_bad_traces(self):
+        ev = {"ph": "X", "pid": 0, "tid": 0, "name": "k", "ts": 1, "dur": 2}
+        bad = [{"traceEvents": [{k: v for k, v in ev.items() if k != "dur"}]},  # X without dur
+               {"traceEvents": [{**ev, "ph": "Q"}]},                          # no such phase
+               {"traceEvents": [{**ev, "dur": -1}]},                          # negative duration
+               {"traceEvents": [{**ev, "ts": "soon"}]},                       # ts neither number nor integer
+               {"traceEvents": [{**ev, "pid": -1}]},                          # pids are unsigned
+               {"traceEvents": [{**ev, "args": [1]}]},                        # args is an object
+               {"traceEvents": [ev], "displayTimeUnit": "s"},                 # only ms or ns
+               {"events": [ev]},                                              # the key is traceEvents
+               {"traceEvents": [{"ph": "C", "name": "c", "ts": 1, "args": {"v": "x"}}]},  # counters are numbers
+               {"traceEvents": [{"ph": "M", "name": "thread_name", "args": {}}]},      # a name needs args.name
+               {"traceEvents": [{"ph": "s", "name": "f", "ts": 1}]},                   # a flow needs its id
+               "trace"]
+        for trace in bad:
+            self.assertTrue(check_trace(trace), trace)
 
     def test_trace_is_valid_and_has_every_span(self):
         with tempfile.TemporaryDirectory() as d:
@@ -112,6 +109,8 @@ class TestTrace(unittest.TestCase):
                 trace = json.load(f)
         self.assertEqual(check_trace(trace), [])
         events = trace["traceEvents"]
+        # Perfetto would default a missing pid/tid to 0; ours name every track
+        self.assertTrue(all(isinstance(ev.get("pid"), int) and isinstance(ev.get("tid"), int) for ev in events))
         host = {ev["name"] for ev in events if ev.get("cat") == "host"}
         self.assertTrue({"schedule", "copy"} <= host, host)
         kernels = [ev for ev in events if ev.get("cat") == "kernel"]

@@ -177,3 +177,20 @@ def test_general_path_builds_the_same_constants():
     with pytest.raises(OverflowError, match="out of bounds"):
         i.add(200)
     np.testing.assert_array_equal(Tensor([True, False]).mul(True).numpy(), [True, False])
+
+
+def test_the_library_formulas_constants_are_compiled_in():
+    # gelu's sqrt(2 / pi) and 0.044715 and tanh's polynomial are dtype.literal: compiled into the kernel (no scalar
+    # buffer argument: no load a thread, and the compiler folds them), while a user's float still reads its buffer
+    from tinygrad.dtype import literal
+    from tinygrad.ops import BufferOps
+    x = Tensor(np.linspace(-4, 4, 64, dtype=np.float32)).realize()
+    for t in (x.gelu(), x.tanh(), x.erf(), x.quick_gelu()):
+        (si,) = t.schedule()
+        assert len(si.bufs) == 2, [b.size for b in si.bufs]
+        assert si.ast[0].op is BufferOps.STORE
+    (si,) = (x * 1.2345).schedule()
+    assert len(si.bufs) == 3
+    (si,) = (x * literal(1.2345)).schedule()
+    assert len(si.bufs) == 2
+    np.testing.assert_allclose((x * literal(1.2345)).numpy(), x.numpy() * np.float32(1.2345), rtol=1e-7)

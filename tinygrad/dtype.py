@@ -15,6 +15,14 @@ import numpy as np
 ConstType = Union[float, int, bool]
 
 
+class literal(float):
+    """A float constant the library's own formulas write (a polynomial's coefficients, sqrt(2 / pi)): compiled into
+    the kernel, never read from a shared scalar buffer. A plain Python float in tensor arithmetic is a value code may
+    vary between calls (a learning rate), so it reads a buffer and one compiled kernel serves every value; a
+    formula's constants never vary, and compiled in they cost no load and the compiler can fold them."""
+    __slots__ = ()
+
+
 class DType:
     """A scalar type: `priority` orders promotion, `itemsize` is in bytes, `fmt` is the struct/memoryview code."""
     __slots__ = ("priority", "itemsize", "name", "fmt", "count", "_key", "_scalar")
@@ -175,6 +183,11 @@ class dtypes:  # noqa: N801 - the public name users import
 
     @staticmethod
     def from_np(x) -> DType:
+        # NOTE: a dict lookup first: every Tensor made from an array asks, and numpy's dtype.name costs microseconds
+        # each (the loop below took ~100 us for float32, a third of a small model's inference)
+        hit = _FROM_NP.get(x) if isinstance(x, (type, np.dtype)) else None
+        if hit is not None:
+            return hit
         name = np.dtype(x).name
         for k, v in _NP.items():
             if np.dtype(v).name == name:
@@ -227,6 +240,8 @@ _INTS = frozenset((dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)) | _UI
 _NP_NAMES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", None,
              "float32", "float64"]
 _NP = {d.name: np.dtype(n).type for d, n in zip(_ALL, _NP_NAMES) if n is not None}
+# numpy's native-order dtypes and scalar types -> ours, for from_np's fast path
+_FROM_NP = {**{np.dtype(t): _BY_NAME[k] for k, t in _NP.items()}, **{t: _BY_NAME[k] for k, t in _NP.items()}}
 DTYPES_DICT = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
                "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
                "uint64": dtypes.uint64, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,

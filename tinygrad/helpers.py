@@ -53,6 +53,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
                 "source) and, at exit, serve them as a web page on 127.0.0.1 (python -m tinygrad.viz)"),
     "VIZ_TRACE": ("", "with VIZ=1: a Chrome trace JSON the page draws as its timeline (PROFILE=1 writes "
                       "profile.json)"),
+    "FLASH_ATTENTION": (1, "0: attention stays three kernels (scores, softmax, product) instead of one with an "
+                           "online softmax (engine/fuse_attention.py)"),
     "BEAM": (0, "n >= 1: search each kernel's optimisations by timing candidates on the device, a beam of n "
                  "(engine/search.py); the winners are kept in the disk cache"),
     "CI": ("", "exported as helpers.CI (true when set and not empty), as tinygrad 0.9 did, for scripts and test suites "
@@ -160,6 +162,7 @@ NOOPT = ContextVar("NOOPT", 0)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 JIT = ContextVar("JIT", 1)
 BEAM = ContextVar("BEAM", 0)
+FLASH_ATTENTION = ContextVar("FLASH_ATTENTION", 1)
 IMAGE = ContextVar("IMAGE", 0)
 THREEFRY = ContextVar("THREEFRY", 0)
 WINO = ContextVar("WINO", 0)

@@ -55,7 +55,7 @@ class BinaryMixin:
                 yt = object.__new__(type(self))
                 yt.lazydata, yt.requires_grad, yt.grad, yt._ctx = xl.scalar_const(y), False, None, None
                 return (yt, x) if reverse else (x, yt)
-            scalar = LazyBuffer.scalar(y, y_dtype, x.device) if isinstance(y, float) and \
+            scalar = LazyBuffer.scalar(y, y_dtype, x.device) if type(y) is float and \
                 dtypes.is_float(y_dtype) and type(x.device) is str else None
             # a scalar that code may vary between calls is read from a shared buffer (see LazyBuffer.scalar)
             y = type(self)(scalar if scalar is not None else dtypes.as_const(y, y_dtype), device=x.device,

@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import tinygrad.mlops as F
-from tinygrad.dtype import ConstType, DType, dtypes, least_upper_float, to_dtype
+from tinygrad.dtype import ConstType, DType, dtypes, least_upper_float, literal, to_dtype
 from tinygrad.errors import ArgumentError
 from tinygrad.shape.symbolic import sint
 
@@ -27,15 +27,25 @@ TensorLike = Union["Tensor", ConstType]
 Derivative = Union["Tensor", float, Callable[[], Union["Tensor", float]]]
 
 _LN2 = math.log(2)
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
+_SELU_ALPHA = literal(1.6732632423543772848170429916717)
+_SELU_SCALE = literal(1.0507009873554804934193349852946)
 # fraction bits of each float type: from 2**bits on, every value of the type is an integer
 _FRACTION_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
+# (the formulas' constants are `literal`s: compiled into the kernels, see dtype.literal)
 # erf near 0: 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)), n = 0..5 (error < 2e-8 for |x| < 0.5)
-_ERF_SERIES = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(6)]
+_ERF_SERIES = [literal(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1))) for n in range(6)]
 # erf beyond: Abramowitz & Stegun 7.1.26, 1 - t (a1 + a2 t + ... + a5 t^4) exp(-x^2), t = 1 / (1 + p x)
-_ERF_P = 0.3275911
-_ERF_A = [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]
+_ERF_P = literal(0.3275911)
+_ERF_A = [literal(c) for c in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)]
+_TWO_OVER_SQRT_PI = literal(2 / math.sqrt(math.pi))
+# tanh(a) = a + a s (c0 + c1 s + ... + c4 s^4), s = a^2, for |a| < 0.55: a least-squares fit of (tanh(a) / a - 1) / s
+# on Chebyshev nodes, weighted for tanh's relative error (at most 1.1 units of 2^-24 evaluated in float32)
+_TANH_POLY = tuple(map(literal, (-0.33333316445350647, 0.13332565128803253, -0.05385029688477516,
+                                 0.021064136177301407, -0.006264368072152138)))
+_TANH_SPLIT_SQ = literal(0.55 * 0.55)
+# gelu's tanh form: tanh(sqrt(2 / pi) (x + 0.044715 x^3)); quick_gelu's sigmoid(1.702 x)
+_GELU_C, _GELU_A, _QUICK_GELU = literal(math.sqrt(2 / math.pi)), literal(0.044715), literal(1.702)
+_GELU_MINUS_2C = literal(-2 * math.sqrt(2 / math.pi))
 
 
 def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
@@ -128,7 +138,8 @@ class ElementwiseMixin:
         >>> Tensor([1.0]).log().tolist()
         [0.0]
         """
-        return F.Log.apply(self._as_float())
+        # (computed in float32 for half types, as PyTorch does: log2(x) * ln 2 rounded once, not twice)
+        return self._opmath(F.Log.apply)
 
     def log2(self) -> Tensor:
         """Base-2 logarithm elementwise; ints and bools are computed in the default float.
@@ -144,7 +155,9 @@ class ElementwiseMixin:
         >>> Tensor([0.0]).exp().tolist()
         [1.0]
         """
-        return F.Exp.apply(self._as_float())
+        # (computed in float32 for half types, as PyTorch does: exp2(x * log2 e) with x * log2 e unrounded; in half,
+        # that product's rounding was a relative error of up to |x| * 2^-11 in the result)
+        return self._opmath(F.Exp.apply)
 
     def exp2(self) -> Tensor:
         """2 ** x elementwise; ints and bools are computed in the default float.
@@ -327,7 +340,7 @@ class ElementwiseMixin:
             for c in reversed(_ERF_A[:-1]):
                 poly = c + t * poly
             v = (a < 0.5).where(a * series, 1 - t * poly * (-a2).exp())
-            return _with_grad((x < 0).where(-v, v), (x, lambda: (2 / math.sqrt(math.pi)) * (-x * x).exp()))
+            return _with_grad((x < 0).where(-v, v), (x, lambda: _TWO_OVER_SQRT_PI * (-x * x).exp()))
         return self._opmath(fxn)
 
     # ---- hyperbolic ----
@@ -338,10 +351,21 @@ class ElementwiseMixin:
         [0.0, 0.7616]
         """
         def fxn(x: Tensor) -> Tensor:
-            # tanh|x| = -m / (2 + m) with m = expm1(-2|x|): finite for any x, accurate near 0
-            m = (x.abs() * -2)._expm1()
-            y = -m / (m + 2)
-            value = (x < 0).where(-y, y)
+            if x.dtype == dtypes.float64:
+                # m = expm1(-2|x|), tanh|x| = -m / (2 + m): accurate to float64's precision near 0
+                m = (x.abs() * -2)._expm1()
+                y = -m / (m + 2)
+                value = (x < 0).where(-y, y)
+            else:
+                # |x| < 0.55 (x^2 < 0.3025): an odd polynomial (within about 1 ulp in float32); beyond, 1 - 2 /
+                # (e^2x + 1), finite for any x (1 where e^2x overflows, -1 where it is 0) and without cancellation
+                # for x < 0 (2 / (e^2x + 1) is in (1.5, 2] there). One exp and one division an element, no |x| and
+                # no sign: the expm1 form (exp, log and two divisions) left gelu fp16 at 40% of copy bandwidth
+                s = x * x
+                q = s * _TANH_POLY[-1] + _TANH_POLY[-2]
+                for c in _TANH_POLY[-3::-1]:
+                    q = q * s + c
+                value = (s < _TANH_SPLIT_SQ).where(x + x * s * q, 1 - 2 / ((x * 2).exp() + 1))
             return _with_grad(value, (x, lambda: 1 - value * value))
         return self._opmath(fxn)
 
@@ -413,7 +437,7 @@ class ElementwiseMixin:
         >>> Tensor([0.0]).sigmoid().tolist()
         [0.5]
         """
-        return F.Sigmoid.apply(self._as_float())
+        return self._opmath(F.Sigmoid.apply)  # in float32 for half types, rounded once, as PyTorch
 
     def relu(self) -> Tensor:
         """max(x, 0) elementwise, keeping the dtype (the gradient at 0 is 0).
@@ -472,7 +496,17 @@ class ElementwiseMixin:
 
     def gelu(self) -> Tensor:
         """GELU with the tanh approximation (PyTorch's gelu(approximate="tanh"))."""
-        return self._opmath(lambda x: 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh()))
+        # 0.5 (1 + tanh(u)) = sigmoid(2u): x / (1 + e^-2u), one exp and one division, and no cancellation where
+        # tanh(u) is near -1 (x < -3); where e^-2u overflows the result is -0.0, as PyTorch's
+        def fxn(x: Tensor) -> Tensor:
+            u = x + _GELU_A * x * x * x
+            value = x / ((u * _GELU_MINUS_2C).exp() + 1)
+
+            def derivative():
+                t = (u * _GELU_C).tanh()
+                return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_C * (1 + 3 * _GELU_A * x * x)
+            return _with_grad(value, (x, derivative))
+        return self._opmath(fxn)
 
     def quick_gelu(self) -> Tensor:
         """The sigmoid approximation of GELU: x * sigmoid(1.702 x).
@@ -480,7 +514,7 @@ class ElementwiseMixin:
         >>> [round(v, 4) for v in Tensor([0.0, 1.0]).quick_gelu().tolist()]
         [0.0, 0.8458]
         """
-        return self * (self * 1.702).sigmoid()
+        return self * (self * _QUICK_GELU).sigmoid()
 
     def swish(self) -> Tensor:
         """x * sigmoid(x) (the same function as silu).
@@ -488,7 +522,7 @@ class ElementwiseMixin:
         >>> [round(v, 4) for v in Tensor([0.0, 1.0]).swish().tolist()]
         [0.0, 0.7311]
         """
-        return self * self.sigmoid()
+        return self._opmath(lambda x: x * F.Sigmoid.apply(x))  # rounded once for half types, as PyTorch's silu
 
     def silu(self) -> Tensor:
         """x * sigmoid(x), as torch.nn.functional.silu.

@@ -702,3 +702,42 @@ def test_warp_rows_take_the_vector_width_that_fills_their_lanes():
     assert _warp_width(1024, 16, 32) == 16   # already full: the widest of equals
     assert _warp_width(300, 4, 32) == 2      # 75 vectors of 4 (78% of three rounds), 150 of 2 (94%)
     assert _warp_width(640, 16, 64) == 4     # 64-lane wavefronts: 40 or 80 vectors fill 63%, 160 fill 83%
+
+
+# --- half and bfloat16 as packed vectors of their bits (LinearizerOptions.half_vectors) ------------------------------
+
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
+def test_packed_halves_match_the_scalar_kernel_bit_for_bit(dt):
+    # 16-byte loads and stores of 16-bit patterns, each lane converted on its own: the same bits as the scalar kernel,
+    # for aligned rows, a view whose rows start off a 16-byte boundary (the runtime check takes the scalar path), a
+    # padded (masked) input, a cast to float32 (4 lanes) and a row length 8 does not divide (no vectors at all)
+    import dataclasses
+    packed = dataclasses.replace(CUDA, half_vectors=True)
+    rng = np.random.default_rng(3)
+    a = _t(rng.standard_normal((16, 264)).astype(np.float32)).cast(dt).realize()
+    b = _t(rng.standard_normal((16, 257)).astype(np.float32)).cast(dt).realize()
+    exprs = [a.gelu(), a + 1, a.silu() * a, a[:, 1:257] * 2, a.pad(((0, 0), (8, 0))) + 3, a.float() * 0.5,
+             b.sigmoid(), a.cast(dtypes.float32).cast(dt) - a]
+    for e in exprs:
+        k, k0 = Kernel(e, lopts=packed), Kernel(e)
+        got, want = _run([k, k0])
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), k.src
+    vec = Kernel(a + 1, lopts=packed)
+    assert "tg_vload<unsigned short, 8>" in vec.src and "tg_vstore<unsigned short, 8>" in vec.src
+    assert "tg_vload" not in Kernel(a + 1).src
+
+
+@pytest.mark.parametrize("m,n,k,dt", [(8, 2560, 512, np.float16), (16, 1040, 1000, np.float32),
+                                      (3, 8200, 768, np.float16)])
+def test_a_few_rows_times_a_matrix_take_every_row_in_each_thread(m, n, k, dt):
+    # a decode batch's x @ W.T: each thread takes all m rows of one output column (W's element read once for all of
+    # them) and the reduction is split across a group of threads, as for one row
+    rng = np.random.default_rng(m)
+    a, w = rng.standard_normal((m, k)).astype(dt), rng.standard_normal((n, k)).astype(dt)
+    kern = Kernel(_t(a) @ _t(w).T)
+    ops = [o.op for o in kern.lin.applied_opts]
+    assert ops == [OptOps.UPCAST, OptOps.GROUP, OptOps.LOCAL] and kern.lin.applied_opts[0].amt == m
+    got = _run([kern])[0].reshape(m, n).astype(np.float32)
+    want = a.astype(np.float32) @ w.astype(np.float32).T
+    np.testing.assert_allclose(got, want, atol=0.05 if dt == np.float16 else 1e-3, rtol=2e-3)

@@ -31,7 +31,7 @@ the same `_lower_ast` and `_store` as the other kernels (each tiled dim's copies
 """
 from itertools import product
 
-from tinygrad.codegen import rows
+from tinygrad.codegen import packed_halves, rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
@@ -602,8 +602,7 @@ class Linearizer:
 
     def _vec_load_ok(self, dtype):
         """Whether a buffer of `dtype` can be read as whole vectors: VECTOR_DTYPES, and the narrow types where the
-        device widens them in registers (LinearizerOptions.narrow_vectors; a vector of them is never wider than the
-        float32 vector it becomes)."""
+        device widens them in registers (narrow_vectors; a vector of them is never wider than its float32 vector)."""
         if self._vec_ok(dtype):
             return True
         return dtype in NARROW_VECTOR_DTYPES and self._opt("narrow_vectors") and \
@@ -864,6 +863,9 @@ class Linearizer:
         if lane is None or (lane not in idx.vars() and lane not in valid.vars()):
             return self._leaf_scalar(op, idx, valid)
         dtype = op.arg.dtype
+        lanes = packed_halves.load(self, op, idx, valid, lane)
+        if lanes is not None:
+            return lanes
         if op.op is BufferOps.LOAD and self._vec_load_ok(dtype) and lane not in valid.vars():
             base = lane_base(idx, lane)
             if base is not None:
@@ -920,6 +922,8 @@ class Linearizer:
             if gate is not None:
                 vin = vin + (gate,)
             self.em.uop(UOps.STORE, None, vin, None, False)
+            return
+        if packed_halves.store(self, mb, idx, valid, val):
             return
         if self._vec_ok(mb.dtype) and lane not in valid.vars():
             base = lane_base(idx, lane)

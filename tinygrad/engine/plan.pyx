@@ -20,7 +20,7 @@ from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
 from tinygrad.engine.realize import CacheCollector, CompiledRunner, lower_ast, precompile_asts, run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars
-from tinygrad.helpers import CACHELEVEL, DEBUG, VIZ, GlobalCounters, raise_pending_interrupt
+from tinygrad.helpers import CACHELEVEL, DEBUG, FLASH_ATTENTION, VIZ, GlobalCounters, raise_pending_interrupt
 from tinygrad.lazy cimport LazyBuffer
 from tinygrad.locks cimport ReentrantLock
 from tinygrad.locks import ENGINE_LOCK
@@ -181,8 +181,8 @@ cdef object _walk(list outs, list nodes, list leaves):
 cdef str _stable_key(tuple key):
     """The structure key as text that is the same in every process (interned numbers back to the objects' reprs),
     to key the disk cache."""
-    nodes_key, leaf_key, out_key = key
-    parts = [code_version()]
+    (nodes_key, leaf_key, out_key), flash = key
+    parts = [code_version(), f"FLASH_ATTENTION={flash}"]
     for op_i, arg, dt_i, device, forced, srcs in nodes_key:
         src_parts = []
         for ref, edge in srcs:
@@ -309,6 +309,8 @@ cdef _realize(list outs):
         return
     if not nodes:
         return
+    # the schedule of a structure depends on the knobs the scheduler reads: they are part of its key
+    key = (key, FLASH_ATTENTION.value)
     cdef Plan plan = _plans.get(key)
     cdef list items
     if plan is None:

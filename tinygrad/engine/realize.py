@@ -255,9 +255,11 @@ def _render(dname: str, ast: tuple) -> ProgramSpec:
                     return ret
             except records.RecordError:  # not a kernel of this build: render anew (and overwrite it)
                 pass
+    from tinygrad.codegen.attention import AttentionKernel, is_attention
     from tinygrad.codegen.linearizer import Linearizer
     with _profile.span("linearize", device=dname):
-        lin = Linearizer(ast, dev.linearizer_opts)
+        # attention's merged kernel (engine/fuse_attention.py) has a lowering of its own
+        lin = (AttentionKernel if is_attention(ast) else Linearizer)(ast, dev.linearizer_opts)
         if BEAM >= 1 and not NOOPT:
             # the Opts a search timed fastest on this device (engine/search.py), applied exactly
             opts = beam_search(dname, ast, BEAM.value)

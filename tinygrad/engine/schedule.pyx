@@ -8,10 +8,13 @@ Fusion rules:
   kernel; every kernel holds at most one reduce, except that
 - a chain of reduces over the same rows (softmax, layernorm: reduce -> elementwise -> reduce, each read back along
   the row) is one kernel that loops over each row once per reduce (engine/fuse_rows.py);
+- attention (scores, their softmax, the product with v) is one kernel with an online softmax
+  (engine/fuse_attention.py);
 - LoadOps (COPY, CONTIGUOUS, EMPTY, ...) and the requested outputs always get a buffer of their own;
 - an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
 All graph walks are iterative, so graphs of any depth schedule.
 """
+from tinygrad.engine.fuse_attention import fuse_attention
 from tinygrad.engine.fuse_rows import fuse_row_chains
 from tinygrad.helpers import DEBUG
 from tinygrad.ops import (BinaryOps, BufferOps, ConstBuffer, LazyOp, LoadOps, MemBuffer, ReduceOps, TernaryOps,
@@ -191,6 +194,8 @@ def create_schedule_with_vars(outs, seen=None):
             seen.add(id(lb))
     if any(si.lbs[0].op is LoadOps.ASSIGN for si in schedule):
         schedule = _order_assigns(schedule, reads_of)
+    # ---- 5. attention's three kernels (scores, softmax, product) into one: engine/fuse_attention.py ----
+    schedule = fuse_attention(schedule, {id(b) for b in out_bases})
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals

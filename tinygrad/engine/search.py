@@ -56,6 +56,9 @@ def beam_search(dname: str, ast: tuple, width: int) -> tuple[Opt, ...] | None:
     lopts = dev.linearizer_opts
     if lopts is None or not lopts.supports_upcast or any(_symbolic(root) for root in ast):
         return None
+    from tinygrad.codegen.attention import is_attention
+    if is_attention(ast):
+        return None  # (lowered by codegen/attention.py, which takes no Opts)
     key = f"{dname}\n{dev.compiler.cachekey}\n{lopts!r}\nBEAM={width}\n{code_version()}\n{ast_key(ast)}"
     hit = diskcache_get("beam", key)
     if hit is not None:

@@ -84,7 +84,8 @@ class Profiler:
     def trace(self) -> dict[str, Any]:
         with self._lock:
             events = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "host"}}]
-            return {"traceEvents": events + list(self.events), "displayTimeUnit": "ms"}
+            # displayTimeUnit first: Perfetto's JSON tokenizer looks for it only in the first chunk of the file
+            return {"displayTimeUnit": "ms", "traceEvents": events + list(self.events)}
 
     def dump(self, path: str) -> None:
         with open(path, "w") as f:

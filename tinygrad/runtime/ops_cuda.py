@@ -79,7 +79,8 @@ class CUDACompiler(Compiler):
             raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
         self.linearizer_opts = linearizer_opts or LinearizerOptions("CUDA", has_local=True, has_shared=True,
-                                                                    supports_upcast=True, max_vector_bytes=16)
+                                                                    supports_upcast=True, max_vector_bytes=16,
+                                                                    half_vectors=True)
         self.options: list[str] | None = None
         self._source: str | None = None
         self.ptx = False
@@ -221,7 +222,8 @@ class CUDADevice(Compiled):
         tcs += CUDALanguage.tf32_tensor_cores if cc >= 80 and getenv("ALLOW_TF32") else ()
         opts = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                                  global_max=(a(5), a(6), a(7)), local_max=(a(2), a(3), a(4)), tensor_cores=tcs,
-                                 shared_max=a(97))  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+                                 shared_max=a(97),  # CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+                                 half_vectors=True)
         super().__init__(device, CUDAAllocator(self), CUDACompiler(self.arch, opts),
                          functools.partial(CUDAProgram, self), CUDARenderer, graph=CUDAGraph)
         # all-reduce, all-gather and reduce-scatter between CUDA devices through NCCL: tinygrad.collectives finds the

@@ -35,6 +35,21 @@ def onnx_dtype(code: int) -> DType:
     return ONNX_DTYPES[code]
 
 
+def operand(t: Tensor) -> Tensor:
+    """`t` as a contraction (Conv, MatMul, Gemm) should read it: in a buffer of its own when the graph computed it.
+
+    A contraction reads each element of its data operand many times (a conv once per output channel and window
+    tap, a matmul once per output column). Left as a lazy value, the ops that produced it (a Conv's bias and Relu,
+    a LayerNorm) are fused into every one of those reads and recomputed there, and its producer's kernel stores the
+    value before them; laid out in a buffer, they run once, in the producer's kernel. Realized buffers (weights,
+    inputs) and constants are returned as they are."""
+    lb = t.lazydata
+    base = getattr(lb, "base", None)
+    if base is None or base.realized is not None or lb.is_inlined():
+        return t
+    return t.contiguous()
+
+
 def onnx_op(*names: str) -> Callable:
     """Register an implementation under one or more ONNX op_types."""
     def register(fn: Callable) -> Callable:

@@ -7,7 +7,7 @@ from functools import reduce
 
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import prod
-from tinygrad.nn.onnx.node import OpCall, onnx_dtype, onnx_op
+from tinygrad.nn.onnx.node import OpCall, onnx_dtype, onnx_op, operand
 from tinygrad.tensor import Tensor
 
 
@@ -355,12 +355,12 @@ def cumulative(n: OpCall) -> Tensor:
 # ---- matrix products ----
 @onnx_op("MatMul")
 def matmul(n: OpCall) -> Tensor:
-    return n.x[0] @ n.x[1]
+    return operand(n.x[0]) @ operand(n.x[1])
 
 
 @onnx_op("Gemm")
 def gemm(n: OpCall) -> Tensor:
-    a, b = n.x[0], n.x[1]
+    a, b = operand(n.x[0]), operand(n.x[1])
     if n.attr("transA", 0):
         a = a.transpose(0, 1)
     if n.attr("transB", 0):

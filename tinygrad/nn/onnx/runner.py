@@ -7,9 +7,11 @@ keeps the ones the rest of the graph reads (realized, or as constants when they 
 nodes afterwards, so TinyJit captures only the kernels that depend on the inputs' data.
 
 Calls with the same input shapes run under TinyJit (the first runs, the second captures, later ones replay); each
-new set of shapes is traced and captured on its own. Named input dims (ONNX dim_params such as "batch") are first
-tried as symbolic Variables, so one capture serves every value of them; a graph whose shape arithmetic needs them as
-numbers (Shape, Size, sizes computed on the host) fails that trace and falls back to one capture per shape.
+new set of shapes is traced and captured on its own. Named input dims (ONNX dim_params such as "batch"): the first
+call's shapes are captured with their values (the fastest kernels); calls with other values of them are run with
+the dims as symbolic Variables, so one more capture serves all of them (as PyTorch's compiler specializes first and
+turns a dim dynamic once it changes); a graph whose shape arithmetic needs them as numbers (Shape, Size, sizes
+computed on the host) fails that trace and falls back to one capture per shape.
 A graph that reads values computed from its inputs' data on the
 host (NonZero, a Reshape to a shape read from an input, If on a data-dependent condition) can't be replayed, so the
 runner notices the first such read and runs that model eagerly from then on.
@@ -32,6 +34,7 @@ import tinygrad.nn.onnx.ops_nn  # noqa: F401
 import tinygrad.nn.onnx.ops_quant  # noqa: F401
 import tinygrad.nn.onnx.ops_rnn  # noqa: F401
 import tinygrad.nn.onnx.ops_shape  # noqa: F401
+from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import JitError, TinyJit
 from tinygrad.helpers import prod
@@ -114,7 +117,8 @@ def _static_names(graph: _Graph) -> set[str]:
 
 def _from_numpy(v: np.ndarray) -> Tensor:
     """A Tensor of an array; numpy's bfloat16 (the ml_dtypes extension type) is made in float32 and cast."""
-    if v.dtype.name == "bfloat16":
+    # the kind first: numpy's dtype.name takes microseconds, and every float32 input asked
+    if v.dtype.kind == "V" and v.dtype.name == "bfloat16":
         return Tensor(np.array(v, dtype=np.float32, order="C")).cast(dtypes.bfloat16)
     return Tensor(np.array(v, order="C"))
 
@@ -162,6 +166,9 @@ class OnnxRunner:
         self._folded: dict[tuple, tuple[dict[str, Tensor], dict[str, np.ndarray]]] = {}
         self._jits: dict[tuple, TinyJit] = {}
         self._eager_keys: set[tuple] = set()
+        # input name -> the realized buffer calls copy their arrays into (see _staged)
+        self._staging: dict[tuple, Tensor] = {}
+        self._first_key: tuple | None = None  # the input shapes of the first call: captured with concrete shapes
         self.data_dependent = False  # set once the graph read a value computed from its inputs' data on the host
 
     @staticmethod
@@ -174,9 +181,36 @@ class OnnxRunner:
             return Tensor.full(v.shape, v.reshape(-1)[0].item(), dtype=dtypes.from_np(v.dtype))
         return Tensor(np.array(v, order="C")).realize()
 
+    def _staged(self, name: str, v: np.ndarray, want: Any) -> Tensor | None:
+        """Array `v` copied straight into a realized buffer kept for this input (one, of the last shape it came in),
+        or None where that doesn't apply. A Tensor made from the array would be realized by TinyJit's call through a
+        schedule of its own copy: about 25 us of host time a call, more than a small model's kernels take. Like the
+        outputs of a replay, the buffer is overwritten by the next call (so only for calls that TinyJit runs)."""
+        if not self.jit or self.data_dependent or want is None or want.np is None or v.ndim == 0 or v.size == 0 \
+                or v.dtype.kind not in "biuf":
+            return None
+        dims = self.graph.inputs[name][0]
+        if dims is None or len(dims) != v.ndim or \
+                any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, v.shape)):
+            return None  # the slow path reshapes what it can and says what's wrong
+        if v.dtype != want.np:
+            v = v.astype(want.np)
+        t = self._staging.get(name)
+        if t is None or t.shape != v.shape or t.dtype != want:
+            t = self._staging[name] = Tensor.empty(*v.shape, dtype=want).realize()
+        buf = t.lazydata.base.realized
+        # NOTE: the previous call's kernels may still read this buffer on an asynchronous device
+        Device[buf.device].synchronize()
+        buf.copyin(memoryview(np.ascontiguousarray(v).reshape(-1)).cast("B"))
+        return t
+
     def _input(self, name: str, v: Any) -> Tensor:
         dims, code = self.graph.inputs[name]
         want = onnx_dtype(code) if code else None
+        if isinstance(v, np.ndarray):
+            staged = self._staged(name, v, want)
+            if staged is not None:
+                return staged
         if not isinstance(v, Tensor):
             v = np.asarray(v)
             if want is not None and want != dtypes.bfloat16 and v.dtype != want.np and want.np is not None:
@@ -201,11 +235,17 @@ class OnnxRunner:
             raise ValueError(f"OnnxRunner: missing inputs {missing}, unknown inputs {unknown}; the model takes "
                              f"{list(self.graph.inputs)}")
         tens = {n: self._input(n, given[n]) for n in self.graph.inputs}
-        if self.symbolic and not debug and not self.data_dependent:
-            out = self._call_symbolic(tens)
-            if out is not None:
-                return out
         key = tuple((n, tuple(t.shape), t.dtype) for n, t in tens.items())
+        if self.symbolic and not debug and not self.data_dependent:
+            # the first shapes get kernels of their own: a symbolic dim can't be unrolled or vectorized, and the
+            # MLP's symbolic kernels took twice the time of its concrete ones; a named dim changing value is what
+            # makes the symbolic capture worth its cost
+            if self._first_key is None:
+                self._first_key = key
+            if key != self._first_key:
+                out = self._call_symbolic(tens)
+                if out is not None:
+                    return out
         if debug or not self.jit or self.data_dependent or key in self._eager_keys:
             return self._run(key, tens, debug)
         jit = self._jits.get(key)

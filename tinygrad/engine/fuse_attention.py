@@ -1,0 +1,116 @@
+"""Attention fusion: the three kernels of softmax(f(q @ k^T)) @ v become one (the scheduler's last step).
+
+The scheduler makes attention three kernels: the scores (a SUM over the head dim), their softmax (a row kernel,
+engine/fuse_rows.py, with the scale and any mask fused in) and the product with v (a SUM over the keys). The scores
+and the weights then go through memory: Sq x Sk values a head, twice. Here, after the schedule is made, such a
+triple is merged into one item whose AST holds the three kernels' ASTs (codegen/attention.py says the form and lowers
+it with an online softmax), where
+
+- the scores' buffer is read only by the softmax and the weights' only by the product, neither is an output or an
+  assign, and each is stored whole (a contiguous store of its kernel's output);
+- codegen/attention.parse accepts the merged AST (the shapes line up, the softmax is exp(x - max) / sum, the product
+  is weights * g(v)).
+
+Anything else (dropout between the softmax and the product, symbolic shapes, a value head dim over MAX_DV) keeps its
+three kernels. The two intermediates never get a buffer.
+"""
+from tinygrad.codegen.attention import ATTENTION, SCORES, WEIGHTS, parse
+from tinygrad.helpers import FLASH_ATTENTION
+from tinygrad.ops import BufferOps, LazyOp, LoadOps, MemBuffer, ReduceOps
+from tinygrad.shape.shapetracker import ShapeTracker
+
+
+def _kernel_root(si):
+    """The one STORE of a kernel item that stores one buffer, or None."""
+    if si.n_outputs != 1 or len(si.ast) != 1 or si.ast[0].op is not BufferOps.STORE:
+        return None
+    if si.lbs and si.lbs[0].op is LoadOps.ASSIGN:
+        return None
+    return si.ast[0]
+
+
+def _stored_whole(store) -> bool:
+    st = store.arg.st
+    return st == ShapeTracker.from_shape(tuple(st.shape))
+
+
+def _remap(root, mapping):
+    """`root` with each LOAD's buffer number replaced through `mapping` (old number -> new number)."""
+    memo = {}
+    for op in root.toposort():
+        src = tuple(memo[id(s)] for s in op.src)
+        arg = op.arg
+        if op.op is BufferOps.LOAD:
+            arg = MemBuffer(mapping[arg.idx], arg.dtype, arg.st)
+        memo[id(op)] = LazyOp(op.op, src, arg)
+    return memo[id(root)]
+
+
+def _merge(s_si, p_si, o_si):
+    """The merged item of the scores, softmax and product items, or None where the lowering does not take it."""
+    s_buf, p_buf = s_si.bufs[0], p_si.bufs[0]
+    bufs = [o_si.bufs[0]]
+
+    def number(buf):
+        if buf is s_buf:
+            return SCORES
+        if buf is p_buf:
+            return WEIGHTS
+        for n, b in enumerate(bufs):
+            if b is buf:
+                return n
+        bufs.append(buf)
+        return len(bufs) - 1
+    parts = []
+    for si in (s_si, p_si, o_si):
+        mapping = {n: number(b) for n, b in enumerate(si.bufs) if n >= si.n_outputs}
+        parts.append(_remap(si.ast[0].src[0], mapping))
+    store = o_si.ast[0]
+    ast = (LazyOp(BufferOps.STORE, (LazyOp(LoadOps.CUSTOM, tuple(parts), ATTENTION),), store.arg),)
+    if parse(ast) is None:
+        return None
+    return type(o_si)(ast, tuple(bufs), 1, o_si.lbs)
+
+
+def fuse_attention(schedule, out_ids):
+    """`schedule` with each attention triple merged into one item (see the module docstring); `out_ids` holds the
+    id of every requested output base. FLASH_ATTENTION=0 turns it off."""
+    if not FLASH_ATTENTION:
+        return schedule
+    producer, readers = {}, {}
+    for n, si in enumerate(schedule):
+        for b in si.bufs[:si.n_outputs]:
+            producer[id(b)] = n
+        for b in si.bufs[si.n_outputs:]:
+            readers.setdefault(id(b), set()).add(n)
+    dropped, merged = set(), {}
+    for n, o_si in enumerate(schedule):
+        o_store = _kernel_root(o_si)
+        if o_store is None or not any(isinstance(op.op, ReduceOps) for op in o_store.toposort()):
+            continue
+        for p_buf in o_si.bufs[1:]:
+            pn = producer.get(id(p_buf))
+            if pn is None or pn in dropped or readers.get(id(p_buf)) != {n}:
+                continue
+            p_si = schedule[pn]
+            p_store = _kernel_root(p_si)
+            if p_store is None or id(p_si.lbs[0]) in out_ids or not _stored_whole(p_store):
+                continue
+            for s_buf in p_si.bufs[1:]:
+                sn = producer.get(id(s_buf))
+                if sn is None or sn in dropped or readers.get(id(s_buf)) != {pn}:
+                    continue
+                s_si = schedule[sn]
+                s_store = _kernel_root(s_si)
+                if s_store is None or id(s_si.lbs[0]) in out_ids or not _stored_whole(s_store):
+                    continue
+                item = _merge(s_si, p_si, o_si)
+                if item is not None:
+                    dropped |= {sn, pn}
+                    merged[n] = item
+                    break
+            if n in merged:
+                break
+    if not merged:
+        return schedule
+    return [merged.get(n, si) for n, si in enumerate(schedule) if n not in dropped]
