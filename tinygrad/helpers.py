@@ -72,6 +72,9 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "TG_HOST_POOL": (0, "1: gcc-built threaded CLANG kernels run on tinygrad's own thread pool (runtime/include/"
                         "host_pool.h: the caller takes parts no worker has started, waits spin briefly then sleep; "
                         "for machines whose cores other jobs share); 0: on libgomp"),
+    "TG_LLM_FILE_BITS": (1, "0: the LLM app's quantized matrices load as int8 planes on the CPU too "
+                            "(apps/llm/linear.py), where 1 keeps the file's own bits there and dequantizes them "
+                            "inside the product's kernel"),
     "DEFAULT_FLOAT": ("float", "the dtype of float data given without one (dtypes.default_float), read at import: any "
                                "float dtype's name, as in tinygrad 0.9"),
     "PROFILE": ("", "1: record a Chrome/Perfetto trace of the whole process (host spans, one span per kernel) and "

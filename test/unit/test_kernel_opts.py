@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tinygrad.mlops as F
 from tinygrad import Tensor
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
 from tinygrad.codegen.linearizer import Linearizer
@@ -45,6 +46,9 @@ NARROW = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_
                            max_vector_bytes=64, vector_registers=32, narrow_vectors=True)
 NARROW_AVX2 = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
                                 max_vector_bytes=32, vector_registers=16, narrow_vectors=True)
+# and their integer arithmetic on whole vectors (the host C renderer's)
+INT_VECS = LinearizerOptions("CLANG", has_local=False, has_shared=False, supports_upcast=True,
+                             max_vector_bytes=32, vector_registers=16, narrow_vectors=True, int_vectors=True)
 V, U, R = OptOps.VECTORIZE, OptOps.UPCAST, OptOps.UNROLL
 RNG = np.random.default_rng(0)
 
@@ -523,6 +527,28 @@ def test_narrow_ints_to_double_and_in_int_arithmetic():
     check((q * 3).cast(dtypes.float32).sum(axis=1), [Opt(V, 1, 16), Opt(U, 0, 2)], lopts=NARROW)
     u = ints((32, 64), np.uint8)
     check(u.cast(dtypes.int32).sum(axis=1), [Opt(V, 1, 16)], lopts=NARROW, exact=True)
+
+
+@pytest.mark.parametrize("dtype", NARROW_INTS)
+def test_narrow_int_arithmetic_on_whole_vectors(dtype):
+    # under int_vectors, adds, muls, subs, shifts, masks, ors and xors of narrow ints are vector ops, each lane
+    # wrapping as the scalar op of its dtype does: bit for bit the plain kernel's, overflow included
+    q, r = ints((32, 64), dtype, limit=1 << 30), ints((32, 64), dtype, limit=1 << 30)
+    dt = dtypes.from_np(np.dtype(dtype))
+    shift = Tensor.full((32, 64), 3, dtype=dt).contiguous().realize()
+    for t in (q + r, q * r, q - r * 3, (q >> 2) & 7, (q << 3) | r, q ^ r, F.ShiftRight.apply(q, shift)):
+        lin = check(t, [Opt(V, 1, 8)], lopts=INT_VECS)
+        # (the result is stored lane by lane: narrow vectors are never stored whole)
+        assert any(u.uop is UOps.ALU and u.dtype == dt.vec(8) for u in lin.uops)
+    # bytes widened to int32 whole, fields taken apart there, converted whole: a quantized block's nibbles
+    u = ints((64, 32), np.uint8)
+    w = u.cast(dtypes.int32)
+    nib = (w & 15).cast(dtypes.float32) - ((w >> 4) & 15).cast(dtypes.float32)
+    lin = check((nib * rand(64, 32)).sum(axis=1), [Opt(V, 1, 8)], lopts=INT_VECS, atol=1e-4)
+    assert dtypes.int32.vec(8) in vector_uops(lin, UOps.CAST) and dtypes.int32.vec(8) in vector_uops(lin, UOps.ALU)
+    # a bitcast between narrow vectors of one size is one vector bitcast
+    lin = check(u.bitcast(dtypes.int8).cast(dtypes.float32) * 2, [Opt(V, 1, 8)], lopts=INT_VECS)
+    assert dtypes.int8.vec(8) in vector_uops(lin, UOps.BITCAST)
 
 
 def test_masked_narrow_loads():

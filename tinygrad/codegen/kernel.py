@@ -31,7 +31,9 @@ class LinearizerOptions:
     the renderer loads vectors of `codegen.uops.NARROW_VECTOR_DTYPES` and casts them to float vectors lane by lane;
     `half_vectors`: a vectorised dim of a half or bfloat16 buffer is read and written as one vector of its 16-bit
     patterns, each lane converted on its own (codegen/packed_halves.py); `vector_math`: the renderer computes
-    VECTOR_MATH_OPS (exp2) on float32 vectors itself, not a libm call per lane;
+    VECTOR_MATH_OPS (exp2) on float32 vectors itself, not a libm call per lane; `int_vectors`: (with
+    `narrow_vectors`) the renderer applies INT_VECTOR_ALU_OPS to vectors of NARROW_VECTOR_DTYPES, and casts and
+    bitcasts them to each other whole;
     `shared_max`: the most shared memory one block may use, in bytes (CUDA's is 48 KB unless a kernel opts in to
     more, as the CUDA runtime does for kernels that need it: up to 227 KB on an H100).
     """
@@ -49,6 +51,7 @@ class LinearizerOptions:
     narrow_vectors: bool = False
     half_vectors: bool = False
     vector_math: bool = False
+    int_vectors: bool = False
 
 
 class OptOps(Enum):

@@ -37,7 +37,14 @@ from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
 from tinygrad.codegen.index_math import all_even, max_index, same_size, sint_prod
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOps
+from tinygrad.codegen.uops import (
+    INT_VECTOR_ALU_OPS,
+    NARROW_VECTOR_DTYPES,
+    VECTOR_ALU_OPS,
+    VECTOR_DTYPES,
+    VECTOR_MATH_OPS,
+    UOps,
+)
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import DEBUG, NOOPT, to_function_name, toposort
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
@@ -601,11 +608,20 @@ class Linearizer:
         return dtype in NARROW_VECTOR_DTYPES and self._opt("narrow_vectors") and \
             self._vec_ok(dtypes.float32)
 
+    def _int_vec_ok(self, dtype):
+        """Whether integer ops on `dtype` can run on whole vectors here (LinearizerOptions.int_vectors): the narrow
+        types, whose vectors are never wider than the float32 vector they become."""
+        return dtype in NARROW_VECTOR_DTYPES and self._opt("int_vectors") and self._vec_load_ok(dtype)
+
     def _cast_any(self, kind, dtype, src):
         """A CAST or BITCAST of a tile value: one vector CAST where the device converts whole vectors (a narrow or
-        float vector to a VECTOR_DTYPES one, under LinearizerOptions.narrow_vectors), else lane by lane."""
+        float vector to a VECTOR_DTYPES one, under LinearizerOptions.narrow_vectors; a narrow vector to another,
+        or a BITCAST to one of its size, under int_vectors), else lane by lane."""
         if not isinstance(src, tuple) and src.dtype.count == 1:
             return self.em.uop(kind, dtype, (src,), None)
+        if not isinstance(src, tuple) and self._int_vec_ok(dtype) and self._int_vec_ok(src.dtype.scalar()) and \
+                (kind is UOps.CAST or dtype.itemsize == src.dtype.scalar().itemsize):
+            return self.em.uop(kind, dtype.vec(self.vector_width), (src,), None)
         if kind is UOps.CAST and not isinstance(src, tuple) and self._opt("narrow_vectors") and \
                 self._vec_ok(dtype) and self._vec_load_ok(src.dtype.scalar()):
             sdt = src.dtype.scalar()
@@ -643,7 +659,11 @@ class Linearizer:
             return self.em.uop(UOps.ALU, dtype, srcs, op)
         vec_op = op in VECTOR_ALU_OPS or (op in VECTOR_MATH_OPS and dtype == dtypes.float32 and
                                           self._opt("vector_math"))
-        if vec_op and self._vec_ok(dtype) and all(_scalar_dtype(s) == dtype for s in srcs):
+        if op in INT_VECTOR_ALU_OPS and self._int_vec_ok(dtype):
+            vec_op = True
+        elif not self._vec_ok(dtype):
+            vec_op = False
+        if vec_op and all(_scalar_dtype(s) == dtype for s in srcs):
             return self.em.uop(UOps.ALU, dtype.vec(self.vector_width), tuple([self._as_vec(s, dtype) for s in srcs]),
                              op)
         return tuple([self.em.uop(UOps.ALU, dtype, tuple([self._lane_of(s, i) for s in srcs]), op)

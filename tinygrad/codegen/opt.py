@@ -25,7 +25,13 @@ import itertools
 import math
 
 from tinygrad.codegen.kernel import Opt, OptOps
-from tinygrad.codegen.uops import NARROW_VECTOR_DTYPES, VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS
+from tinygrad.codegen.uops import (
+    INT_VECTOR_ALU_OPS,
+    NARROW_VECTOR_DTYPES,
+    VECTOR_ALU_OPS,
+    VECTOR_DTYPES,
+    VECTOR_MATH_OPS,
+)
 from tinygrad.dtype import dtypes
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 from tinygrad.shape.symbolic import NumNode, Variable
@@ -99,6 +105,9 @@ class _Model:
         self.nodes = [nd for nd in every if nd.dims & self.reduce]
         self.hoisted = [nd for nd in every if not nd.dims & self.reduce]
         self.post = self._nodes(lin, post)
+        # the kernel takes narrow ints apart in its reduce loop (a quantized matrix's blocks)
+        self.fields = any(op.op in INT_VECTOR_ALU_OPS and lin.op_dtypes[id(op)] in NARROW_VECTOR_DTYPES
+                          for op in inner)
         everything = frozenset(d for d in range(len(self.full)) if d not in self.reduce)
         self.stores = [(everything, root.arg.dtype, _unit_dims(root.arg.st)) for root in lin.ast]
         self.reduce_size = math.prod(self.full[d] if isinstance(self.full[d], int) else self.full[d].max
@@ -128,6 +137,7 @@ class _Model:
     def _nodes(lin, ops) -> list[_Node]:
         seen: set[int] = set()
         narrow = lin.opts.narrow_vectors
+        ints = narrow and lin.opts.int_vectors
         out = []
         for op in ops:
             if id(op) in seen:
@@ -144,9 +154,14 @@ class _Model:
                 src = lin.op_dtypes[id(op.src[0])]
                 vec = src in VECTOR_DTYPES or src in NARROW_VECTOR_DTYPES
                 out.append(_Node(dims, _cast_cost(src), vec, False, frozenset()))
+            elif op.op in (UnaryOps.CAST, UnaryOps.BITCAST) and ints and dt in NARROW_VECTOR_DTYPES:
+                # a narrow vector to another (a bitcast costs nothing: the same register)
+                vec = lin.op_dtypes[id(op.src[0])] in NARROW_VECTOR_DTYPES
+                out.append(_Node(dims, 1 if op.op is UnaryOps.CAST else 0, vec, False, frozenset()))
             elif not isinstance(op.op, ReduceOps):
                 vec = (op.op in VECTOR_ALU_OPS and dt in VECTOR_DTYPES) or \
-                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and lin.opts.vector_math)
+                    (op.op in VECTOR_MATH_OPS and dt == dtypes.float32 and lin.opts.vector_math) or \
+                    (ints and op.op in INT_VECTOR_ALU_OPS and dt in NARROW_VECTOR_DTYPES)
                 out.append(_Node(dims, _OP_COST.get(op.op, 1), vec, False, frozenset()))
         return out
 
@@ -303,13 +318,16 @@ def choose_opts(lin) -> list[Opt]:
         return []
     cur, v, w, up = best
     unroll = [d for d in int_dims if d in model.reduce and d != v]
-    if unroll:
-        d = unroll[-1]
+    # the innermost reduced dim; in a kernel that takes blocks of narrow ints apart, where it is unrolled whole, the
+    # next one out, and so on: a block's short dims (its fields, halves and groups) are loops of two steps otherwise
+    for d in reversed(unroll):
         for a in _divisors(full[d], MAX_UNROLL)[1:]:
             cand = list(up)
             cand[d] = a
             if model.feasible(cand, v, w) and model.cost(cand, v, w) < cur * (1 - MIN_GAIN):
                 cur, up = model.cost(cand, v, w), cand
+        if up[d] != full[d] or not model.fields:
+            break
     ret = [Opt(OptOps.VECTORIZE, v, w)] if v != -1 else []
     for d, u in enumerate(up):
         amt = u // (w if d == v else 1)

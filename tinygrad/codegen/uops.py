@@ -25,7 +25,9 @@ outputs, and nothing declared outside the loop is written inside. Only the scala
 vectorized, with one exception: where LinearizerOptions.narrow_vectors is set, a LOAD may also be a vector of a type
 in NARROW_VECTOR_DTYPES (packed weights: int8 values), and a CAST may turn such a vector (or one of
 VECTOR_DTYPES) into a vector of a VECTOR_DTYPES type with as many lanes, each lane converted as a scalar CAST would
-convert it. Everything else is computed lane by lane in scalars.
+convert it. Where LinearizerOptions.int_vectors is set too, the ALU ops in INT_VECTOR_ALU_OPS apply to whole
+vectors of those narrow types (every operand of the same vector dtype), a CAST may turn one into a vector of another
+of them, and a BITCAST into one of the same size. Everything else is computed lane by lane in scalars.
 """
 from __future__ import annotations
 
@@ -155,6 +157,11 @@ NARROW_VECTOR_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, 
 VECTOR_ALU_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, BinaryOps.MAX, UnaryOps.NEG})
 # the math a device with LinearizerOptions.vector_math computes on whole float32 vectors
 VECTOR_MATH_OPS = frozenset({UnaryOps.EXP2})
+# the integer ops a device with LinearizerOptions.int_vectors applies to whole vectors of NARROW_VECTOR_DTYPES (the
+# bit fields of quantized blocks: shifts, masks, ors, the offsets of their values); each lane wraps as the scalar op
+# of that dtype would, so a uint8 vector shifted left keeps 8 bits a lane
+INT_VECTOR_ALU_OPS = frozenset({BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.AND, BinaryOps.OR,
+                                BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR})
 
 
 class UOp:

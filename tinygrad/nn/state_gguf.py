@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import DType, dtypes
 from tinygrad.helpers import prod
@@ -33,26 +34,56 @@ MAX_ARRAY_DEPTH = 8
 MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
-# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, groups, values a
-# group) float32, a group being values that share one scale (and offset), in the order the values have in the block.
-# Every value is computed as gguf's reference (gguf-py's quants.py, ggml's dequantize_row_*) computes it, operation
-# for operation in float32 (the scale products first, then times the quant, then less the offset), so the results
-# are bit-exact; the renderers compile with floating-point contraction off, so no fused multiply-add rounds once.
+# ---- dequantization: `b` is (blocks, block bytes) uint8 on a compute device; each returns (blocks, *dims) float32,
+# the block's values in their order once the dims are flattened. The dims are the block's own structure (sub-blocks,
+# the fields of a byte, the bytes), never merged: each is a plain stride over the bytes or a field's shift, so a
+# kernel reading them (Linear's product keeps them as dims of its sum) indexes bytes without division or modulo
+# and computes a group's scale once for its run of values. Every value is computed as gguf's reference (gguf-py's
+# quants.py, ggml's dequantize_row_*) computes it, operation for operation in float32 (the scale products first,
+# then times the quant, then less the offset), so the results are bit-exact; the renderers compile with
+# floating-point contraction off, so no fused multiply-add rounds once.
 def _f16(b: Tensor) -> Tensor:
     """Little-endian fp16 from byte pairs: (..., 2) uint8 -> (..., 1) float32."""
     lo, hi = b[..., 0:1].cast(dtypes.uint16), b[..., 1:2].cast(dtypes.uint16)
     return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def _fields(b: Tensor, bits: int, count: int, dim: int) -> Tensor:
-    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (uint8)."""
-    mask = (1 << bits) - 1
-    return Tensor.stack(*[(b >> (bits * i)) & mask for i in range(count)], dim=dim)
+def _fields(b: Tensor, bits: int, count: int, dim: int, up: int = 0) -> Tensor:
+    """The `count` fields of `bits` bits in each byte of `b`, least significant first, as a new axis `dim` (b's dtype),
+    each times 2**up (`b` wide enough to hold that: the shift comes before the broadcast, once a byte).
+
+    NOTE: each byte is broadcast along the new axis and shifted by `bits` times the axis' index (an arange, which is
+    an index expression, not data): the kernel loads a byte once for all its fields, and where the axis is unrolled
+    every shift is a constant. Stacking the shifted bytes instead would make each field a padded branch of its own,
+    a gated load per field and value."""
+    shifts = Tensor.arange(count, dtype=b.dtype, device=b.device) * bits
+    dim = dim % (b.ndim + 1)
+    x = (b << up if up else b).unsqueeze(dim)
+    shape = list(x.shape)
+    shape[dim] = count
+    # the shifts are below 8 by construction: C's >> as it is (Tensor.rshift would guard each lane against counts
+    # of 8 and more with selects, which a CPU kernel does lane by lane)
+    x, s = x.expand(*shape), shifts.reshape(count, *[1] * (b.ndim - dim)).expand(*shape)
+    return F.ShiftRight.apply(x, s) & (((1 << bits) - 1) << up)
+
+
+def _ifields(b: Tensor, bits: int, count: int, dim: int, up: int = 0) -> Tensor:
+    """_fields of bytes widened to int32 first (int32 values).
+
+    NOTE: the quant values take this path: a CPU kernel widens a vector of bytes to int32 lanes in one instruction,
+    shifts, masks and combines them as int32 vectors (x86 has no byte shifts) and converts them to float32 as one
+    vector, once a value."""
+    return _fields(b.cast(dtypes.int32), bits, count, dim, up)
 
 
 def _nibbles(qs: Tensor) -> Tensor:
-    """(n, 16k) bytes -> (n, 2, 16k): the low nibbles are the first 16k values, the high ones the next."""
-    return _fields(qs, 4, 2, 1)
+    """(n, 16k) bytes -> (n, 2, 16k) float32: the low nibbles are the first 16k values, the high ones the next."""
+    return _ifields(qs, 4, 2, 1).cast(dtypes.float32)
+
+
+def _int8(b: Tensor) -> Tensor:
+    """Bytes as the int8 values they hold, float32."""
+    return b.bitcast(dtypes.int8).cast(dtypes.float32)
 
 
 _UINTS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -86,41 +117,50 @@ def _lut(idx: Tensor, table: tuple[int, ...]) -> Tensor:
 
 
 def _q4_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * (_nibbles(b[:, 2:18]).cast(dtypes.float32) - 8)
+    return _f16(b[:, 0:2]).unsqueeze(2) * (_nibbles(b[:, 2:18]) - 8)
 
 
 def _q4_1(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * _nibbles(b[:, 4:20]).cast(dtypes.float32) + _f16(b[:, 2:4]).unsqueeze(2)
+    return _f16(b[:, 0:2]).unsqueeze(2) * _nibbles(b[:, 4:20]) + _f16(b[:, 2:4]).unsqueeze(2)
 
 
 def _q5(qh: Tensor, qs: Tensor) -> Tensor:
-    """5-bit values (n, 2, 16), uint8: the low 4 bits are qs's nibbles, the fifth bit of value j bit j of the
-    little-endian uint32 qh."""
-    high = _fields(qh, 1, 8, 2).reshape(-1, 2, 16)
-    return _nibbles(qs) | (high << 4)
+    """5-bit values (n, 2, 2, 8) int32: the low 4 bits are qs's nibbles (the low nibbles values 0..15), the fifth
+    bit of value j bit j of the little-endian uint32 qh (bit k of its byte i, value 8i + k)."""
+    high = _ifields(qh.reshape(-1, 2, 2), 1, 8, 3, up=4)
+    return _ifields(qs, 4, 2, 1).reshape(-1, 2, 2, 8) | high
 
 
 def _q5_0(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * (_q5(b[:, 2:6], b[:, 6:22]).cast(dtypes.float32) - 16)
+    # q - 16 as the low bits less 16 - the fifth bit's 16, that is the complemented byte's bit (a byte's xor, where
+    # q | 16 * bit - 16 is an or and a sub a value)
+    low = _ifields(b[:, 6:22], 4, 2, 1).reshape(-1, 2, 2, 8)
+    off = _ifields(b[:, 2:6].reshape(-1, 2, 2) ^ 0xFF, 1, 8, 3, up=4)
+    return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (low - off).cast(dtypes.float32)
 
 
 def _q5_1(b: Tensor) -> Tensor:
-    q = _q5(b[:, 4:8], b[:, 8:24]).cast(dtypes.float32)
-    return _f16(b[:, 0:2]).unsqueeze(2) * q + _f16(b[:, 2:4]).unsqueeze(2)
+    d, m = _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3), _f16(b[:, 2:4]).unsqueeze(2).unsqueeze(3)
+    return d * _q5(b[:, 4:8], b[:, 8:24]).cast(dtypes.float32) + m
 
 
 def _q8_0(b: Tensor) -> Tensor:
-    return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32).unsqueeze(1) * _f16(b[:, 0:2]).unsqueeze(2)
+    return _int8(b[:, 2:34]).unsqueeze(1) * _f16(b[:, 0:2]).unsqueeze(2)
+
+
+def _k16(scales: Tensor) -> Tensor:
+    """A K-type's 16 per-group factors (n, 16) as (n, half, quarter, group, 1): group g of quarter k of half h is
+    scale 8h + 2k + g, the 16 values of bytes 16g.. of the quarter's 32."""
+    return scales.reshape(-1, 2, 4, 2, 1)
 
 
 def _q2_k(b: Tensor) -> Tensor:
     # 16 bytes of scales (a 4-bit scale and a 4-bit min per 16 values), 64 bytes of 2-bit values, fp16 d and dmin;
     # each half of 128 values is 32 bytes: field k of byte l is value 32k + l
     sc = b[:, 0:16]
-    dl = (_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32)).unsqueeze(2)
-    ml = (_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32)).unsqueeze(2)
-    q = _fields(b[:, 16:80].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16).cast(dtypes.float32)
-    return dl * q - ml
+    dl = _k16(_f16(b[:, 80:82]) * (sc & 0xF).cast(dtypes.float32))
+    ml = _k16(_f16(b[:, 82:84]) * (sc >> 4).cast(dtypes.float32))
+    return dl * _ifields(b[:, 16:80].reshape(-1, 2, 2, 16), 2, 4, 2).cast(dtypes.float32) - ml
 
 
 def _q3_k(b: Tensor) -> Tensor:
@@ -132,11 +172,10 @@ def _q3_k(b: Tensor) -> Tensor:
     low = _fields(s[:, 0:8], 4, 2, 1).reshape(-1, 16)
     high = _fields(s[:, 8:12], 2, 4, 1).reshape(-1, 16)
     scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
-    dl = (_f16(b[:, 108:110]) * scale).unsqueeze(2)
-    ql = _fields(b[:, 32:96].reshape(-1, 2, 32), 2, 4, 2).reshape(-1, 16, 16)
-    qh = _fields(b[:, 0:32], 1, 8, 1).reshape(-1, 16, 16)
-    q = ql.bitcast(dtypes.int8) - ((qh ^ 1) << 2).bitcast(dtypes.int8)
-    return dl * q.cast(dtypes.float32)
+    dl = _k16(_f16(b[:, 108:110]) * scale)
+    ql = _ifields(b[:, 32:96].reshape(-1, 2, 2, 16), 2, 4, 2)
+    qh = _ifields(b[:, 0:32].reshape(-1, 2, 16), 1, 8, 1).reshape(-1, 2, 4, 2, 16)
+    return dl * (ql - ((qh ^ 1) << 2)).cast(dtypes.float32)
 
 
 def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
@@ -151,36 +190,37 @@ def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _k_chunks(q: Tensor) -> Tensor:
-    """(n, 128) bytes of 4-bit pairs -> (n, 8 sub-blocks, 32): each chunk of 32 bytes holds one sub-block of 32
-    values in its low nibbles and the next in its high ones."""
-    return _fields(q.reshape(-1, 4, 32), 4, 2, 2).reshape(-1, 8, 32)
+    """(n, 128) bytes of 4-bit pairs -> (n, 4 chunks, 2, 32) int32: chunk c of 32 bytes holds sub-block 2c of 32
+    values in its low nibbles and sub-block 2c+1 in its high ones."""
+    return _ifields(q.reshape(-1, 4, 32), 4, 2, 2)
 
 
 def _k_values(b: Tensor, q: Tensor) -> Tensor:
-    """Q4_K's and Q5_K's values from their quants q (n, 8, 32) float32: (d * scale) * q - (dmin * min)."""
+    """Q4_K's and Q5_K's values from their quants q (n, 4, 2, 32) int32: (d * scale) * q - (dmin * min)."""
     sc, m = _k_scales(b[:, 4:16])
-    return (_f16(b[:, 0:2]) * sc).unsqueeze(2) * q - (_f16(b[:, 2:4]) * m).unsqueeze(2)
+    d, dmin = (_f16(b[:, 0:2]) * sc).reshape(-1, 4, 2, 1), (_f16(b[:, 2:4]) * m).reshape(-1, 4, 2, 1)
+    return d * q.cast(dtypes.float32) - dmin
 
 
 def _q4_k(b: Tensor) -> Tensor:
-    return _k_values(b, _k_chunks(b[:, 16:144]).cast(dtypes.float32))
+    return _k_values(b, _k_chunks(b[:, 16:144]))
 
 
 def _q5_k(b: Tensor) -> Tensor:
     # the fifth bit of value l of sub-block j is bit j of qh[l]
-    high = _fields(b[:, 16:48], 1, 8, 1)
-    return _k_values(b, (_k_chunks(b[:, 48:176]) | (high << 4)).cast(dtypes.float32))
+    high = _ifields(b[:, 16:48], 1, 8, 1, up=4).reshape(-1, 4, 2, 32)
+    return _k_values(b, _k_chunks(b[:, 48:176]) | high)
 
 
 def _q6_k(b: Tensor) -> Tensor:
-    # two halves of 128 values, each four quarters of 32: quarter k of half h takes the low 4 bits from ql (bytes
-    # 64h+32(k%2)..+32, the low nibble for k < 2, the high for k >= 2) and 2 more from bits 2k..2k+1 of qh (bytes
-    # 32h..+32); each 16 values share an int8 scale
-    low = _fields(b[:, 0:128].reshape(-1, 2, 64), 4, 2, 2).reshape(-1, 2, 4, 32)
-    high = _fields(b[:, 128:192].reshape(-1, 2, 32), 2, 4, 2)
-    q = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32).reshape(-1, 16, 16)
+    # two halves of 128 values, each four quarters of 32: quarter k = 2s + c of half h takes the low 4 bits from
+    # nibble s of bytes 64h + 32c.. of ql, and 2 more from field k of bytes 32h.. of qh; each 16 values (group g
+    # of a quarter) share an int8 scale
+    low = _ifields(b[:, 0:128].reshape(-1, 2, 2, 2, 16), 4, 2, 2)  # (n, h, s, c, g, 16)
+    high = _ifields(b[:, 128:192].reshape(-1, 2, 2, 16), 2, 4, 2, up=4).reshape(-1, 2, 2, 2, 2, 16)
+    q = ((low | high) - 32).cast(dtypes.float32)
     scale = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
-    return (_f16(b[:, 208:210]) * scale).unsqueeze(2) * q
+    return (_f16(b[:, 208:210]) * scale).reshape(-1, 2, 2, 2, 2, 1) * q
 
 
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale
@@ -188,7 +228,7 @@ IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 8
 
 
 def _iq4_nl(b: Tensor) -> Tensor:
-    return _f16(b[:, 0:2]).unsqueeze(2) * _lut(_nibbles(b[:, 2:18]), IQ4_LEVELS)
+    return _f16(b[:, 0:2]).unsqueeze(2) * _lut(_fields(b[:, 2:18], 4, 2, 1), IQ4_LEVELS)
 
 
 def _iq4_xs(b: Tensor) -> Tensor:
@@ -197,8 +237,8 @@ def _iq4_xs(b: Tensor) -> Tensor:
     low = _fields(b[:, 4:8], 4, 2, 2).reshape(-1, 8)
     high = _fields(b[:, 2:4], 2, 4, 2).reshape(-1, 8)
     scale = ((low | (high << 4)).bitcast(dtypes.int8) - 32).cast(dtypes.float32)
-    q = _fields(b[:, 8:136].reshape(-1, 8, 16), 4, 2, 2).reshape(-1, 8, 32)
-    return (_f16(b[:, 0:2]) * scale).unsqueeze(2) * _lut(q, IQ4_LEVELS)
+    q = _fields(b[:, 8:136].reshape(-1, 8, 16), 4, 2, 2)
+    return (_f16(b[:, 0:2]) * scale).reshape(-1, 8, 1, 1) * _lut(q, IQ4_LEVELS)
 
 
 # ggml type id -> (name, values per block, bytes per block, plain dtype or dequantizer)

@@ -17,7 +17,7 @@ import struct
 from typing import Callable
 
 from tinygrad.codegen.program import ProgramSpec
-from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
+from tinygrad.codegen.uops import INT_VECTOR_ALU_OPS, VECTOR_ALU_OPS, VECTOR_DTYPES, UOp, UOps
 from tinygrad.dtype import DType, PtrDType, dtypes
 from tinygrad.ops import BinaryOps, TernaryOps, UnaryOps
 from tinygrad.renderer.prelude import read_prelude
@@ -224,6 +224,9 @@ class CStyleLanguage:
             return f"tg_max_{self.vector_type_name(dt)}({operands[0]}, {operands[1]})"
         if op is UnaryOps.EXP2 and dt.scalar() == dtypes.float32:
             return f"tg_exp2_{self.vector_type_name(dt)}({operands[0]})"
+        if op in INT_VECTOR_ALU_OPS and dtypes.is_int(dt.scalar()):
+            # C's vector extensions apply the infix ops lane by lane in the vector's own type (no promotion)
+            return self.code_for_op[op](*operands, dt)
         if op not in VECTOR_ALU_OPS:
             raise NotImplementedError(f"{op} on vectors is not supported by the {type(self).__name__} renderer")
         return self.code_for_op[op](*operands, dt)
@@ -257,6 +260,9 @@ class CStyleLanguage:
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         if dtypes.bfloat16 in (src, dt):
             raise NotImplementedError("bitcast to or from bfloat16 is not supported by the C renderer")
+        if src.count > 1:
+            # a vector cast to a vector type of the same size reinterprets its bits (in its register)
+            return f"(({self.render_dtype(dt)})({x}))"
         # a union compound literal reinterprets the bits without undefined behaviour
         return f"((union {{ {self.render_dtype(src)} i; {self.render_dtype(dt)} o; }}){{.i = {x}}}).o"
 

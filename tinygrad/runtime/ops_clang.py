@@ -76,7 +76,7 @@ class ClangCompiler(Compiler):
     linearizer_opts = LinearizerOptions("CLANG", has_local=False, has_shared=False,
                                         supports_upcast=True, max_vector_bytes=_VECTOR_BYTES,
                                         vector_registers=_VECTOR_REGISTERS, threads=_host_threads(),
-                                        narrow_vectors=True, vector_math=True)
+                                        narrow_vectors=True, vector_math=True, int_vectors=True)
 
     def __init__(self, cachekey: str | None = None):
         # the disk cache key names the compiler, its flags and the host CPU (-march=native binaries are per CPU)

@@ -1,8 +1,20 @@
-"""Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`).
+"""Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`), in one of two layouts.
 
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load into planes: int8 values and a scale (and
-offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. Other
+File bits (on a CPU whose C renderer has integer vectors, for the types in Linear.FILE_BITS_TYPES): a matrix is kept
+as the file stores it, its rows of blocks byte for byte (F16 and BF16 as their 16-bit words), so the device holds the
+file's tensor bytes and no more. The kernel of a product reads those bytes and takes each block apart itself
+(state_gguf's Tensor-op dequantizers: bytes widened to int32 vectors once, shifted, masked and combined, then
+converted to float32 whole; the fp16 scales bitcast from byte pairs), with the block's groups kept as dims of the
+sum, so a group's scale is computed once for its run of values. Values are bit-exact against the `gguf` package's
+reference (a sum's order is the kernel's own). A CPU's decode is bound by memory: reading the file's bits (4.5 bits a
+value for Q4_K) where planes read 8 and more is what gets it past llama.cpp.
+
+Planes (every other device, and the CPU's other types): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are
+split at load into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads
+whole vectors of int8 and one scale a group (a GPU renderer spells integer field extraction lane by lane). Other
 quantized types keep the file's blocks, dequantized by Tensor ops in the kernel that reads them.
+
+The host helpers (_planes, plane_values) also dequantize a few rows on the host, for the embedding table.
 """
 from __future__ import annotations
 
@@ -10,7 +22,8 @@ import numpy as np
 
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
-from tinygrad.nn.state_gguf import GGUFTensor, dequantize
+from tinygrad.helpers import getenv
+from tinygrad.nn.state_gguf import GGML_TYPES, GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
@@ -21,8 +34,9 @@ PLANE_LAYOUT = {Q4_0: (32, np.float16, False), Q4_1: (32, np.float16, True), Q5_
                 Q5_1: (32, np.float16, True), Q8_0: (32, np.float16, False), Q4_K: (32, np.float32, True),
                 Q6_K: (16, np.float32, False)}
 PLANE_TYPES = tuple(PLANE_LAYOUT)
-# a matrix's planes are made on the host and copied to the device about this many bytes of int8 values at a time,
-# so loading never holds a whole matrix's temporaries (the 262,144-row embedding table's would be 170 MB and more)
+# a matrix is copied to the device about this many bytes at a time (its blocks, or its planes' int8 values), the
+# file's pages of each chunk let go once copied, so loading never holds a large matrix's pages or temporaries and
+# its device copy at once (the 262,144-row embedding table of Gemma 3 is 178 MB)
 LOAD_CHUNK_BYTES = 8 << 20
 
 
@@ -112,23 +126,78 @@ def _write_rows(dst: Tensor, at, start: int, rows: np.ndarray) -> None:
     dst.shrink(((a, a + rows.shape[0]), None)).assign(Tensor(rows, device=dst.device)).realize()
 
 
-class Linear:
-    """y = x @ W.T for a GGUF matrix W (out, in): quantized blocks dequantized inside the kernel that reads them.
+def _rows_bytes(ts: list[GGUFTensor], lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi-1 (hi - lo, row bytes) of matrices `ts` stacked along the output dim, a host copy of the file's
+    blocks of those rows; the file's pages of them are let go once copied."""
+    parts, first = [], 0
+    for t in ts:
+        a, b = max(lo, first), min(hi, first + t.shape[0])
+        if a < b:
+            row_bytes = t.nbytes // t.shape[0]
+            start, nbytes = (a - first) * row_bytes, (b - a) * row_bytes
+            parts.append(t.host_blocks()[start:start + nbytes].reshape(b - a, row_bytes).copy())
+            t.src.release_pages(t.where + start, nbytes)
+        first += t.shape[0]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K are split at load into planes (see _planes): int8 values (out, in),
-    and scales (and Q4_1's, Q5_1's and Q4_K's offsets) (out, groups) per group of 16 or 32 values. Q4_0, Q4_1, Q5_0,
-    Q5_1 and Q8_0 scales and offsets stay the file's fp16 (cast to float32 in the kernel, exactly), so Q8_0 takes
-    the file's bytes and the 4- and 5-bit types up to 8 bits a value plus
-    the file's scales; Q4_K's and Q6_K's scales (and offsets) are float32, the products of the file's fp16 and its
-    6- or 8-bit factors, which fp16 can't hold exactly. A matrix-vector product then reads int8 values and a scale
-    per group instead of taking every block apart bit by bit. The planes are made and copied to the device a few
-    MB at a time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk. Other types stay packed and
-    are dequantized by gguf's Tensor ops in the kernel."""
+
+def _load_rows(ts: list[GGUFTensor], device: str) -> Tensor:
+    """The blocks of one matrix, or of several stacked along the output dim, as a (rows, row bytes) uint8 tensor on
+    `device`: a matrix that fits in one chunk copied as it is, a larger one written into its device tensor a chunk
+    of rows at a time (the chunk's start a Variable: one kernel for every chunk)."""
+    out, row_bytes = sum(t.shape[0] for t in ts), ts[0].nbytes // ts[0].shape[0]
+    step = max(1, LOAD_CHUNK_BYTES // row_bytes)
+    if out <= step:
+        return Tensor(_rows_bytes(ts, 0, out), device=device).realize()
+    from tinygrad.shape.symbolic import Variable
+    dst = Tensor.empty(out, row_bytes, dtype=dtypes.uint8, device=device).realize()
+    at = Variable("load_row", 0, out - step)
+    for start in range(0, out, step):
+        # the last chunk ends at the last row, overlapping the one before: every chunk is one kernel's size
+        start = min(start, out - step)
+        a = at.bind(start)
+        rows = Tensor(_rows_bytes(ts, start, start + step), device=device)
+        dst.shrink(((a, a + step), None)).assign(rows).realize()
+    return dst
+
+
+class Linear:
+    """y = x @ W.T for a GGUF matrix W (out, in), dequantized inside the kernel that reads it; see the module
+    docstring for the two layouts.
+
+    File bits: `blocks` (out, row bytes) uint8, the file's bytes, read by state_gguf's dequantizers in the product.
+    Planes (see _planes): int8 values `qs` (out, in), and scales `d` (and Q4_1's, Q5_1's and Q4_K's offsets `m`)
+    (out, groups) per group of 16 or 32 values. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 scales and offsets stay the file's
+    fp16 (cast to float32 in the kernel, exactly), so Q8_0 takes the file's bytes and the 4- and 5-bit types up to 8
+    bits a value plus the file's scales; Q4_K's and Q6_K's scales (and offsets) are float32, the products of the
+    file's fp16 and its 6- or 8-bit factors, which fp16 can't hold exactly. Other quantized types keep their blocks
+    (`raw`), plain ones load as float32 (`w`). Either way a matrix is made and copied to the device a few MB at a
+    time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk."""
+
+    # the types a CPU product reads in the file's bits: those measured at least as fast so as on planes (Q4_0, Q4_1,
+    # Q5_1, Q4_K: their planes take 1.6x to 1.8x the file's bytes, and the product reads those from memory), the
+    # types without planes, and the plain ones (F16 and BF16 stay 16 bits, not float32). Q8_0's planes are its
+    # blocks' bytes exactly (aligned int8 values and fp16 scales), read faster; Q5_0's and Q6_K's products take
+    # their fields apart at a cost the bytes saved don't repay on 2 cores (Gemma 3 270M decode, one thread: 10% more
+    # CPU time a token with Q5_0 in the file's bits): planes, 1.5x the file's bytes, until their kernels are faster.
+    # TG_LLM_FILE_BITS=0 keeps planes for every type.
+    FILE_BITS_TYPES: frozenset[int] = frozenset(t for t in GGML_TYPES if t not in (Q5_0, Q6_K, Q8_0))
+
+    @classmethod
+    def file_bits(cls, ttype: int, device: str) -> bool:
+        """Whether a matrix of `ttype` on `device` keeps the file's bits: on a device whose renderer applies integer
+        ops to whole vectors (the CPU's C), for the types measured faster so; planes elsewhere (a GPU's kernels
+        take the fields apart lane by lane, slower than reading int8 planes)."""
+        opts = getattr(Device[device], "linearizer_opts", None)
+        return bool(getenv("TG_LLM_FILE_BITS", 1)) and opts is not None and getattr(opts, "int_vectors", False) \
+            and ttype in cls.FILE_BITS_TYPES
 
     def __init__(self, t: GGUFTensor, device: str):
         self.shape, self.ttype = t.shape, t.ttype
-        self.raw = self.w = self.qs = self.d = self.m = None
-        if t.ttype in PLANE_TYPES:
+        self.blocks = self.raw = self.w = self.qs = self.d = self.m = None
+        if len(t.shape) == 2 and self.file_bits(t.ttype, device):
+            self.blocks = _load_rows([t], device)
+        elif t.ttype in PLANE_TYPES:
             self._load_planes([t], device)
         elif t.quantized:
             self.raw = t.raw().to(device).realize()
@@ -171,18 +240,46 @@ class Linear:
     def stacked(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
         """One Linear for matrices that read the same input (q, k and v; gate and up): their rows stacked, so one
         kernel reads the input once, which the kernel that makes it can then fuse into (a single consumer). None
-        where their planes differ in group size, scale dtype or offsets (or have none), so they can't share one
-        kernel."""
-        if len({t.shape[1] for t in ts}) != 1 or any(t.ttype not in PLANE_TYPES for t in ts) or \
-                len({PLANE_LAYOUT[t.ttype] for t in ts}) != 1:
+        where they can't share one kernel: input sizes differ, or (file bits) types differ, or (planes) group
+        size, scale dtype or offsets differ (or a type has no planes).
+
+        NOTE: in the file's bits matrices of different types are not stacked: a kernel has no branch per row, so one
+        reading two types' blocks (each padded to all the rows) would compute both dequantizations for every row,
+        where the loads alone are gated (Gemma 3's Q5_0 q and k with its Q8_0 v: about 1.5x the ALU work of the
+        separate products, for one launch saved). The model stacks q and k there and keeps v apart."""
+        if len({t.shape[1] for t in ts}) != 1 or any(len(t.shape) != 2 for t in ts):
+            return None
+        bits = all(cls.file_bits(t.ttype, device) for t in ts)
+        if bits and len({t.ttype for t in ts}) != 1:
+            return None
+        if not bits and (any(t.ttype not in PLANE_TYPES for t in ts) or len({PLANE_LAYOUT[t.ttype] for t in ts}) != 1
+                         or any(cls.file_bits(t.ttype, device) for t in ts)):
             return None
         self = cls.__new__(cls)
         self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
-        self.raw = self.w = self.qs = self.d = self.m = None
-        self._load_planes(ts, device)
+        self.blocks = self.raw = self.w = self.qs = self.d = self.m = None
+        if bits:
+            self.blocks = _load_rows(ts, device)
+        else:
+            self._load_planes(ts, device)
         for t in ts:
             t.src.release_pages(t.where, t.nbytes)
         return self
+
+    def device_bytes(self) -> int:
+        """The device memory this matrix holds (the file's tensor bytes in the file's bits)."""
+        return sum(t.nbytes() for t in (self.blocks, self.raw, self.w, self.qs, self.d, self.m) if t is not None)
+
+    def _blocks_grouped(self) -> Tensor:
+        """The file-bits matrix's values (out, blocks a row, *the block's dims), dequantized by the type's Tensor
+        ops from the bytes on the device (see state_gguf's dequantizers); a plain type's values as (out, in)."""
+        out, inner = self.shape
+        _, per_block, block_bytes, kind = GGML_TYPES[self.ttype]
+        if not callable(kind):
+            return dequantize(self.ttype, self.blocks.reshape(-1), (out, inner))
+        nb = inner // per_block
+        w = kind(self.blocks.reshape(out * nb, block_bytes))
+        return w.reshape(out, nb, *w.shape[1:])
 
     def _grouped(self) -> Tensor:
         """The planes' values (out, groups, values a group), dequantized: int8 times its group's scale (fp16 scales
@@ -196,13 +293,23 @@ class Linear:
         return self.m if self.m.dtype == dtypes.float32 else self.m.cast(dtypes.float32)
 
     def weight(self) -> Tensor:
+        """W (out, in) as float32, lazily dequantized."""
         if self.w is not None:
             return self.w
+        if self.blocks is not None:
+            return self._blocks_grouped().reshape(self.shape)
         if self.qs is not None:
             return self._grouped().reshape(self.shape)
         return dequantize(self.ttype, self.raw, self.shape)
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.blocks is not None:
+            # the blocks and their groups stay dims of the sum: a group's scale is one value for a run of
+            # consecutive values, so the kernel computes it once per group (its loop hoisted out of the values'
+            # loop) where a flat (out, in) weight would index the scale by division for every value
+            w = self._blocks_grouped()
+            dims = w.ndim - 1
+            return (x.reshape(*x.shape[:-1], 1, *w.shape[1:]) * w).sum(tuple(range(-dims, 0)))
         if self.qs is None:
             return x @ self.weight().T
         # the planes keep their groups as a dim of the sum: each group's scale is one value for a run of consecutive

@@ -4,8 +4,9 @@ they differ (FAMILIES) and the numbers the metadata gives (Config): grouped-quer
 normal or neox pairs, partial rotary, linear or YaRN scaling and llama 3's per-pair frequency factors, sliding-window
 layers, soft-capping, tied or separate output embeddings, fused or separate q/k/v and gate/up matrices.
 
-Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, Q4_K and Q6_K matrices are split at load into planes, int8 values and a scale (and offset) per group of 16 or
+Weights stay quantized and are dequantized inside the kernels that read them (`Linear`). On the CPU most types keep
+the file's own bits (linear.py says which and why); elsewhere Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices
+are split at load into planes, int8 values and a scale (and offset) per group of 16 or
 32, so a matrix-vector product reads whole vectors of int8 and one scale a group. The 4- and 5-bit legacy types and
 Q8_0 keep the file's fp16 scales (Q8_0 then takes exactly the file's bytes), Q4_K and Q6_K have float32 ones
 (products fp16 can't hold); the 4- to 6-bit types take 8 bits a value. Other quantized types keep the file's blocks,
@@ -315,9 +316,14 @@ class Transformer:
                     continue
                 ts = [tensors[p + n + ".weight"] for n in names]
                 both = Linear.stacked(ts, self.device)
+                qk = Linear.stacked(ts[:2], self.device) if both is None and fused == "qkv" else None
                 if both is not None:
                     layer[fused] = both
                     layer[fused + "_split"] = [t.shape[0] for t in ts]
+                elif qk is not None:
+                    # q and k of one type, v of another (Gemma 3's Q5_0, Q5_0, Q8_0): q and k stacked, two kernels
+                    layer["qk"], layer["qk_split"] = qk, [t.shape[0] for t in ts[:2]]
+                    layer["attn_v"] = Linear(ts[2], self.device)
                 else:
                     layer.update({n: Linear(t, self.device) for n, t in zip(names, ts)})
             for n in ("attn_output", "ffn_down"):
@@ -539,6 +545,13 @@ class Transformer:
                 q, k, v = _split(qkv, L["qkv_split"])
                 # q's heads then k's: one view of the stacked output
                 qk = qkv[:, :(cfg.heads + cfg.kv_heads) * cfg.head_dim].reshape(n, cfg.heads + cfg.kv_heads, -1)
+            elif "qk" in L:
+                qkm = _normed_linear(L["qk"], x, L["attn_norm"], cfg.eps)
+                v = _normed_linear(L["attn_v"], x, L["attn_norm"], cfg.eps)
+                if "qkv_bias" in L:
+                    qkm, v = qkm + L["qkv_bias"][:qkm.shape[1]], v + L["qkv_bias"][qkm.shape[1]:]
+                q, k = _split(qkm, L["qk_split"])
+                qk = qkm.reshape(n, cfg.heads + cfg.kv_heads, -1)
             else:
                 q, k, v = (_normed_linear(L[m], x, L["attn_norm"], cfg.eps) for m in ("attn_q", "attn_k", "attn_v"))
                 if "qkv_bias" in L:
