@@ -726,21 +726,3 @@ def test_packed_halves_match_the_scalar_kernel_bit_for_bit(dt):
     vec = Kernel(a + 1, lopts=packed)
     assert "tg_vload<unsigned short, 8>" in vec.src and "tg_vstore<unsigned short, 8>" in vec.src
     assert "tg_vload" not in Kernel(a + 1).src
-
-
-@pytest.mark.parametrize("m,n,k,dt", [(8, 2560, 512, np.float16), (16, 1040, 1000, np.float32),
-                                      (3, 8200, 768, np.float16)])
-def test_a_few_rows_times_a_matrix_take_every_row_in_each_thread(m, n, k, dt):
-    # a decode batch's x @ W.T: each thread takes all m rows of one output column (W's element read once for all of
-    # them) and the reduction is split across a group of threads, as for one row
-    rng = np.random.default_rng(m)
-    a, w = rng.standard_normal((m, k)).astype(dt), rng.standard_normal((n, k)).astype(dt)
-    import dataclasses
-    kern = Kernel(_t(a) @ _t(w).T, lopts=dataclasses.replace(CUDA, half_vectors=True))
-    ops = [o.op for o in kern.lin.applied_opts]
-    assert ops[-3:] == [OptOps.UPCAST, OptOps.GROUP, OptOps.LOCAL] and kern.lin.applied_opts[-3].amt == m
-    # 16 bytes of the reduced dim at a time, unless that leaves a narrow group (k = 1000 = 8 * 125)
-    assert (ops[0] is OptOps.VECTORIZE) == (k % 128 == 0)
-    got = _run([kern])[0].reshape(m, n).astype(np.float32)
-    want = a.astype(np.float32) @ w.astype(np.float32).T
-    np.testing.assert_allclose(got, want, atol=0.05 if dt == np.float16 else 1e-3, rtol=2e-3)

@@ -49,12 +49,6 @@ MAX_BLOCK = 1024
 GROUP_BELOW_THREADS = 1 << 15
 GROUP_MIN_INPUTS = 256
 GROUP = 16
-# a product of at most FEW_ROWS rows along a dim some load is broadcast on (a decode batch's x @ W.T) takes them all
-# in each thread (_few_rows), its block's partial sums within FEW_ROWS_SHARED bytes of shared memory
-FEW_ROWS = 16
-FEW_ROWS_SHARED = 32 * 1024
-FEW_ROWS_ACCS = 64
-FEW_ROWS_BLOCKS = 512
 # tensor-core configs (indices into codegen/tensor_cores.TC_CONFIGS) in order of preference, and the fewest blocks
 # the chosen one may leave (an H100 has 132 multiprocessors). Measured on the H100 (4096^3 fp16, TFLOP/s, a@b and
 # a@b.T, one run): 128x128x32 in 4 stages (64 KB, dynamic shared memory) 319/314, in 2 stages 308/289, in 3 stages
@@ -172,9 +166,6 @@ def gpu_opts(lin) -> list[Opt]:
             return [tile]
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in red)
     rdims = [d for d in lin.reduce_axes if isinstance(full[d], int) and full[d] > 1]
-    few = _few_rows(lin, outs, rdims, outputs)
-    if few is not None:
-        return few
     if lin.opts.has_shared and rdims and outputs < GROUP_BELOW_THREADS and \
             math.prod(full[d] for d in rdims) >= GROUP_MIN_INPUTS:
         # too few outputs to fill the GPU (a matrix-vector product): a thread per output, each output's reduction
@@ -229,50 +220,6 @@ def gpu_opts(lin) -> list[Opt]:
         if len(live) >= 2:
             ret.append(Opt(OptOps.LOCAL, live[-2], max(1, min(budget // lx, steps[live[-2]]))))
     return ret
-
-
-def _few_rows(lin, outs, rdims, outputs) -> list[Opt] | None:
-    """A matrix product of a few rows (x @ W.T for a decode batch of 2 to FEW_ROWS tokens), or None: a dim of at most
-    FEW_ROWS outputs along which some load (W) is broadcast. Each thread takes every row (UPCAST: W's element read
-    once for all of them) and the reduction is split across GROUP threads as for one row. The tiles of the general
-    path instead gave each thread four of W's rows, K elements apart, so no two threads of a warp read neighbouring
-    bytes: M = 8 and 16 ran at 0.12-0.44x cuBLAS on an H200 (M = 1 at 1.1-4x)."""
-    full = lin.full_shape
-    if not lin.opts.has_shared or not rdims or math.prod(full[d] for d in rdims) < GROUP_MIN_INPUTS:
-        return None
-    loads = [op.arg.st for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD]
-    small = [d for d in outs if full[d] <= FEW_ROWS and any(_broadcast(st, d) for st in loads) and
-             not all(_broadcast(st, d) for st in loads)]
-    if not small:
-        return None
-    d = small[-1]
-    rest = [o for o in outs if o != d and full[o] > 1]
-    if not rest or outputs // full[d] >= GROUP_BELOW_THREADS:
-        return None
-    # where every load reads the reduced dim contiguously (x @ W.T), a thread reads 16 bytes of it at once (a vector of
-    # W's row and one of each of x's rows), within FEW_ROWS_ACCS accumulators (a lane of each row)
-    r = rdims[-1]
-    dts = {op.arg.dtype for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD}
-    vw = 0
-    if all(_stride(st, r) in (0, 1) for st in loads) and any(_stride(st, r) == 1 for st in loads):
-        if dts <= {dtypes.float16, dtypes.bfloat16} and lin.opts.half_vectors:
-            vw = lin.opts.max_vector_bytes // 2
-        elif dts == {dtypes.float32}:
-            vw = lin.opts.max_vector_bytes // 4
-    vw = _fit(full[r], min(vw, max(1, FEW_ROWS_ACCS // full[d])))
-    if vw > 1 and _fit(full[r] // vw, GROUP) < GROUP // 2:
-        vw = 1  # (a reduced dim with few factors of two: a wide group matters more than wide loads)
-    ret = [Opt(OptOps.VECTORIZE, r, vw)] if vw > 1 else []
-    group = _fit(full[r] // max(vw, 1), GROUP)
-    if group < 2:
-        return None
-    # the block's partial sums go through shared memory, a slot per thread and row: at most FEW_ROWS_SHARED bytes;
-    # and at least FEW_ROWS_BLOCKS blocks (each thread holds many accumulators: few threads a multiprocessor, so the
-    # GPU fills with blocks; 1024-thread blocks left 64 blocks for N = 4096 and ran at 240 GB/s of W on an H200)
-    lx = min(GROUP_LOCAL_X, full[rest[-1]], MAX_BLOCK // group, max(1, FEW_ROWS_SHARED // (4 * group * full[d])),
-             max(1, full[rest[-1]] // FEW_ROWS_BLOCKS))
-    lx = 1 << (lx.bit_length() - 1)
-    return ret + [Opt(OptOps.UPCAST, d, full[d]), Opt(OptOps.GROUP, r, group), Opt(OptOps.LOCAL, rest[-1], lx)]
 
 
 def tensor_core_opt(lin) -> Opt | None:
