@@ -12,6 +12,7 @@ from tinygrad.engine.realize import run_schedule as run_schedule
 from tinygrad.engine.schedule import create_schedule_with_vars as create_schedule_with_vars
 from tinygrad.helpers import CACHELEVEL as CACHELEVEL
 from tinygrad.helpers import DEBUG as DEBUG
+from tinygrad.helpers import FLASH_ATTENTION as FLASH_ATTENTION
 from tinygrad.helpers import VIZ as VIZ
 from tinygrad.helpers import GlobalCounters as GlobalCounters
 from tinygrad.helpers import raise_pending_interrupt as raise_pending_interrupt

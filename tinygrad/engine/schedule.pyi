@@ -2,6 +2,7 @@
 from typing import Iterable
 
 from tinygrad.device import Buffer
+from tinygrad.engine.fuse_attention import fuse_attention as fuse_attention
 from tinygrad.engine.fuse_rows import fuse_row_chains as fuse_row_chains
 from tinygrad.helpers import DEBUG as DEBUG
 from tinygrad.lazy import LazyBuffer
