@@ -16,6 +16,7 @@ import argparse
 import math
 
 import numpy as np
+from benchlib import cuda_event_seconds
 
 SHAPES = ((8192, 4096), (4097, 1001), ((1 << 24) + 3,))
 TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
@@ -38,19 +39,6 @@ def _ops(torch):
         "pow": (lambda t: t.pow(1.7), lambda t: torch.pow(t, 1.7), True),
         "relu": (lambda t: t.relu(), torch.relu, False),
     }
-
-
-def _torch_seconds(torch, fn, reps):
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = float("inf")
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out = min(out, start.elapsed_time(end) / 1e3)
-    return out
 
 
 def main():
@@ -87,8 +75,8 @@ def main():
                 scale = max(1.0, float(np.nanmax(np.abs(want))))
                 err = float(np.nanmax(np.abs(got.numpy().astype(np.float64) - want))) / scale
                 t_tiny = best(lambda j=jitted: sum(ei.prg(ei.bufs, {}, wait=True) for ei in j.jit_cache), args.reps)
-                t_torch = _torch_seconds(torch, lambda f=torch_fn, t=xt: f(t), args.reps)
-                t_copy = _torch_seconds(torch, lambda t=xt: t.clone(), args.reps)
+                t_torch = cuda_event_seconds(torch, lambda f=torch_fn, t=xt: f(t), args.reps)
+                t_copy = cuda_event_seconds(torch, lambda t=xt: t.clone(), args.reps)
                 nbytes = 2 * src.size * xt.element_size()
                 mark = "" if err <= TOL[dname] * 4 else " FAIL"
                 print(f"{name:<10}{dname:<10}{'x'.join(map(str, shape)):<12}{kernels:>8}{t_tiny * 1e6:>9.1f}"

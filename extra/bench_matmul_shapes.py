@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from benchlib import cuda_event_seconds
 
 # (name, batch dims, M, N, K, B transposed): C[..., M, N] = A[..., M, K] @ B[..., K, N]
 PROJ = ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (2048, 2048), (8192, 2048), (2048, 8192))
@@ -23,19 +24,6 @@ SHAPES = [(f"linear {n}x{k}", (), m, n, k, True) for m in (1, 8, 16, 256, 512, 1
      ("attn q@k.T", (8, 12), 512, 512, 64, True), ("attn p@v", (8, 12), 512, 64, 512, False),
      ("attn q@k.T decode", (1, 32), 1, 4096, 128, True)]
 QUICK = {"linear 4096x4096", "linear 14336x4096", "linear 4096x14336", "attn q@k.T", "attn p@v"}
-
-
-def _torch_seconds(torch, fn, reps):
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = float("inf")
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out = min(out, start.elapsed_time(end) / 1e3)
-    return out
 
 
 def main():
@@ -72,7 +60,7 @@ def main():
         err = float(np.abs(got.numpy().astype(np.float32) - want).max()) / max(1.0, float(np.abs(want).max()))
         kernels = len(jitted.jit_cache)
         t_tiny = best(lambda j=jitted: sum(ei.prg(ei.bufs, {}, wait=True) for ei in j.jit_cache), args.reps)
-        t_ref = _torch_seconds(torch, ref, args.reps)
+        t_ref = cuda_event_seconds(torch, ref, args.reps)
         flops = 2 * m * n * k * int(np.prod(batch or (1,)))
         target = "1.00x" if m <= 16 else ("0.85x" if m >= 256 else "")
         print(f"{name:<22}{'x'.join(map(str, batch)) or '-':<8}{m:>6}{n:>7}{k:>7}{kernels:>8}{t_tiny * 1e6:>10.1f}"

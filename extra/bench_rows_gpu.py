@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from benchlib import cuda_event_seconds
 
 SHAPES = ((8192, 4096), (4096, 1000), (4096, 1001), (16384, 128), (512, 50257))
 # a float16 row computes in float16 (its max, sums and normalisation are rounded to half): half-precision tolerances
@@ -33,20 +34,6 @@ def _ops(torch):
                       lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5)),
         "rmsnorm": (lambda t: RMSNorm(t.shape[-1])._norm(t), rms_torch),
     }
-
-
-def _torch_seconds(torch, fn, reps):
-    """The least GPU time of one call of `fn` over `reps` calls, from CUDA events, after a warm-up call."""
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = float("inf")
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out = min(out, start.elapsed_time(end) / 1e3)
-    return out
 
 
 def main():
@@ -83,7 +70,7 @@ def main():
                 t_kernel = best(lambda j=jitted: sum(ei.prg(ei.bufs, {}, wait=True) for ei in j.jit_cache),
                                 args.reps)
                 t_jit = wall(lambda j=jitted, t=x: j(t), dev.synchronize, args.reps)
-                t_torch = _torch_seconds(torch, lambda f=torch_fn, t=xt: f(t), args.reps)
+                t_torch = cuda_event_seconds(torch, lambda f=torch_fn, t=xt: f(t), args.reps)
                 nbytes = 2 * a.size * xt.element_size()
                 mark = "" if err <= TOL[dname] * max(1.0, float(np.abs(want).max())) else " FAIL"
                 print(f"{name:<12}{dname:<9}{'x'.join(map(str, shape)):<12}{kernels:>8}{t_kernel * 1e6:>11.1f}"

@@ -63,6 +63,20 @@ def timed(fn: Callable[[], object], round_s: float, rounds: int, warmup: int = 3
     return best_of(fn, reps_for(fn, round_s), rounds)
 
 
+def cuda_event_seconds(torch, fn: Callable[[], object], reps: int) -> float:
+    """The least GPU time of one call of `fn` over `reps` calls, from PyTorch's CUDA events, after a warm-up call."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = float("inf")
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out = min(out, start.elapsed_time(end) / 1e3)
+    return out
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 

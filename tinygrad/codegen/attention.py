@@ -26,6 +26,7 @@ import math
 from tinygrad.codegen import attention_gpu
 from tinygrad.codegen.ast_facts import LEAVES, out_dtype
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
+from tinygrad.codegen.tile_values import _scalar_dtype
 from tinygrad.codegen.uops import VECTOR_ALU_OPS, VECTOR_DTYPES, VECTOR_MATH_OPS, UOps
 from tinygrad.dtype import PtrDType, dtypes
 from tinygrad.helpers import to_function_name, toposort
@@ -571,6 +572,3 @@ class AttentionKernel:
             return c
         return em.uop(UOps.ALU, dtype, (em.lower_node(valid), c, zero), TernaryOps.WHERE)
 
-
-def _scalar_dtype(v):
-    return v[0].dtype if isinstance(v, tuple) else v.dtype.scalar()
