@@ -33,6 +33,9 @@ def op_dims(roots, reduce_axes):
                 st = op.arg.st
                 rs = st.real_strides()
                 dims[id(op)] = frozenset([i for i, s in enumerate(st.shape) if not is_one(s) and not is_zero(rs[i])])
+                for s in op.src:
+                    # a gathered load (codegen/gather.py) also varies with the index it reads
+                    dims[id(op)] = dims[id(op)] | dims[id(s)]
             elif isinstance(op.op, ReduceOps):
                 dims[id(op)] = dims[id(op.src[0])] - red
             else:

@@ -31,7 +31,7 @@ the same `_lower_ast` and `_store` as the other kernels (each tiled dim's copies
 """
 from itertools import product
 
-from tinygrad.codegen import packed_halves, rows
+from tinygrad.codegen import gather, packed_halves, rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
@@ -748,7 +748,9 @@ class Linearizer(TileValues):
                 acc_axes, accs = red[op]
                 val = accs[tuple([combo[d] for d in acc_axes])]
             elif op.op in LEAVES:
-                val = self._lower_leaf(op, combo, post)
+                # a leaf with a source is a gathered load: codegen/gather.py
+                val = gather.lower(self, op, combo, post, done[id(op.src[0])]) if op.src else \
+                    self._lower_leaf(op, combo, post)
             else:
                 dt = self.op_dtypes[id(op)]
                 src = tuple([done[id(s)] for s in op.src])

@@ -10,12 +10,16 @@ Fusion rules:
   the row) is one kernel that loops over each row once per reduce (engine/fuse_rows.py);
 - attention (scores, their softmax, the product with v) is one kernel with an online softmax
   (engine/fuse_attention.py);
+- a sum of a one-hot comparison against the summed axis (an embedding's lookup, Tensor.gather) is a gather, one read
+  a value (codegen/gather.py);
 - LoadOps (COPY, CONTIGUOUS, EMPTY, ...) and the requested outputs always get a buffer of their own;
 - an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
 All graph walks are iterative, so graphs of any depth schedule.
 """
+from tinygrad.codegen.gather import gather_items
 from tinygrad.engine.fuse_attention import fuse_attention
 from tinygrad.engine.fuse_rows import fuse_row_chains
+from tinygrad.dtype import dtypes
 from tinygrad.helpers import DEBUG
 from tinygrad.ops import (BinaryOps, BufferOps, ConstBuffer, LazyOp, LoadOps, MemBuffer, ReduceOps, TernaryOps,
                           UNSAFE_PAD_OPS, UnaryOps)
@@ -174,6 +178,7 @@ def create_schedule_with_vars(outs, seen=None):
                 not _region_has(target, realizes, _REDUCE_OPS, {}):
             realizes.discard(id(r))
             fused_reduce[id(target)] = r
+    _store_narrowed_reduces(order, children, realizes, fused_reduce, out_bases)
 
     # ---- 3b. what fusing would make impossible ----
     _split_wide_kernels(order, realizes, fused_reduce)
@@ -196,6 +201,8 @@ def create_schedule_with_vars(outs, seen=None):
         schedule = _order_assigns(schedule, reads_of)
     # ---- 5. attention's three kernels (scores, softmax, product) into one: engine/fuse_attention.py ----
     schedule = fuse_attention(schedule, {id(b) for b in out_bases})
+    # ---- 6. a sum of a one-hot comparison against the summed axis (embeddings, gather) is a gather ----
+    schedule = gather_items(schedule)
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals
@@ -219,6 +226,28 @@ cdef void _unfuse(object b, set realizes, dict fused_reduce):
 
 # ops costly enough that computing them once per reader of an expanded view is worse than storing them
 _EXPENSIVE = frozenset((UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT))
+
+
+cdef void _store_narrowed_reduces(list order, dict children, set realizes, dict fused_reduce,
+                                  list out_bases) except *:
+    """A reduce kept in a buffer of its own and read only through a cast to a narrower float (a half matmul's
+    float32 sum, cast back to half) stores the cast value: every reader casts it anyway, so the values read are the
+    same, in half the bytes, and a matmul reading it gets half operands (tensor cores) instead of float32 ones
+    converted as they are loaded."""
+    for r in order:
+        if not isinstance(r.op, ReduceOps) or id(r) not in realizes or r in out_bases or r.forced_realize or \
+                not dtypes.is_float(r.dtype):
+            continue
+        ch = children.get(id(r), [])
+        if len(ch) != 1:
+            continue
+        c, view = ch[0]
+        if c.op is not UnaryOps.CAST or not view.st.contiguous or view.size != r.size or len(c.srcs) != 1 or \
+                not dtypes.is_float(c.dtype) or c.dtype.itemsize >= r.dtype.itemsize or id(c) in realizes:
+            continue
+        realizes.discard(id(r))
+        realizes.add(id(c))
+        fused_reduce[id(c)] = r
 
 
 cdef void _realize_expanded_inputs(list order, set realizes) except *:
