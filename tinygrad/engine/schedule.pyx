@@ -12,6 +12,7 @@ Fusion rules:
   (engine/fuse_attention.py);
 - a sum of a one-hot comparison against the summed axis (an embedding's lookup, Tensor.gather) is a gather, one read
   a value (codegen/gather.py);
+- a reduce read only through a cast to a narrower float (a half matmul's float32 sum) stores the cast value;
 - LoadOps (COPY, CONTIGUOUS, EMPTY, ...) and the requested outputs always get a buffer of their own;
 - an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
 All graph walks are iterative, so graphs of any depth schedule.
