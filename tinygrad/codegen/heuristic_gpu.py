@@ -237,9 +237,9 @@ def smem_opt(lin) -> Opt | None:
 
 
 def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
-    fits, first = [], None
+    fits, first, merge = [], None, 0
     for i in preference:
-        plan, _ = planner(lin, i)
+        plan, _ = planner(lin, i, merge)
         if plan is None:
             continue
         full, cfg = lin.full_shape, configs[i]
@@ -249,7 +249,13 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
             return None
         if op is OptOps.TC and plan.outer and plan.elem == dtypes.float32:
             first = TF32_CONV_FIRST
-        m, n = full[plan.m_axis], full[plan.n_axis]
+        m, n = full[plan.m_axis], plan.n_size(full)
+        if op is OptOps.TC and not merge and n < TC_MIN_DIM <= m and planner(lin, i, 1)[0] is not None:
+            # N's innermost dim alone is narrower than a tile (a convolution's 7- or 14-wide output rows): N spans
+            # every output dim along which only B varies (batch x OH x OW), each config planned that way
+            merge = 1
+            plan = planner(lin, i, merge)[0]
+            n = plan.n_size(full)
         if min(m, n) < TC_MIN_DIM:
             return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
@@ -262,7 +268,8 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
     fits = [(i, blocks) for i, blocks, f in fits if f >= fill]
     if first is not None:
         fits.sort(key=lambda x: x[0] != first)
-    return Opt(op, 0, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS), max(fits, key=lambda x: x[1])[0]))
+    return Opt(op, merge, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS),
+                               max(fits, key=lambda x: x[1])[0]))
 
 
 def _unrolls(full, rdims: list[int]) -> list[Opt]:

@@ -107,9 +107,11 @@ class SliceStager:
         t_in = em.mul(em.mod(self.tid, em.const(inner)), em.const(lanes))
         lane = Variable("tc_lane", 0, lanes - 1)
         k0, outer_at = at
+        merged = rows_axis == plan.n_axis and bool(plan.n_dims)
         out = []
         # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
-        padded_rows = -(-full[rows_axis] // rows) * rows
+        size = self.rows_size(rows_axis)
+        padded_rows = -(-size // rows) * rows
         padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
         for i in range(n_chunks):
             outer = em.add(t_out, em.const(i * outer_step))
@@ -124,16 +126,17 @@ class SliceStager:
             limits = [valid]
             # NOTE: a chunk starts at a multiple of its lanes, so where the dim's size is one too, the chunk is wholly
             # inside or wholly past the end: its start says which (a condition the same in every lane)
-            if padded_rows != full[rows_axis]:
-                whole = not k_major and full[rows_axis] % lanes == 0
-                limits.append((row_var if whole else nodes[rows_axis]) < full[rows_axis])
+            if padded_rows != size:
+                whole = not k_major and size % lanes == 0
+                limits.append(row_var < size if whole else self._rows_limit(rows_axis, nodes))
             if padded_k != full[k_ax]:
                 whole = k_major and full[k_ax] % lanes == 0
                 limits.append((k_var if whole else nodes[k_ax]) < full[k_ax])
             if len(limits) > 1:
                 valid = Node.ands(limits)
-            base = lane_base(idx, lane) if lane not in valid.vars() else None
-            if i == 0 and base is None and not asynchronous and not k_major and nthreads % rows == 0:
+            base = lane_base(idx, lane) if lane not in valid.vars() and (k_major or not merged) else None
+            # (rows of merged dims: a chunk along them may cross from one dim's end to the next, so never a vector)
+            if i == 0 and (base is None or merged) and not asynchronous and not k_major and nthreads % rows == 0:
                 # read element by element along the rows: a thread an element, neighbours reading neighbours
                 return self._copy_spread(op, rows_axis, rows, row0, at, gate)
             if asynchronous:
@@ -178,7 +181,8 @@ class SliceStager:
         r_in = em.mod(self.tid, em.const(rows)) if nthreads > rows else self.tid
         k_first = em.div(self.tid, em.const(rows)) if nthreads > rows else em.const(0)
         k0, outer_at = at
-        padded_rows = -(-full[rows_axis] // rows) * rows
+        size = self.rows_size(rows_axis)
+        padded_rows = -(-size // rows) * rows
         padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
         row_var = Variable(f"tc_sr{rows_axis}", 0, padded_rows - 1)
         em.bind(row_var, em.add(row0, r_in))
@@ -190,8 +194,8 @@ class SliceStager:
             em.bind(k_var, em.add(k0, k_in))
             idx, valid = st.expr_idxs(self._nodes(rows_axis, row_var, k_var, outer_at))
             limits = [valid]
-            if padded_rows != full[rows_axis]:
-                limits.append(row_var < full[rows_axis])
+            if padded_rows != size:
+                limits.append(row_var < size)
             if padded_k != full[k_ax]:
                 limits.append(k_var < full[k_ax])
             if len(limits) > 1:
@@ -207,13 +211,24 @@ class SliceStager:
             out.append((r_in, k_in, None, rows, val))
         return out
 
+    def rows_size(self, rows_axis: int) -> int:
+        """The length of an operand's rows: M's, or N's (merged dims: their product)."""
+        return self.plan.n_size(self.full) if rows_axis == self.plan.n_axis else self.full[rows_axis]
+
+    def _rows_limit(self, rows_axis: int, nodes: list):
+        """Is the element at `nodes` inside its rows' length? Merged dims: the outermost's quotient says it."""
+        d = self.plan.n_dims[0] if rows_axis == self.plan.n_axis and self.plan.n_dims else rows_axis
+        return nodes[d] < self.full[d]
+
     def _nodes(self, rows_axis: int, r, k, outer_at: dict) -> list:
-        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows, `k` along K, the
-        tile's batch position and the other reduced dims where `outer_at` says (step_at), 0 elsewhere."""
+        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows (N's merged dims
+        each at their part of it), `k` along K, the tile's batch position and the other reduced dims where
+        `outer_at` says (step_at), 0 elsewhere."""
+        rows = self.plan.split_n(self.full, r) if rows_axis == self.plan.n_axis else {rows_axis: r}
         nodes = []
         for d in range(len(self.full)):
-            if d == rows_axis:
-                nodes.append(r)
+            if d in rows:
+                nodes.append(rows[d])
             elif d == self.plan.k_axis:
                 nodes.append(k)
             elif d in self.batch:

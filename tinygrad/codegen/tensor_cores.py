@@ -306,6 +306,25 @@ class TCPlan:
     simt: bool = False
     # the other reduced dims, outermost first: loops around K's slices (a convolution's filter taps)
     outer: tuple[int, ...] = ()
+    # the output dims merged into N, outermost first, the last n_axis (the TC Opt's axis 1; () where N is n_axis
+    # alone): a convolution's N is batch x OH x OW, and a 7x7 or 14x14 output is too narrow for a tile on its own
+    n_dims: tuple[int, ...] = ()
+
+    def n_size(self, full) -> int:
+        """N's length: n_axis's, or the product of the merged dims'."""
+        return math.prod(full[d] for d in self.n_dims) if self.n_dims else full[self.n_axis]
+
+    def split_n(self, full, r) -> dict:
+        """N's flat index `r` (a Node) as each merged dim's index, row-major over n_dims ({n_axis: r} where N is
+        one dim). The outermost dim takes the quotient whole, so `r` past N's end shows as it past its size."""
+        if not self.n_dims:
+            return {self.n_axis: r}
+        out, div = {}, 1
+        for i, d in enumerate(reversed(self.n_dims)):
+            q = r // div if div > 1 else r
+            out[d] = q if i == len(self.n_dims) - 1 else q % full[d]
+            div *= full[d]
+        return out
 
     @property
     def kind(self) -> TileKind:
@@ -402,26 +421,31 @@ def _operand(op, simt: bool, tf32: bool = False):
     return None
 
 
-def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
-    """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
+def tc_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
+    """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit). With
+    `merge` (the TC Opt's axis 1) N spans every output dim along which only B varies (TCPlan.n_dims)."""
     kinds = lin.opts.tensor_cores if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
-    return _plan(lin, TC_CONFIGS[amt], kinds, False)
+    if merge not in (0, 1):
+        return None, f"axis {merge}: 0 (N one output dim) or 1 (N the merged output dims B varies along)"
+    return _plan(lin, TC_CONFIGS[amt], kinds, False, bool(merge))
 
 
-def simt_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
+def simt_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
     """The SMEM plan (a float32 matmul's block tile staged in shared memory) for `lin` with SIMT_CONFIGS[amt]."""
     if lin.opts is None or not lin.opts.has_shared:
         return None, "the device has no shared memory"
     if not 0 <= amt < len(SIMT_CONFIGS):
         return None, f"no SMEM config {amt} (0 to {len(SIMT_CONFIGS) - 1})"
+    if merge:
+        return None, "SMEM tiles take N as one output dim (axis 0)"
     return _plan(lin, SIMT_CONFIGS[amt], lin.opts.tensor_cores, True)
 
 
-def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
+def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | None, str]:
     if not lin.gpu:
         return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     red = lin.reduceop
@@ -457,14 +481,17 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         return None, "no output dim along which only one operand varies (not a matmul)"
     # N: the innermost such dim (the output is usually contiguous along it: accumulator pairs are stored together)
     if max(only_y) > max(only_x):
-        a, b, m, n = x, y, max(only_x), max(only_y)
+        a, b, m, n, only_b = x, y, max(only_x), max(only_y), only_y
     else:
-        a, b, m, n = y, x, max(only_y), max(only_x)
-    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])):
+        a, b, m, n, only_b = y, x, max(only_y), max(only_x), only_x
+    n_dims = tuple(sorted(only_b)) if merge else ()
+    if merge and len(n_dims) < 2:
+        return None, "N has no other output dim (along which only B varies) to merge with"
+    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])) + tuple(("N", full[d]) for d in n_dims):
         if not isinstance(s, int):
             return None, f"{dim_name}={s} is symbolic"
     # NOTE: sizes no tile divides are fine: the last tiles read zeros past the end and store nothing there
-    batch = tuple(d for d in outs if d not in (m, n) and full[d] != 1)
+    batch = tuple(d for d in outs if d not in (m, n) + n_dims and full[d] != 1)
     if any(not isinstance(full[d], int) for d in batch):
         return None, "a symbolic batch dim"
     if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
@@ -481,7 +508,12 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         a_k, b_k = True, along_k(b.arg.st, n, k)
     else:
         a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
-    asynchronous = "cp.async" in kinds and \
+    if n_dims and b_k and not _unit(b.arg.st, b.arg.st.real_strides(), k):
+        # merged N read along neither (a strided convolution's window): a thread an element along the rows, so a
+        # warp reads neighbours `stride` apart rather than 32 elements a channel (H x W) apart
+        b_k = False
+    # (a B of merged dims staged along its rows reads element by element: its 16-byte chunks would cross them)
+    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and \
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
@@ -496,6 +528,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
+        if cfg.tma and n_dims:
+            return None, f"config {cfg}: TMA copies boxes of one dim per side, not merged output dims"
         if cfg.tma:
             why = _tma_unfit(cfg, a, b, m, n, k, b_k, batch, outer, full, kinds)
             if why:
@@ -523,10 +557,10 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         if (rows * cfg.bk // lanes) % cfg.threads or cfg.threads % (cfg.bk // lanes) or cfg.threads % (rows // lanes):
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
-        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer), ""
+        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer, n_dims), ""
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
-    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer), ""
+    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer, n_dims=n_dims), ""
 
 
 def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full, kinds) -> str:
