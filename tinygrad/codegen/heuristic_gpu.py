@@ -19,7 +19,7 @@ from tinygrad.codegen.gpu_plan import WARP_MAX_STEPS, vector_width
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES
 from tinygrad.dtype import dtypes
-from tinygrad.ops import BufferOps
+from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 
 # reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
 # with the renderer's split reductions (the same bounds as codegen/gpu_plan.py's block and grid modes)
@@ -101,6 +101,11 @@ def uses_grid(lin) -> bool:
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in lin.reduce_axes)
     inputs = math.prod(_bound(full[d]) for d in lin.reduce_axes)
     if outputs <= RENDERER_MAX_OUTPUTS and inputs >= RENDERER_MIN_INPUTS:
+        if lin.opts.tensor_cores and outputs >= GRID_MIN_OUTPUTS and _matmul_shaped(lin):
+            # a product summed over a long reduce, with a tile's worth of outputs along each operand's own dims (a
+            # convolution's weight gradient, 64 x 64 x 3 x 3 outputs each over batch x OH x OW): a block tile
+            # reads each input once a tile, where a block an output would read them once an output
+            return True
         return not (outputs < GRID_MIN_OUTPUTS or _reduce_reads_contiguously(lin))
     # many short contiguous rows along one output dim (an LLM's output projection: 262,144 rows of 640 int8
     # weights): a warp per row, 16-byte loads of the weights
@@ -109,6 +114,30 @@ def uses_grid(lin) -> bool:
         narrowest = min(op.arg.dtype.itemsize for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD)
         return -(-inputs // vector_width(narrowest)) > WARP_MAX_STEPS
     return True
+
+
+def _matmul_shaped(lin) -> bool:
+    """Is the kernel a sum of products of two loads (through casts), with at least TC_MIN_DIM outputs along the dims
+    only the first varies along and as many along those only the second does (what a block tile needs)?"""
+    red = lin.reduceop
+    src = _uncast(red.src[0])
+    if red.op is not ReduceOps.SUM or src.op is not BinaryOps.MUL:
+        return False
+    loads = [_uncast(op) for op in src.src]
+    if any(op.op is not BufferOps.LOAD for op in loads):
+        return False
+    full, (xd, yd) = lin.full_shape, (lin.op_dims[id(op)] for op in loads)
+    outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
+    if any(not isinstance(full[d], int) for d in outs):
+        return False
+    return min(math.prod(full[d] for d in outs if d in mine and d not in other)
+               for mine, other in ((xd, yd), (yd, xd))) >= TC_MIN_DIM
+
+
+def _uncast(op):
+    while op.op is UnaryOps.CAST and not op.arg[1]:
+        op = op.src[0]
+    return op
 
 
 def _stride(st, d: int):

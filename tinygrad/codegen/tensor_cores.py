@@ -414,9 +414,13 @@ def _operand(op, simt: bool, tf32: bool = False):
         return op if simt or tf32 else None
     if simt:
         return None
-    if op.op is UnaryOps.CAST and not op.arg[1]:
+    # casts between the load's own dtype and float32 keep its value exactly (a gradient cast to float and back)
+    targets = []
+    while op.op is UnaryOps.CAST and not op.arg[1]:
+        targets.append(op.arg[0])
         op = op.src[0]
-    if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16):
+    if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16) and \
+            all(t in (dtypes.float32, op.arg.dtype) for t in targets):
         return op
     return None
 
