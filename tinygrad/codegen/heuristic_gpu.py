@@ -266,7 +266,7 @@ def smem_opt(lin) -> Opt | None:
 
 
 def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
-    fits, first, merge = [], None, 0
+    fits, first, merge = [], None, _merge(lin, op, preference, planner)
     for i in preference:
         plan, _ = planner(lin, i, merge)
         if plan is None:
@@ -278,13 +278,7 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
             return None
         if op is OptOps.TC and plan.outer and plan.elem == dtypes.float32:
             first = TF32_CONV_FIRST
-        m, n = full[plan.m_axis], plan.n_size(full)
-        if op is OptOps.TC and not merge and n < TC_MIN_DIM <= m and planner(lin, i, 1)[0] is not None:
-            # N's innermost dim alone is narrower than a tile (a convolution's 7- or 14-wide output rows): N spans
-            # every output dim along which only B varies (batch x OH x OW), each config planned that way
-            merge = 1
-            plan = planner(lin, i, merge)[0]
-            n = plan.n_size(full)
+        m, n = plan.size(full, plan.m_axis), plan.size(full, plan.n_axis)
         if min(m, n) < TC_MIN_DIM:
             return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
@@ -299,6 +293,21 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
         fits.sort(key=lambda x: x[0] != first)
     return Opt(op, merge, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS),
                                max(fits, key=lambda x: x[1])[0]))
+
+
+def _merge(lin, op, preference, planner) -> int:
+    """The TC Opt's axis (bits: 1 merges N's dims, 2 M's; TCPlan.n_dims, m_dims): the first of 0, 1, 2, 3 that some
+    config plans with M and N at least TC_MIN_DIM long. A convolution's 7- or 14-wide output rows take N as batch x
+    OH x OW; its input gradient's taps and channels (too many blocks for the grid's z unmerged) N as channels x
+    taps, and M as batch x OH x OW where OW alone is narrow."""
+    if op is not OptOps.TC:
+        return 0
+    full = lin.full_shape
+    for merge in (0, 1, 2, 3):
+        plan = next((p for p in (planner(lin, i, merge)[0] for i in preference) if p is not None), None)
+        if plan is not None and min(plan.size(full, plan.m_axis), plan.size(full, plan.n_axis)) >= TC_MIN_DIM:
+            return merge
+    return 0
 
 
 def _unrolls(full, rdims: list[int]) -> list[Opt]:

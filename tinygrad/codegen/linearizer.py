@@ -569,10 +569,10 @@ class Linearizer(TileValues):
             for d in range(len(self.full_shape)):
                 base = self._tile_bases.get(d)
                 out.append(NumNode(0) if base is None else base + self._tile_offsets[d][combo[d]])
-            if self._tile_split:
-                # N of merged dims: each one's index from N's flat index (lower_tc.TileOutputs.split_n)
-                flat = {Variable("tc_n", 0, 0).expr: out[self.tc.n_axis]}
-                for d, node in self._tile_split.items():
+            # M or N of merged dims: each one's index from the flat index (lower_tc.TileOutputs.split)
+            flat = {name: out[ax] for ax, name in ((self.tc.m_axis, "tc_m"), (self.tc.n_axis, "tc_n"))}
+            for dims in self._tile_split.values():
+                for d, node in dims.items():
                     out[d] = node.substitute({v: flat[v.expr] for v in node.vars() if v.expr in flat})
             return out
         for d, s in enumerate(self.full_shape):
@@ -878,7 +878,7 @@ class Linearizer(TileValues):
         """A block tile's accumulators (lower_tc.TileOutputs) through the kernel's elementwise tail to its stores:
         each tiled dim's copies are offsets from the thread's base index."""
         self._dim_limits = out.limits
-        self._tile_bases, self._tile_offsets, self._tile_split = out.bases, out.offsets, out.split_n
+        self._tile_bases, self._tile_offsets, self._tile_split = out.bases, out.offsets, out.split
         for d, offsets in out.offsets.items():
             self.upcasts[d] = len(offsets)
         n_ax = out.n_axis

@@ -107,7 +107,7 @@ class SliceStager:
         t_in = em.mul(em.mod(self.tid, em.const(inner)), em.const(lanes))
         lane = Variable("tc_lane", 0, lanes - 1)
         k0, outer_at = at
-        merged = rows_axis == plan.n_axis and bool(plan.n_dims)
+        merged = bool(plan.merged(rows_axis))
         out = []
         # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
         size = self.rows_size(rows_axis)
@@ -212,19 +212,19 @@ class SliceStager:
         return out
 
     def rows_size(self, rows_axis: int) -> int:
-        """The length of an operand's rows: M's, or N's (merged dims: their product)."""
-        return self.plan.n_size(self.full) if rows_axis == self.plan.n_axis else self.full[rows_axis]
+        """The length of an operand's rows: M's or N's (merged dims: their product)."""
+        return self.plan.size(self.full, rows_axis)
 
     def _rows_limit(self, rows_axis: int, nodes: list):
         """Is the element at `nodes` inside its rows' length? Merged dims: the outermost's quotient says it."""
-        d = self.plan.n_dims[0] if rows_axis == self.plan.n_axis and self.plan.n_dims else rows_axis
+        d = (self.plan.merged(rows_axis) or (rows_axis,))[0]
         return nodes[d] < self.full[d]
 
     def _nodes(self, rows_axis: int, r, k, outer_at: dict) -> list:
-        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows (N's merged dims
+        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows (merged dims
         each at their part of it), `k` along K, the tile's batch position and the other reduced dims where
         `outer_at` says (step_at), 0 elsewhere."""
-        rows = self.plan.split_n(self.full, r) if rows_axis == self.plan.n_axis else {rows_axis: r}
+        rows = self.plan.split(self.full, rows_axis, r)
         nodes = []
         for d in range(len(self.full)):
             if d in rows:

@@ -306,23 +306,31 @@ class TCPlan:
     simt: bool = False
     # the other reduced dims, outermost first: loops around K's slices (a convolution's filter taps)
     outer: tuple[int, ...] = ()
-    # the output dims merged into N, outermost first, the last n_axis (the TC Opt's axis 1; () where N is n_axis
-    # alone): a convolution's N is batch x OH x OW, and a 7x7 or 14x14 output is too narrow for a tile on its own
+    # the output dims merged into N (into M), outermost first, the last n_axis (m_axis): the TC Opt's axis bits 1
+    # (2); () where N (M) is that one dim. A convolution's N is batch x OH x OW, and a 7x7 or 14x14 output is too
+    # narrow for a tile on its own; its input gradient's M is too (and its N input channels x filter taps)
     n_dims: tuple[int, ...] = ()
+    m_dims: tuple[int, ...] = ()
 
-    def n_size(self, full) -> int:
-        """N's length: n_axis's, or the product of the merged dims'."""
-        return math.prod(full[d] for d in self.n_dims) if self.n_dims else full[self.n_axis]
+    def merged(self, axis: int) -> tuple[int, ...]:
+        """The dims merged into m_axis's or n_axis's rows (`axis`), () where none are."""
+        return self.n_dims if axis == self.n_axis else self.m_dims if axis == self.m_axis else ()
 
-    def split_n(self, full, r) -> dict:
-        """N's flat index `r` (a Node) as each merged dim's index, row-major over n_dims ({n_axis: r} where N is
-        one dim). The outermost dim takes the quotient whole, so `r` past N's end shows as it past its size."""
-        if not self.n_dims:
-            return {self.n_axis: r}
+    def size(self, full, axis: int) -> int:
+        """The length of M or N (`axis`): that dim's, or the product of the merged dims'."""
+        dims = self.merged(axis)
+        return math.prod(full[d] for d in dims) if dims else full[axis]
+
+    def split(self, full, axis: int, r) -> dict:
+        """M's or N's flat index `r` (a Node) as each merged dim's index, row-major over the merged dims ({axis: r}
+        where there are none). The outermost takes the quotient whole: `r` past the end shows as it past its size."""
+        dims = self.merged(axis)
+        if not dims:
+            return {axis: r}
         out, div = {}, 1
-        for i, d in enumerate(reversed(self.n_dims)):
+        for i, d in enumerate(reversed(dims)):
             q = r // div if div > 1 else r
-            out[d] = q if i == len(self.n_dims) - 1 else q % full[d]
+            out[d] = q if i == len(dims) - 1 else q % full[d]
             div *= full[d]
         return out
 
@@ -427,15 +435,16 @@ def _operand(op, simt: bool, tf32: bool = False):
 
 def tc_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
     """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit). With
-    `merge` (the TC Opt's axis 1) N spans every output dim along which only B varies (TCPlan.n_dims)."""
+    `merge` (the TC Opt's axis, bits) N spans every output dim along which only B varies (1: TCPlan.n_dims), M every
+    one along which only A varies (2: TCPlan.m_dims)."""
     kinds = lin.opts.tensor_cores if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
-    if merge not in (0, 1):
-        return None, f"axis {merge}: 0 (N one output dim) or 1 (N the merged output dims B varies along)"
-    return _plan(lin, TC_CONFIGS[amt], kinds, False, bool(merge))
+    if merge not in (0, 1, 2, 3):
+        return None, f"axis {merge}: bits 1 (N the merged output dims only B varies along) and 2 (M, A's), or 0"
+    return _plan(lin, TC_CONFIGS[amt], kinds, False, merge)
 
 
 def simt_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
@@ -449,7 +458,7 @@ def simt_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
     return _plan(lin, SIMT_CONFIGS[amt], lin.opts.tensor_cores, True)
 
 
-def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | None, str]:
+def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, str]:
     if not lin.gpu:
         return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     red = lin.reduceop
@@ -485,20 +494,23 @@ def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | No
         return None, "no output dim along which only one operand varies (not a matmul)"
     # N: the innermost such dim (the output is usually contiguous along it: accumulator pairs are stored together)
     if max(only_y) > max(only_x):
-        a, b, m, n, only_b = x, y, max(only_x), max(only_y), only_y
+        a, b, m, n, only_a, only_b = x, y, max(only_x), max(only_y), only_x, only_y
     else:
-        a, b, m, n, only_b = y, x, max(only_y), max(only_x), only_x
-    n_dims = tuple(sorted(only_b)) if merge else ()
-    if merge and len(n_dims) < 2:
-        return None, "N has no other output dim (along which only B varies) to merge with"
-    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])) + tuple(("N", full[d]) for d in n_dims):
+        a, b, m, n, only_a, only_b = y, x, max(only_y), max(only_x), only_y, only_x
+    n_dims = tuple(sorted(only_b)) if merge & 1 else ()
+    m_dims = tuple(sorted(only_a)) if merge & 2 else ()
+    if (merge & 1 and len(n_dims) < 2) or (merge & 2 and len(m_dims) < 2):
+        return None, "M or N has no other output dim (along which only its operand varies) to merge with"
+    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])) + tuple(("M/N", full[d]) for d in
+                                                                              n_dims + m_dims):
         if not isinstance(s, int):
             return None, f"{dim_name}={s} is symbolic"
     # NOTE: sizes no tile divides are fine: the last tiles read zeros past the end and store nothing there
-    batch = tuple(d for d in outs if d not in (m, n) + n_dims and full[d] != 1)
+    batch = tuple(d for d in outs if d not in (m, n) + n_dims + m_dims and full[d] != 1)
     if any(not isinstance(full[d], int) for d in batch):
         return None, "a symbolic batch dim"
-    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
+    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or \
+            -(-math.prod(full[d] for d in m_dims or (m,)) // cfg.bm) > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
     wide = a.arg.dtype.itemsize == 4  # float32 elements: SMEM, or TF32 tensor cores
     lanes = 4 if wide else 8
@@ -516,8 +528,10 @@ def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | No
         # merged N read along neither (a strided convolution's window): a thread an element along the rows, so a
         # warp reads neighbours `stride` apart rather than 32 elements a channel (H x W) apart
         b_k = False
+    if m_dims and a_k and not wide and not _unit(a.arg.st, a.arg.st.real_strides(), k):
+        a_k = False
     # (a B of merged dims staged along its rows reads element by element: its 16-byte chunks would cross them)
-    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and \
+    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and not (m_dims and not a_k) and \
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
@@ -532,7 +546,7 @@ def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | No
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
-        if cfg.tma and n_dims:
+        if cfg.tma and (n_dims or m_dims):
             return None, f"config {cfg}: TMA copies boxes of one dim per side, not merged output dims"
         if cfg.tma:
             why = _tma_unfit(cfg, a, b, m, n, k, b_k, batch, outer, full, kinds)
@@ -561,10 +575,12 @@ def _plan(lin, cfg, kinds, simt: bool, merge: bool = False) -> tuple[TCPlan | No
         if (rows * cfg.bk // lanes) % cfg.threads or cfg.threads % (cfg.bk // lanes) or cfg.threads % (rows // lanes):
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
-        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer, n_dims), ""
+        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer, n_dims,
+                      m_dims), ""
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
-    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer, n_dims=n_dims), ""
+    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer, n_dims=n_dims,
+                  m_dims=m_dims), ""
 
 
 def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full, kinds) -> str:
