@@ -488,7 +488,7 @@ NARROW = [((2, 16, 7, 7), (32, 16, 3, 3), {"padding": 1}), ((3, 24, 14, 14), (40
 
 
 @pytest.mark.parametrize("tf32", [False, True])
-def test_narrow_convolutions_take_n_as_batch_by_rows_by_columns(tf32):
+def test_narrow_convolutions_merge_output_dims_into_n_and_taps_into_k(tf32):
     # 7-, 14- and 3-wide output rows: N alone would be narrower than a tile (these ran SIMT), so N spans batch x OH x
     # OW, indexed through the merged row in the staged slices and the stores; odd channels, strides and padding
     dt, lopts = (np.float32, TF32) if tf32 else (np.float16, TC)
@@ -496,13 +496,20 @@ def test_narrow_convolutions_take_n_as_batch_by_rows_by_columns(tf32):
     for xs, ws, kw in NARROW:
         x, w = _h(*xs, dtype=dt), _h(*ws, seed=1, dtype=dt)
         k = Kernel(_t(x).conv2d(_t(w), **kw), lopts=lopts)
-        assert k.lin.applied_opts[0].op is OptOps.TC and k.lin.applied_opts[0].axis == 1
+        # (the 3x3s' 16 channels, shorter than a slice, merge with the taps into K as well: axis 5)
+        assert k.lin.applied_opts[0].op is OptOps.TC and k.lin.applied_opts[0].axis == (1 if ws[2] == 1 else 5)
         assert k.lin.tc.n_dims == (0, 3, 4) and not k.lin.tc.batch
         ks.append(k)
         wants.append(_torch_conv(x, w, **kw))
         # a forced small tile too: several tiles along N, the last one partly past its end
         ks.append(Kernel(_t(x).conv2d(_t(w), **kw), opts=[Opt(OptOps.TC, 1, SMALL)], lopts=lopts))
         wants.append(wants[-1])
+    # a stem: 3 channels by 7 x 7 taps merged into K (147; one tap's 3 channels would fill a tenth of a slice)
+    x, w = _h(2, 3, 20, 20, dtype=dt), _h(32, 3, 7, 7, seed=1, dtype=dt)
+    stem = Kernel(_t(x).conv2d(_t(w), stride=2, padding=3), lopts=lopts)
+    assert stem.lin.applied_opts[0].axis == 5 and stem.lin.tc.k_dims == (5, 6, 7) and not stem.lin.tc.outer
+    ks.append(stem)
+    wants.append(_torch_conv(x, w, stride=2, padding=3))
     tol = 5e-3 if tf32 else 3e-2
     for got, want in zip(_run(ks), wants):
         np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, rtol=tol, atol=tol)

@@ -296,18 +296,26 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
 
 
 def _merge(lin, op, preference, planner) -> int:
-    """The TC Opt's axis (bits: 1 merges N's dims, 2 M's; TCPlan.n_dims, m_dims): the first of 0, 1, 2, 3 that some
-    config plans with M and N at least TC_MIN_DIM long. A convolution's 7- or 14-wide output rows take N as batch x
-    OH x OW; its input gradient's taps and channels (too many blocks for the grid's z unmerged) N as channels x
-    taps, and M as batch x OH x OW where OW alone is narrow."""
+    """The TC Opt's axis (bits: 1 merges N's dims, 2 M's, 4 K's; TCPlan.n_dims, m_dims, k_dims): the first of 0-3
+    that some config plans with M and N at least TC_MIN_DIM long, plus 4 where K alone is shorter than that. A
+    convolution's 7- or 14-wide output rows take N as batch x OH x OW; its input gradient's taps and channels (too
+    many blocks for the grid's z unmerged) N as channels x taps, and M as batch x OH x OW where OW alone is narrow."""
     if op is not OptOps.TC:
         return 0
     full = lin.full_shape
     for merge in (0, 1, 2, 3):
-        plan = next((p for p in (planner(lin, i, merge)[0] for i in preference) if p is not None), None)
+        plan = _first_plan(lin, preference, planner, merge)
         if plan is not None and min(plan.size(full, plan.m_axis), plan.size(full, plan.n_axis)) >= TC_MIN_DIM:
+            # K shorter than a slice, with other reduced dims looping around it (a 7x7 stem's taps of 3 channels, a
+            # weight gradient's 7 or 14 columns): every reduced dim merged into K, where that plans
+            if full[plan.k_axis] < TC_MIN_DIM and plan.outer and _first_plan(lin, preference, planner, merge | 4):
+                return merge | 4
             return merge
     return 0
+
+
+def _first_plan(lin, preference, planner, merge: int):
+    return next((p for p in (planner(lin, i, merge)[0] for i in preference) if p is not None), None)
 
 
 def _unrolls(full, rdims: list[int]) -> list[Opt]:

@@ -311,10 +311,13 @@ class TCPlan:
     # narrow for a tile on its own; its input gradient's M is too (and its N input channels x filter taps)
     n_dims: tuple[int, ...] = ()
     m_dims: tuple[int, ...] = ()
+    # the reduced dims merged into K (bit 4), outermost first, the last k_axis: a 7x7 stem's 3 channels x 7 x 7 taps
+    # (147, where one tap's 3 channels would fill a tenth of a slice), a weight gradient's batch x OH x OW
+    k_dims: tuple[int, ...] = ()
 
     def merged(self, axis: int) -> tuple[int, ...]:
-        """The dims merged into m_axis's or n_axis's rows (`axis`), () where none are."""
-        return self.n_dims if axis == self.n_axis else self.m_dims if axis == self.m_axis else ()
+        """The dims merged into M's, N's or K's dim (`axis`), () where none are."""
+        return {self.n_axis: self.n_dims, self.m_axis: self.m_dims, self.k_axis: self.k_dims}[axis]
 
     def size(self, full, axis: int) -> int:
         """The length of M or N (`axis`): that dim's, or the product of the merged dims'."""
@@ -436,14 +439,15 @@ def _operand(op, simt: bool, tf32: bool = False):
 def tc_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
     """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit). With
     `merge` (the TC Opt's axis, bits) N spans every output dim along which only B varies (1: TCPlan.n_dims), M every
-    one along which only A varies (2: TCPlan.m_dims)."""
+    one along which only A varies (2: TCPlan.m_dims), K every reduced dim (4: TCPlan.k_dims)."""
     kinds = lin.opts.tensor_cores if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
-    if merge not in (0, 1, 2, 3):
-        return None, f"axis {merge}: bits 1 (N the merged output dims only B varies along) and 2 (M, A's), or 0"
+    if not 0 <= merge < 8:
+        return None, f"axis {merge}: bits 1 (N the merged output dims only B varies along), 2 (M, A's) and 4 (K " \
+            "every reduced dim), or 0"
     return _plan(lin, TC_CONFIGS[amt], kinds, False, merge)
 
 
@@ -486,7 +490,12 @@ def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, s
     # K: the longest reduced dim both operands vary along, staged slice by slice; any other reduced dims (a
     # convolution's filter taps) are loops around that pipeline, each of their steps staging K's slices again
     k = max(shared, key=lambda d: (full[d], d))
-    outer = tuple(d for d in rdims if d != k)
+    k_dims = ()
+    if merge & 4:
+        if len(rdims) < 2 or len(shared) != len(rdims):
+            return None, "K has no other reduced dim (along which both operands vary) to merge with"
+        k_dims, k = tuple(rdims), max(rdims)
+    outer = tuple(d for d in rdims if d != k and d not in k_dims)
     outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
     only_x = [d for d in outs if d in xd and d not in yd and full[d] != 1]
     only_y = [d for d in outs if d in yd and d not in xd and full[d] != 1]
@@ -531,7 +540,7 @@ def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, s
     if m_dims and a_k and not wide and not _unit(a.arg.st, a.arg.st.real_strides(), k):
         a_k = False
     # (a B of merged dims staged along its rows reads element by element: its 16-byte chunks would cross them)
-    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and not (m_dims and not a_k) and \
+    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and not (m_dims and not a_k) and not k_dims and \
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
@@ -546,7 +555,7 @@ def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, s
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
-        if cfg.tma and (n_dims or m_dims):
+        if cfg.tma and (n_dims or m_dims or k_dims):
             return None, f"config {cfg}: TMA copies boxes of one dim per side, not merged output dims"
         if cfg.tma:
             why = _tma_unfit(cfg, a, b, m, n, k, b_k, batch, outer, full, kinds)
@@ -576,11 +585,11 @@ def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, s
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
         return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer, n_dims,
-                      m_dims), ""
+                      m_dims, k_dims), ""
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
     return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer, n_dims=n_dims,
-                  m_dims=m_dims), ""
+                  m_dims=m_dims, k_dims=k_dims), ""
 
 
 def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full, kinds) -> str:
