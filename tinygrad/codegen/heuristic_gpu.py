@@ -117,14 +117,18 @@ def uses_grid(lin) -> bool:
 
 
 def _matmul_shaped(lin) -> bool:
-    """Is the kernel a sum of products of two loads (through casts), with at least TC_MIN_DIM outputs along the dims
-    only the first varies along and as many along those only the second does (what a block tile needs)?"""
+    """Is the kernel a sum of products of two tensor-core loads (through casts), with at least TC_MIN_DIM outputs
+    along the dims only the first varies along and as many along those only the second does (a block tile's)?"""
     red = lin.reduceop
     src = _uncast(red.src[0])
     if red.op is not ReduceOps.SUM or src.op is not BinaryOps.MUL:
         return False
     loads = [_uncast(op) for op in src.src]
     if any(op.op is not BufferOps.LOAD for op in loads):
+        return False
+    # only operands tensor cores take: a float32 tile of few blocks would be slower than a block an output
+    tc_dtypes = (dtypes.float16, dtypes.bfloat16) + ((dtypes.float32,) if "tf32" in lin.opts.tensor_cores else ())
+    if any(op.arg.dtype not in tc_dtypes for op in loads):
         return False
     full, (xd, yd) = lin.full_shape, (lin.op_dims[id(op)] for op in loads)
     outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
