@@ -10,7 +10,8 @@ second varies (N): a matmul, batched or not, whatever its operands' layouts. The
 take the grid's z. The TC Opt's axis may merge dims (TCPlan.n_dims, m_dims, k_dims): N then spans every output dim
 along which only B varies (a convolution's batch x OH x OW, where a 7- or 14-wide row alone is narrower than a
 tile), M likewise, and K every reduced dim (a 7x7 stem's 3 channels x 49 taps); a staged slice's rows and the
-stores index each merged dim through the flat index's quotients and remainders. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
+stores index each merged dim through the flat index's quotients and remainders.
+A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
 operands in shared memory (`stages` slices in flight, copied straight from global memory by cp.async where both
 operands allow it, else two: the next slice read into registers while the tensor cores work on this one), swizzled
 so that reads and writes of a warp hit distinct banks, each warp computing a (BM/WM) x (BN/WN) part of the tile from
