@@ -13,9 +13,14 @@ from tinygrad import Tensor, dtypes
 from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
 from tinygrad.codegen.heuristic_gpu import TC_PREFERENCE
 from tinygrad.codegen.kernel import LinearizerOptions, Opt, OptOps
+from tinygrad.codegen.linearizer import Linearizer
 from tinygrad.codegen.program import TensorMapSpec
 from tinygrad.codegen.tensor_cores import SIMT_CONFIGS, TC_CONFIGS, smem_bytes
 from tinygrad.codegen.uops import UOps
+from tinygrad.engine.schedule import create_schedule_with_vars
+from tinygrad.helpers import Context
+from tinygrad.ops import BufferOps
+from tinygrad.renderer.cuda import CUDARenderer
 
 TC = LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
                        global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX, tensor_cores=("m16n8k16", "cp.async"))
@@ -64,7 +69,6 @@ def test_tc_opt_rules():
     # a slice of BK=32 is two steps of 16, each a 2x4 grid of 16x8 tiles
     assert sum(u.uop is UOps.WMMA for u in k.lin.uops) == 2 * 2 * 4
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in k.src
-    from tinygrad.codegen.linearizer import Linearizer
     lin = Linearizer(k.si.ast, TC)
     lin.apply_opt(Opt(OptOps.TC, 0, SMALL))
     with pytest.raises(ValueError, match="TC or SMEM"):
@@ -345,7 +349,6 @@ def test_smem_float32_matmuls_match_numpy_over_layouts_and_tails():
 
 def test_smem_opt_rules():
     a, b = _t(_h(64, 64, dtype=np.float32)), _t(_h(64, 64, seed=1, dtype=np.float32))
-    from tinygrad.codegen.linearizer import Linearizer
     ast = Kernel(a @ b, opts=[]).si.ast
     with pytest.raises(ValueError, match="product"):  # half operands: the reduce is over a cast
         Linearizer(Kernel(_t(_h(64, 64)) @ _t(_h(64, 64)), opts=[]).si.ast, TC).apply_opt(Opt(OptOps.SMEM, 0, 0))
@@ -465,3 +468,92 @@ def test_random_convolutions_match_the_reference(n, cin, cout, h, w, k, stride, 
     want = _conv_ref(x, wt, stride=stride, padding=padding, dilation=dilation)
     got = _run([kern])[0].astype(np.float64).reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=3e-2 if not tf32 else 5e-3, atol=3e-2 if not tf32 else 5e-3)
+
+
+# ---- merged M and N (the TC Opt's axis bits): convolutions whose output rows are narrower than a tile ----
+def _torch_conv(x: np.ndarray, w: np.ndarray, dy: np.ndarray | None = None, **kw):
+    """torch's conv2d in float64 (CPU), and with `dy` its input and weight gradients."""
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(x.astype(np.float64), requires_grad=True)
+    tw = torch.tensor(w.astype(np.float64), requires_grad=True)
+    out = torch.nn.functional.conv2d(tx, tw, **kw)
+    if dy is None:
+        return out.detach().numpy()
+    out.backward(torch.tensor(dy.astype(np.float64)))
+    return tx.grad.numpy(), tw.grad.numpy()
+
+
+NARROW = [((2, 16, 7, 7), (32, 16, 3, 3), {"padding": 1}), ((3, 24, 14, 14), (40, 24, 1, 1), {}),
+          ((2, 16, 9, 9), (33, 16, 3, 3), {"stride": 2, "padding": 1}), ((4, 20, 6, 6), (48, 20, 1, 1), {"stride": 2})]
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_narrow_convolutions_merge_output_dims_into_n_and_taps_into_k(tf32):
+    # 7-, 14- and 3-wide output rows: N alone would be narrower than a tile (these ran SIMT), so N spans batch x OH x
+    # OW, indexed through the merged row in the staged slices and the stores; odd channels, strides and padding
+    dt, lopts = (np.float32, TF32) if tf32 else (np.float16, TC)
+    ks, wants = [], []
+    for xs, ws, kw in NARROW:
+        x, w = _h(*xs, dtype=dt), _h(*ws, seed=1, dtype=dt)
+        k = Kernel(_t(x).conv2d(_t(w), **kw), lopts=lopts)
+        # (the 3x3s' 16 channels, shorter than a slice, merge with the taps into K as well: axis 5)
+        assert k.lin.applied_opts[0].op is OptOps.TC and k.lin.applied_opts[0].axis == (1 if ws[2] == 1 else 5)
+        assert k.lin.tc.n_dims == (0, 3, 4) and not k.lin.tc.batch
+        ks.append(k)
+        wants.append(_torch_conv(x, w, **kw))
+        # a forced small tile too: several tiles along N, the last one partly past its end
+        ks.append(Kernel(_t(x).conv2d(_t(w), **kw), opts=[Opt(OptOps.TC, 1, SMALL)], lopts=lopts))
+        wants.append(wants[-1])
+    # a stem: 3 channels by 7 x 7 taps merged into K (147; one tap's 3 channels would fill a tenth of a slice)
+    x, w = _h(2, 3, 20, 20, dtype=dt), _h(32, 3, 7, 7, seed=1, dtype=dt)
+    stem = Kernel(_t(x).conv2d(_t(w), stride=2, padding=3), lopts=lopts)
+    assert stem.lin.applied_opts[0].axis == 5 and stem.lin.tc.k_dims == (5, 6, 7) and not stem.lin.tc.outer
+    ks.append(stem)
+    wants.append(_torch_conv(x, w, stride=2, padding=3))
+    tol = 5e-3 if tf32 else 3e-2
+    for got, want in zip(_run(ks), wants):
+        np.testing.assert_allclose(got.astype(np.float64).reshape(want.shape), want, rtol=tol, atol=tol)
+
+
+def _kernel_of(si, noopt: bool = False) -> Kernel:
+    """A Kernel for one schedule item (a gradient's kernels are several): the heuristic's opts, or none."""
+    k = Kernel.__new__(Kernel)
+    k.si, k.lin = si, Linearizer(si.ast, TC)
+    with Context(NOOPT=int(noopt)):
+        k.lin.linearize()
+    k.spec = CUDARenderer(k.lin.name, k.lin.uops)
+    k.src = k.spec.src
+    return k
+
+
+def _grad_kernels(x: np.ndarray, w: np.ndarray, dy: np.ndarray, which: str, **kw) -> list:
+    """The kernels of x's or w's gradient (`which`), the forward's inputs and dy realized."""
+    tx, tw = Tensor(x, requires_grad=True).realize(), Tensor(w, requires_grad=True).realize()
+    tx.conv2d(tw, **kw).backward(_t(dy))
+    grad = (tx if which == "x" else tw).grad
+    return [_kernel_of(si) for si in create_schedule_with_vars([grad.lazydata])[0] if si.ast[0].op is BufferOps.STORE]
+
+
+def test_convolution_gradients_take_tensor_cores():
+    # weight gradients (few outputs, each a sum over batch x OH x OW, which went to the renderer's block-per-output
+    # reduction or ran SIMT) and input gradients (the 1x1's one kernel; the 3x3's product of dy and the weights
+    # for every tap before the windows are summed, with N channels x taps and M batch x OH x OW) on tensor cores,
+    # against torch's gradients (the 3x3's product against the same kernel without tensor cores)
+    cases = [((2, 16, 7, 7), (40, 16, 3, 3), {"padding": 1}),
+             ((2, 16, 9, 9), (33, 16, 3, 3), {"stride": 2, "padding": 1}), ((3, 40, 6, 6), (36, 40, 1, 1), {})]
+    for xs, ws, kw in cases:
+        x, w = _h(*xs), _h(*ws, seed=1)
+        dy = _h(*_torch_conv(x, w, **kw).shape, seed=2)
+        want_dx, want_dw = _torch_conv(x, w, dy, **kw)
+        (dw,) = _grad_kernels(x, w, dy, "w", **kw)
+        dx = _grad_kernels(x, w, dy, "x", **kw)[0]
+        assert dw.lin.tc is not None and dx.lin.tc is not None
+        got_dw, got_dx = _run([dw, dx])
+        np.testing.assert_allclose(got_dw.astype(np.float64).reshape(want_dw.shape), want_dw, rtol=3e-2, atol=5e-2)
+        if ws[2] == 1:
+            np.testing.assert_allclose(got_dx.astype(np.float64).reshape(want_dx.shape), want_dx, rtol=3e-2,
+                                       atol=3e-2)
+            continue
+        assert dx.lin.tc.m_dims and dx.lin.tc.n_dims
+        ref = _run([_kernel_of(dx.si, noopt=True)])[0]
+        np.testing.assert_allclose(got_dx.astype(np.float32), ref.astype(np.float32), rtol=2e-2, atol=2e-2)

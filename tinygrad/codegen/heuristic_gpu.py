@@ -19,7 +19,7 @@ from tinygrad.codegen.gpu_plan import WARP_MAX_STEPS, vector_width
 from tinygrad.codegen.kernel import Opt, OptOps
 from tinygrad.codegen.uops import VECTOR_DTYPES
 from tinygrad.dtype import dtypes
-from tinygrad.ops import BufferOps
+from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, UnaryOps
 
 # reductions with at most this many outputs, each of at least RENDERER_MIN_INPUTS inputs read contiguously, stay
 # with the renderer's split reductions (the same bounds as codegen/gpu_plan.py's block and grid modes)
@@ -101,6 +101,11 @@ def uses_grid(lin) -> bool:
     outputs = math.prod(_bound(full[d]) for d in range(len(full)) if d not in lin.reduce_axes)
     inputs = math.prod(_bound(full[d]) for d in lin.reduce_axes)
     if outputs <= RENDERER_MAX_OUTPUTS and inputs >= RENDERER_MIN_INPUTS:
+        if lin.opts.tensor_cores and outputs >= GRID_MIN_OUTPUTS and _matmul_shaped(lin):
+            # a product summed over a long reduce, with a tile's worth of outputs along each operand's own dims (a
+            # convolution's weight gradient, 64 x 64 x 3 x 3 outputs each over batch x OH x OW): a block tile
+            # reads each input once a tile, where a block an output would read them once an output
+            return True
         return not (outputs < GRID_MIN_OUTPUTS or _reduce_reads_contiguously(lin))
     # many short contiguous rows along one output dim (an LLM's output projection: 262,144 rows of 640 int8
     # weights): a warp per row, 16-byte loads of the weights
@@ -109,6 +114,34 @@ def uses_grid(lin) -> bool:
         narrowest = min(op.arg.dtype.itemsize for op in lin.reduceop.toposort() if op.op is BufferOps.LOAD)
         return -(-inputs // vector_width(narrowest)) > WARP_MAX_STEPS
     return True
+
+
+def _matmul_shaped(lin) -> bool:
+    """Is the kernel a sum of products of two tensor-core loads (through casts), with at least TC_MIN_DIM outputs
+    along the dims only the first varies along and as many along those only the second does (a block tile's)?"""
+    red = lin.reduceop
+    src = _uncast(red.src[0])
+    if red.op is not ReduceOps.SUM or src.op is not BinaryOps.MUL:
+        return False
+    loads = [_uncast(op) for op in src.src]
+    if any(op.op is not BufferOps.LOAD for op in loads):
+        return False
+    # only operands tensor cores take: a float32 tile of few blocks would be slower than a block an output
+    tc_dtypes = (dtypes.float16, dtypes.bfloat16) + ((dtypes.float32,) if "tf32" in lin.opts.tensor_cores else ())
+    if any(op.arg.dtype not in tc_dtypes for op in loads):
+        return False
+    full, (xd, yd) = lin.full_shape, (lin.op_dims[id(op)] for op in loads)
+    outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
+    if any(not isinstance(full[d], int) for d in outs):
+        return False
+    return min(math.prod(full[d] for d in outs if d in mine and d not in other)
+               for mine, other in ((xd, yd), (yd, xd))) >= TC_MIN_DIM
+
+
+def _uncast(op):
+    while op.op is UnaryOps.CAST and not op.arg[1]:
+        op = op.src[0]
+    return op
 
 
 def _stride(st, d: int):
@@ -237,9 +270,9 @@ def smem_opt(lin) -> Opt | None:
 
 
 def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
-    fits, first = [], None
+    fits, first, merge = [], None, _merge(lin, op, preference, planner)
     for i in preference:
-        plan, _ = planner(lin, i)
+        plan, _ = planner(lin, i, merge)
         if plan is None:
             continue
         full, cfg = lin.full_shape, configs[i]
@@ -249,7 +282,7 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
             return None
         if op is OptOps.TC and plan.outer and plan.elem == dtypes.float32:
             first = TF32_CONV_FIRST
-        m, n = full[plan.m_axis], full[plan.n_axis]
+        m, n = plan.size(full, plan.m_axis), plan.size(full, plan.n_axis)
         if min(m, n) < TC_MIN_DIM:
             return None  # a few rows (batch-1 or batch-2 decode): mostly padding on tensor cores; GROUP reads faster
         tiles = -(-m // cfg.bm) * -(-n // cfg.bn)
@@ -262,7 +295,31 @@ def _block_tile(lin, op, preference, configs, planner) -> Opt | None:
     fits = [(i, blocks) for i, blocks, f in fits if f >= fill]
     if first is not None:
         fits.sort(key=lambda x: x[0] != first)
-    return Opt(op, 0, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS), max(fits, key=lambda x: x[1])[0]))
+    return Opt(op, merge, next((i for i, blocks in fits if blocks >= TC_MIN_BLOCKS),
+                               max(fits, key=lambda x: x[1])[0]))
+
+
+def _merge(lin, op, preference, planner) -> int:
+    """The TC Opt's axis (bits: 1 merges N's dims, 2 M's, 4 K's; TCPlan.n_dims, m_dims, k_dims): the first of 0-3
+    that some config plans with M and N at least TC_MIN_DIM long, plus 4 where K alone is shorter than that. A
+    convolution's 7- or 14-wide output rows take N as batch x OH x OW; its input gradient's taps and channels (too
+    many blocks for the grid's z unmerged) N as channels x taps, and M as batch x OH x OW where OW alone is narrow."""
+    if op is not OptOps.TC:
+        return 0
+    full = lin.full_shape
+    for merge in (0, 1, 2, 3):
+        plan = _first_plan(lin, preference, planner, merge)
+        if plan is not None and min(plan.size(full, plan.m_axis), plan.size(full, plan.n_axis)) >= TC_MIN_DIM:
+            # K shorter than a slice, with other reduced dims looping around it (a 7x7 stem's taps of 3 channels, a
+            # weight gradient's 7 or 14 columns): every reduced dim merged into K, where that plans
+            if full[plan.k_axis] < TC_MIN_DIM and plan.outer and _first_plan(lin, preference, planner, merge | 4):
+                return merge | 4
+            return merge
+    return 0
+
+
+def _first_plan(lin, preference, planner, merge: int):
+    return next((p for p in (planner(lin, i, merge)[0] for i in preference) if p is not None), None)
 
 
 def _unrolls(full, rdims: list[int]) -> list[Opt]:

@@ -104,6 +104,7 @@ class Linearizer(TileValues):
         self._dim_limits = None
         self._tile_bases = None
         self._tile_offsets = None
+        self._tile_split = None
         self._gate = None
         # a grouped kernel's (or a TC kernel's) thread position, set by _grid_indices (or _lower_tc)
         self._group_idx = self._base_id = self._thread_id = None
@@ -156,7 +157,7 @@ class Linearizer(TileValues):
             if self.row_kernel:
                 raise ValueError(f"{opt}: a row kernel (a chain of reduces, or a reduce and a whole row) has no tile")
             from tinygrad.codegen.tensor_cores import simt_plan, tc_plan
-            plan, why = (tc_plan if opt.op is OptOps.TC else simt_plan)(self, opt.amt)
+            plan, why = (tc_plan if opt.op is OptOps.TC else simt_plan)(self, opt.amt, opt.axis)
             if plan is None:
                 raise ValueError(f"{opt}: {why}")
             self.tc = plan
@@ -568,6 +569,11 @@ class Linearizer(TileValues):
             for d in range(len(self.full_shape)):
                 base = self._tile_bases.get(d)
                 out.append(NumNode(0) if base is None else base + self._tile_offsets[d][combo[d]])
+            # M or N of merged dims: each one's index from the flat index (lower_tc.TileOutputs.split)
+            flat = {name: out[ax] for ax, name in ((self.tc.m_axis, "tc_m"), (self.tc.n_axis, "tc_n"))}
+            for dims in self._tile_split.values():
+                for d, node in dims.items():
+                    out[d] = node.substitute({v: flat[v.expr] for v in node.vars() if v.expr in flat})
             return out
         for d, s in enumerate(self.full_shape):
             if is_one(s) or (post and d in self.reduce_axes):
@@ -874,7 +880,7 @@ class Linearizer(TileValues):
         """A block tile's accumulators (lower_tc.TileOutputs) through the kernel's elementwise tail to its stores:
         each tiled dim's copies are offsets from the thread's base index."""
         self._dim_limits = out.limits
-        self._tile_bases, self._tile_offsets = out.bases, out.offsets
+        self._tile_bases, self._tile_offsets, self._tile_split = out.bases, out.offsets, out.split
         for d, offsets in out.offsets.items():
             self.upcasts[d] = len(offsets)
         n_ax = out.n_axis

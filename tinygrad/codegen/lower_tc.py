@@ -19,7 +19,7 @@ and the linearizer runs them through the kernel's elementwise tail to the stores
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tinygrad.codegen.emitter import Emitter
@@ -44,6 +44,9 @@ class TileOutputs:
     values: dict
     limits: dict
     paired_stores: bool
+    # M or N of merged dims (TCPlan.m_dims, n_dims): {m_axis or n_axis: {each merged dim: its index as a Node of
+    # Variable "tc_m" or "tc_n", the flat index (the base plus the copy's offset along that axis)}}
+    split: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,14 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     em, full, cfg = kernel.em, kernel.full_shape, plan.config
     i32 = dtypes.int32
     m_ax, n_ax = plan.m_axis, plan.n_axis
-    tiles_y, tiles_x = -(-full[m_ax] // cfg.bm), -(-full[n_ax] // cfg.bn)
-    # outputs past the end of M or N (the last tiles of sizes no tile divides) are neither read nor stored
-    limits = {ax: full[ax] for ax, tile in ((m_ax, cfg.bm), (n_ax, cfg.bn)) if full[ax] % tile}
+    tiles_y, tiles_x = -(-plan.size(full, m_ax) // cfg.bm), -(-plan.size(full, n_ax) // cfg.bn)
+    # outputs past the end of M or N (the last tiles of sizes no tile divides) are neither read nor stored (merged
+    # dims: past the outermost one's size, which takes the flat index's quotient whole)
+    limits = {}
+    for ax, tile in ((m_ax, cfg.bm), (n_ax, cfg.bn)):
+        if plan.size(full, ax) % tile:
+            outermost = (plan.merged(ax) or (ax,))[0]
+            limits[outermost] = full[outermost]
     nbatch = math.prod(full[d] for d in plan.batch)
     # the grid: x over N's tiles, y over M's, z over the batch; one flat block of threads
     block_x = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", tiles_x), False)
@@ -130,7 +138,11 @@ def lower_block_tile(plan: TCPlan, kernel: BlockTileKernel) -> None:
     bases = {**batch, m_ax: row, n_ax: col}
     offsets = {**{d: [0] for d in batch}, m_ax: off_m, n_ax: off_n}
     values = {(cm, cn): tile.value(cm, cn) for cm in range(len(off_m)) for cn in range(len(off_n))}
-    kernel.store(TileOutputs(m_ax, n_ax, bases, offsets, values, limits, wgmma))
+    split = {}
+    for ax, name, tiles in ((m_ax, "tc_m", tiles_y * cfg.bm), (n_ax, "tc_n", tiles_x * cfg.bn)):
+        if plan.merged(ax):
+            split[ax] = plan.split(full, ax, Variable(name, 0, tiles - 1))
+    kernel.store(TileOutputs(m_ax, n_ax, bases, offsets, values, limits, wgmma, split))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ class SliceStager:
     def __init__(self, em: Emitter, plan: TCPlan, full_shape: tuple, buffers: dict[int, UOp], tid: UOp,
                  batch: dict[int, Variable]):
         self.em, self.plan, self.full, self.buffers, self.tid, self.batch = em, plan, full_shape, buffers, tid, batch
-        self.ktiles = -(-full_shape[plan.k_axis] // plan.config.bk)
+        self.k_size = plan.size(full_shape, plan.k_axis)
+        self.ktiles = -(-self.k_size // plan.config.bk)
 
     # ---- where a slice's elements are ----
     def offset(self, r: UOp, k: UOp, rows: int, k_major: bool) -> UOp:
@@ -97,7 +98,7 @@ class SliceStager:
         (the buffer, the chunk's index, its condition or None) for COPY_ASYNC instead of a value."""
         em, plan = self.em, self.plan
         cfg, elem, lanes = plan.config, plan.elem, plan.lanes
-        full, st, k_ax = self.full, op.arg.st, plan.k_axis
+        st, k_ax = op.arg.st, plan.k_axis
         nthreads = cfg.threads
         k_major = along_k(st, rows_axis, k_ax)
         inner = cfg.bk // lanes if k_major else rows // lanes
@@ -107,10 +108,12 @@ class SliceStager:
         t_in = em.mul(em.mod(self.tid, em.const(inner)), em.const(lanes))
         lane = Variable("tc_lane", 0, lanes - 1)
         k0, outer_at = at
+        merged = bool(plan.merged(rows_axis))
         out = []
         # bounds of the tiles' whole range: past the end of a dim no tile divides, the limits below say no
-        padded_rows = -(-full[rows_axis] // rows) * rows
-        padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
+        size = self.rows_size(rows_axis)
+        padded_rows = -(-size // rows) * rows
+        padded_k = self.ktiles * cfg.bk
         for i in range(n_chunks):
             outer = em.add(t_out, em.const(i * outer_step))
             r_in, k_in = (outer, t_in) if k_major else (t_in, outer)
@@ -124,16 +127,18 @@ class SliceStager:
             limits = [valid]
             # NOTE: a chunk starts at a multiple of its lanes, so where the dim's size is one too, the chunk is wholly
             # inside or wholly past the end: its start says which (a condition the same in every lane)
-            if padded_rows != full[rows_axis]:
-                whole = not k_major and full[rows_axis] % lanes == 0
-                limits.append((row_var if whole else nodes[rows_axis]) < full[rows_axis])
-            if padded_k != full[k_ax]:
-                whole = k_major and full[k_ax] % lanes == 0
-                limits.append((k_var if whole else nodes[k_ax]) < full[k_ax])
+            if padded_rows != size:
+                whole = not k_major and size % lanes == 0
+                limits.append(row_var < size if whole else self._rows_limit(rows_axis, nodes))
+            if padded_k != self.k_size:
+                whole = k_major and self.k_size % lanes == 0
+                limits.append(k_var < self.k_size if whole else self._rows_limit(k_ax, nodes))
             if len(limits) > 1:
                 valid = Node.ands(limits)
-            base = lane_base(idx, lane) if lane not in valid.vars() else None
-            if i == 0 and base is None and not asynchronous and not k_major and nthreads % rows == 0:
+            # (merged dims: a chunk may cross from one dim's end to the next, so its elements are read one by one)
+            base = lane_base(idx, lane) if lane not in valid.vars() and not (merged if not k_major else plan.k_dims) \
+                else None
+            if i == 0 and (base is None or merged) and not asynchronous and not k_major and nthreads % rows == 0:
                 # read element by element along the rows: a thread an element, neighbours reading neighbours
                 return self._copy_spread(op, rows_axis, rows, row0, at, gate)
             if asynchronous:
@@ -173,13 +178,14 @@ class SliceStager:
         the bytes. Items (row, k, None, rows, the element), stored one by one (`stage`)."""
         em, plan = self.em, self.plan
         cfg, elem = plan.config, plan.elem
-        full, st, k_ax = self.full, op.arg.st, plan.k_axis
+        st = op.arg.st
         nthreads = cfg.threads
         r_in = em.mod(self.tid, em.const(rows)) if nthreads > rows else self.tid
         k_first = em.div(self.tid, em.const(rows)) if nthreads > rows else em.const(0)
         k0, outer_at = at
-        padded_rows = -(-full[rows_axis] // rows) * rows
-        padded_k = -(-full[k_ax] // cfg.bk) * cfg.bk
+        size = self.rows_size(rows_axis)
+        padded_rows = -(-size // rows) * rows
+        padded_k = self.ktiles * cfg.bk
         row_var = Variable(f"tc_sr{rows_axis}", 0, padded_rows - 1)
         em.bind(row_var, em.add(row0, r_in))
         zero = em.const(dtypes.as_const(0, elem), elem)
@@ -190,10 +196,10 @@ class SliceStager:
             em.bind(k_var, em.add(k0, k_in))
             idx, valid = st.expr_idxs(self._nodes(rows_axis, row_var, k_var, outer_at))
             limits = [valid]
-            if padded_rows != full[rows_axis]:
-                limits.append(row_var < full[rows_axis])
-            if padded_k != full[k_ax]:
-                limits.append(k_var < full[k_ax])
+            if padded_rows != size:
+                limits.append(row_var < size)
+            if padded_k != self.k_size:
+                limits.append(k_var < self.k_size)
             if len(limits) > 1:
                 valid = Node.ands(limits)
             if is_false(valid):
@@ -207,15 +213,24 @@ class SliceStager:
             out.append((r_in, k_in, None, rows, val))
         return out
 
+    def rows_size(self, rows_axis: int) -> int:
+        """The length of an operand's rows (or of K): M's or N's (merged dims: their product)."""
+        return self.plan.size(self.full, rows_axis)
+
+    def _rows_limit(self, rows_axis: int, nodes: list):
+        """Is the element at `nodes` inside its rows' (or K's) length? Merged dims: the outermost's quotient says it."""
+        d = (self.plan.merged(rows_axis) or (rows_axis,))[0]
+        return nodes[d] < self.full[d]
+
     def _nodes(self, rows_axis: int, r, k, outer_at: dict) -> list:
-        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows, `k` along K, the
-        tile's batch position and the other reduced dims where `outer_at` says (step_at), 0 elsewhere."""
+        """Index nodes of the full shape for a staged slice's element: `r` along the operand's rows (merged dims
+        each at their part of it), `k` along K, the tile's batch position and the other reduced dims where
+        `outer_at` says (step_at), 0 elsewhere."""
+        rows = {**self.plan.split(self.full, rows_axis, r), **self.plan.split(self.full, self.plan.k_axis, k)}
         nodes = []
         for d in range(len(self.full)):
-            if d == rows_axis:
-                nodes.append(r)
-            elif d == self.plan.k_axis:
-                nodes.append(k)
+            if d in rows:
+                nodes.append(rows[d])
             elif d in self.batch:
                 nodes.append(self.batch[d])
             elif d in outer_at:

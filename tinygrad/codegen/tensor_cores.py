@@ -7,7 +7,11 @@ accumulator, each of the warp's 32 threads holding a fixed part of each matrix (
 A kernel qualifies when it is a sum of products of two half (or two bfloat16) loads, accumulated in float, over one
 reduced dim (K), with an output dim along which only the first operand varies (M) and one along which only the
 second varies (N): a matmul, batched or not, whatever its operands' layouts. The other output dims (a batch) each
-take the grid's z. A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
+take the grid's z. The TC Opt's axis may merge dims (TCPlan.n_dims, m_dims, k_dims): N then spans every output dim
+along which only B varies (a convolution's batch x OH x OW, where a 7- or 14-wide row alone is narrower than a
+tile), M likewise, and K every reduced dim (a 7x7 stem's 3 channels x 49 taps); a staged slice's rows and the
+stores index each merged dim through the flat index's quotients and remainders.
+A block of threads computes a BM x BN tile of outputs: the K loop stages BK-wide slices of both
 operands in shared memory (`stages` slices in flight, copied straight from global memory by cp.async where both
 operands allow it, else two: the next slice read into registers while the tensor cores work on this one), swizzled
 so that reads and writes of a warp hit distinct banks, each warp computing a (BM/WM) x (BN/WN) part of the tile from
@@ -306,6 +310,36 @@ class TCPlan:
     simt: bool = False
     # the other reduced dims, outermost first: loops around K's slices (a convolution's filter taps)
     outer: tuple[int, ...] = ()
+    # the output dims merged into N (into M), outermost first, the last n_axis (m_axis): the TC Opt's axis bits 1
+    # (2); () where N (M) is that one dim. A convolution's N is batch x OH x OW, and a 7x7 or 14x14 output is too
+    # narrow for a tile on its own; its input gradient's M is too (and its N input channels x filter taps)
+    n_dims: tuple[int, ...] = ()
+    m_dims: tuple[int, ...] = ()
+    # the reduced dims merged into K (bit 4), outermost first, the last k_axis: a 7x7 stem's 3 channels x 7 x 7 taps
+    # (147, where one tap's 3 channels would fill a tenth of a slice), a weight gradient's batch x OH x OW
+    k_dims: tuple[int, ...] = ()
+
+    def merged(self, axis: int) -> tuple[int, ...]:
+        """The dims merged into M's, N's or K's dim (`axis`), () where none are."""
+        return {self.n_axis: self.n_dims, self.m_axis: self.m_dims, self.k_axis: self.k_dims}[axis]
+
+    def size(self, full, axis: int) -> int:
+        """The length of M or N (`axis`): that dim's, or the product of the merged dims'."""
+        dims = self.merged(axis)
+        return math.prod(full[d] for d in dims) if dims else full[axis]
+
+    def split(self, full, axis: int, r) -> dict:
+        """M's or N's flat index `r` (a Node) as each merged dim's index, row-major over the merged dims ({axis: r}
+        where there are none). The outermost takes the quotient whole: `r` past the end shows as it past its size."""
+        dims = self.merged(axis)
+        if not dims:
+            return {axis: r}
+        out, div = {}, 1
+        for i, d in enumerate(reversed(dims)):
+            q = r // div if div > 1 else r
+            out[d] = q if i == len(dims) - 1 else q % full[d]
+            div *= full[d]
+        return out
 
     @property
     def kind(self) -> TileKind:
@@ -395,33 +429,44 @@ def _operand(op, simt: bool, tf32: bool = False):
         return op if simt or tf32 else None
     if simt:
         return None
-    if op.op is UnaryOps.CAST and not op.arg[1]:
+    # casts between the load's own dtype and float32 keep its value exactly (a gradient cast to float and back)
+    targets = []
+    while op.op is UnaryOps.CAST and not op.arg[1]:
+        targets.append(op.arg[0])
         op = op.src[0]
-    if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16):
+    if op.op is BufferOps.LOAD and op.arg.dtype in (dtypes.float16, dtypes.bfloat16) and \
+            all(t in (dtypes.float32, op.arg.dtype) for t in targets):
         return op
     return None
 
 
-def tc_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
-    """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit)."""
+def tc_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
+    """The tensor-core plan for Linearizer `lin` with config TC_CONFIGS[amt], or (None, why it does not fit). With
+    `merge` (the TC Opt's axis, bits) N spans every output dim along which only B varies (1: TCPlan.n_dims), M every
+    one along which only A varies (2: TCPlan.m_dims), K every reduced dim (4: TCPlan.k_dims)."""
     kinds = lin.opts.tensor_cores if lin.opts is not None else ()
     if not kinds:
         return None, "the device has no tensor cores"
     if not 0 <= amt < len(TC_CONFIGS):
         return None, f"no tensor-core config {amt} (0 to {len(TC_CONFIGS) - 1})"
-    return _plan(lin, TC_CONFIGS[amt], kinds, False)
+    if not 0 <= merge < 8:
+        return None, f"axis {merge}: bits 1 (N the merged output dims only B varies along), 2 (M, A's) and 4 (K " \
+            "every reduced dim), or 0"
+    return _plan(lin, TC_CONFIGS[amt], kinds, False, merge)
 
 
-def simt_plan(lin, amt: int) -> tuple[TCPlan | None, str]:
+def simt_plan(lin, amt: int, merge: int = 0) -> tuple[TCPlan | None, str]:
     """The SMEM plan (a float32 matmul's block tile staged in shared memory) for `lin` with SIMT_CONFIGS[amt]."""
     if lin.opts is None or not lin.opts.has_shared:
         return None, "the device has no shared memory"
     if not 0 <= amt < len(SIMT_CONFIGS):
         return None, f"no SMEM config {amt} (0 to {len(SIMT_CONFIGS) - 1})"
+    if merge:
+        return None, "SMEM tiles take N as one output dim (axis 0)"
     return _plan(lin, SIMT_CONFIGS[amt], lin.opts.tensor_cores, True)
 
 
-def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
+def _plan(lin, cfg, kinds, simt: bool, merge: int = 0) -> tuple[TCPlan | None, str]:
     if not lin.gpu:
         return None, "the kernel is not mapped to the GPU grid (the renderer spreads it)"
     red = lin.reduceop
@@ -449,7 +494,12 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
     # K: the longest reduced dim both operands vary along, staged slice by slice; any other reduced dims (a
     # convolution's filter taps) are loops around that pipeline, each of their steps staging K's slices again
     k = max(shared, key=lambda d: (full[d], d))
-    outer = tuple(d for d in rdims if d != k)
+    k_dims = ()
+    if merge & 4:
+        if len(rdims) < 2 or len(shared) != len(rdims):
+            return None, "K has no other reduced dim (along which both operands vary) to merge with"
+        k_dims, k = tuple(rdims), max(rdims)
+    outer = tuple(d for d in rdims if d != k and d not in k_dims)
     outs = [d for d in range(len(full)) if d not in lin.reduce_axes]
     only_x = [d for d in outs if d in xd and d not in yd and full[d] != 1]
     only_y = [d for d in outs if d in yd and d not in xd and full[d] != 1]
@@ -457,17 +507,23 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         return None, "no output dim along which only one operand varies (not a matmul)"
     # N: the innermost such dim (the output is usually contiguous along it: accumulator pairs are stored together)
     if max(only_y) > max(only_x):
-        a, b, m, n = x, y, max(only_x), max(only_y)
+        a, b, m, n, only_a, only_b = x, y, max(only_x), max(only_y), only_x, only_y
     else:
-        a, b, m, n = y, x, max(only_y), max(only_x)
-    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])):
+        a, b, m, n, only_a, only_b = y, x, max(only_y), max(only_x), only_y, only_x
+    n_dims = tuple(sorted(only_b)) if merge & 1 else ()
+    m_dims = tuple(sorted(only_a)) if merge & 2 else ()
+    if (merge & 1 and len(n_dims) < 2) or (merge & 2 and len(m_dims) < 2):
+        return None, "M or N has no other output dim (along which only its operand varies) to merge with"
+    for dim_name, s in (("M", full[m]), ("N", full[n]), ("K", full[k])) + tuple(("M/N", full[d]) for d in
+                                                                              n_dims + m_dims):
         if not isinstance(s, int):
             return None, f"{dim_name}={s} is symbolic"
     # NOTE: sizes no tile divides are fine: the last tiles read zeros past the end and store nothing there
-    batch = tuple(d for d in outs if d not in (m, n) and full[d] != 1)
+    batch = tuple(d for d in outs if d not in (m, n) + n_dims + m_dims and full[d] != 1)
     if any(not isinstance(full[d], int) for d in batch):
         return None, "a symbolic batch dim"
-    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or -(-full[m] // cfg.bm) > GRID_YZ_MAX:
+    if math.prod(full[d] for d in batch) > GRID_YZ_MAX or \
+            -(-math.prod(full[d] for d in m_dims or (m,)) // cfg.bm) > GRID_YZ_MAX:
         return None, "more blocks than the grid's y or z holds"
     wide = a.arg.dtype.itemsize == 4  # float32 elements: SMEM, or TF32 tensor cores
     lanes = 4 if wide else 8
@@ -481,7 +537,14 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         a_k, b_k = True, along_k(b.arg.st, n, k)
     else:
         a_k, b_k = along_k(a.arg.st, m, k), along_k(b.arg.st, n, k)
-    asynchronous = "cp.async" in kinds and \
+    if n_dims and b_k and not _unit(b.arg.st, b.arg.st.real_strides(), k):
+        # merged N read along neither (a strided convolution's window): a thread an element along the rows, so a
+        # warp reads neighbours `stride` apart rather than 32 elements a channel (H x W) apart
+        b_k = False
+    if m_dims and a_k and not wide and not _unit(a.arg.st, a.arg.st.real_strides(), k):
+        a_k = False
+    # (a B of merged dims staged along its rows reads element by element: its 16-byte chunks would cross them)
+    asynchronous = "cp.async" in kinds and not (n_dims and not b_k) and not (m_dims and not a_k) and not k_dims and \
         all(along_k(op.arg.st, ax, k) == lay and copies_async(op.arg.st, ax, k, lay, full, lanes)
             for op, ax, lay in ((a, m, a_k), (b, n, b_k)))
     stages = cfg.stages if asynchronous else 2
@@ -496,6 +559,8 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
                 "(BK 64, BN a multiple of 64 up to 256, 3 stages or more)"
         if smem_bytes(cfg, a_k, b_k, stages) <= 48 * 1024:
             return None, f"config {cfg}: wgmma slices are placed in dynamic shared memory (1024-byte aligned)"
+        if cfg.tma and (n_dims or m_dims or k_dims):
+            return None, f"config {cfg}: TMA copies boxes of one dim per side, not merged output dims"
         if cfg.tma:
             why = _tma_unfit(cfg, a, b, m, n, k, b_k, batch, outer, full, kinds)
             if why:
@@ -523,10 +588,12 @@ def _plan(lin, cfg, kinds, simt: bool) -> tuple[TCPlan | None, str]:
         if (rows * cfg.bk // lanes) % cfg.threads or cfg.threads % (cfg.bk // lanes) or cfg.threads % (rows // lanes):
             return None, f"config {cfg}: its threads do not split a staged slice evenly"
     if simt:
-        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer), ""
+        return TCPlan(m, n, k, a, b, batch, None, cfg, a_k, b_k, stages, asynchronous, True, outer, n_dims,
+                      m_dims, k_dims), ""
     if tc is None:
         return None, f"no tensor core of the device takes {a.arg.dtype}"
-    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer), ""
+    return TCPlan(m, n, k, a, b, batch, tc, cfg, a_k, b_k, stages, asynchronous, outer=outer, n_dims=n_dims,
+                  m_dims=m_dims, k_dims=k_dims), ""
 
 
 def _tma_unfit(cfg, a, b, m: int, n: int, k: int, b_k: bool, batch, outer, full, kinds) -> str:
