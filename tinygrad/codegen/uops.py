@@ -73,6 +73,8 @@ class UOps(Enum):
     #                          included) are seen by the tensor cores' own reads of shared memory (Hopper's wgmma)
     TMA = auto()             # Hopper's TMA pipeline of a wgmma kernel (CUDA only); arg one of the Tma* records below,
     #                          which says what the uop does and what its vin are
+    SHUFFLE = auto()         # GPU renderers with warp shuffles: vin = (a 32-bit scalar,), arg = ("xor", mask): the
+    #                          value of lane (this lane ^ mask) of the warp; every lane of the warp takes part
 
 
 
