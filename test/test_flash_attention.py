@@ -265,8 +265,8 @@ def test_two_attentions_in_one_schedule_and_weights_kept_when_read():
     assert not any(is_attention(si.ast) for si in items)
 
 
-@pytest.mark.parametrize("case", ["d64", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding", "long_keys", "additive",
-                                  "hand_written"])
+@pytest.mark.parametrize("case", ["d64", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding", "long_keys",
+                                  "additive", "hand_written"])
 def test_tensor_cores_on_the_host_emulation(case):
     """codegen/attention_tc.py: both products on mma.sync (emulated), the softmax on the accumulators."""
     import shutil
@@ -274,7 +274,8 @@ def test_tensor_cores_on_the_host_emulation(case):
         pytest.skip("needs g++ to run rendered kernels on the host")
     from test.unit.test_gpu_codegen import _run
     sq, sk, d, hq, hkv = {"d64": (64, 64, 64, 2, 2), "causal_odd": (129, 129, 64, 1, 1),
-                          "gqa_d128_causal": (65, 65, 128, 8, 2), "bf16_padding": (40, 70, 64, 2, 2), "padding": (40, 70, 64, 2, 2),
+                          "gqa_d128_causal": (65, 65, 128, 8, 2), "bf16_padding": (40, 70, 64, 2, 2),
+                          "padding": (40, 70, 64, 2, 2),
                           "long_keys": (17, 1000, 64, 1, 1), "additive": (33, 47, 64, 2, 2),
                           "hand_written": (20, 20, 64, 2, 2)}[case]
     causal = "causal" in case
