@@ -155,7 +155,7 @@ class _CudaAttention:
     """The attention kernel of `out` rendered for CUDA, in the shape test_gpu_codegen's host runner takes (si, lin,
     spec, src, launch)."""
 
-    def __init__(self, out: Tensor, tensor_cores: bool = False):
+    def __init__(self, out: Tensor, tensor_cores: tuple = ()):
         import dataclasses
 
         from test.unit.test_gpu_codegen import CUDA
@@ -166,7 +166,7 @@ class _CudaAttention:
         run_schedule(items[:-1])  # the inputs (copies of numpy arrays) on the host
         self.si = items[-1]
         assert is_attention(self.si.ast)
-        lopts = dataclasses.replace(CUDA, tensor_cores=("m16n8k16",)) if tensor_cores else CUDA
+        lopts = dataclasses.replace(CUDA, tensor_cores=tensor_cores) if tensor_cores else CUDA
         self.lin = AttentionKernel(self.si.ast, lopts).linearize()
         self.spec = CUDARenderer(self.lin.name, self.lin.uops)
         self.src = self.spec.src
@@ -265,15 +265,16 @@ def test_two_attentions_in_one_schedule_and_weights_kept_when_read():
     assert not any(is_attention(si.ast) for si in items)
 
 
-@pytest.mark.parametrize("case", ["d64", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding", "long_keys",
-                                  "additive", "hand_written"])
+@pytest.mark.parametrize("case", ["d64", "d64_sync", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding",
+                                  "long_keys", "additive", "hand_written", "fused_casts"])
 def test_tensor_cores_on_the_host_emulation(case):
     """codegen/attention_tc.py: both products on mma.sync (emulated), the softmax on the accumulators."""
     import shutil
     if shutil.which("g++") is None:
         pytest.skip("needs g++ to run rendered kernels on the host")
     from test.unit.test_gpu_codegen import _run
-    sq, sk, d, hq, hkv = {"d64": (64, 64, 64, 2, 2), "causal_odd": (129, 129, 64, 1, 1),
+    sq, sk, d, hq, hkv = {"d64": (64, 64, 64, 2, 2), "d64_sync": (64, 64, 64, 2, 2), "fused_casts": (65, 65, 64, 2, 2),
+                          "causal_odd": (129, 129, 64, 1, 1),
                           "gqa_d128_causal": (65, 65, 128, 8, 2), "bf16_padding": (40, 70, 64, 2, 2),
                           "padding": (40, 70, 64, 2, 2),
                           "long_keys": (17, 1000, 64, 1, 1), "additive": (33, 47, 64, 2, 2),
@@ -281,7 +282,11 @@ def test_tensor_cores_on_the_host_emulation(case):
     causal = "causal" in case
     dt = dtypes.bfloat16 if "bf16" in case else dtypes.float16
     qn, kn, vn = _rand((1, hq, sq, d), 1), _rand((1, hkv, sk, d), 2), _rand((1, hkv, sk, d), 3)
-    q, k, v = (Tensor(a).cast(dt) for a in (qn, kn, vn))
+    if dt == dtypes.float16 and case != "fused_casts":
+        # half buffers: k and v staged 16 bytes at a time (cp.async where the device has it)
+        q, k, v = (Tensor(a.astype(np.float16)) for a in (qn, kn, vn))
+    else:
+        q, k, v = (Tensor(a).cast(dt) for a in (qn, kn, vn))
     k, v = _expand_kv(k, hq // hkv), _expand_kv(v, hq // hkv)
     mask = None
     if "padding" in case:
@@ -295,8 +300,12 @@ def test_tensor_cores_on_the_host_emulation(case):
         out = q.scaled_dot_product_attention(k, v, attn_mask=Tensor(mask) if mask is not None else None,
                                              is_causal=causal)
     # (the host harness reads float32 and half outputs)
-    kern = _CudaAttention(out.cast(dtypes.float32) if dt == dtypes.bfloat16 else out, tensor_cores=True)
+    tcs = ("m16n8k16",) if case == "d64_sync" else ("m16n8k16", "cp.async")
+    kern = _CudaAttention(out.cast(dtypes.float32) if dt == dtypes.bfloat16 else out, tensor_cores=tcs)
     assert kern.lin.local_size == (128, 1, 1) and "mma.sync" in kern.src and "ldmatrix" in kern.src
+    # (GQA by expand and reshape is two views whose index the 16-byte chunks do not see through: element by element)
+    assert ("tg_cp_async_wait<1>" in kern.src) == (dt == dtypes.float16 and hq == hkv and
+                                                   case not in ("d64_sync", "fused_casts"))
     got = _run([kern])[0].reshape(1, hq, sq, d).astype(np.float32)
     # the oracle on the same rounded inputs
     tq, tk, tv = (torch.tensor(t.cast(dtypes.float32).numpy()) for t in (Tensor(qn).cast(dt), Tensor(kn).cast(dt),
