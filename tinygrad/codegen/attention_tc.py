@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import math
 
+from tinygrad.codegen.ast_facts import LEAVES
 from tinygrad.codegen.attention_gpu import GRID_Y_MAX, tiled_sides
 from tinygrad.codegen.emitter import is_true, lane_base
 from tinygrad.codegen.uops import UOps
 from tinygrad.dtype import PtrDType, dtypes
-from tinygrad.ops import BinaryOps, BufferOps, TernaryOps, UnaryOps
+from tinygrad.helpers import toposort
+from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import MulNode, NumNode, SumNode, Variable
 
 TILE_Q, TILE_K, WARPS = 64, 64, 4
@@ -176,7 +178,6 @@ def lower(kern, p) -> None:
     # each float of S through the score's tail and the softmax's input, at its row and key: x[r][nt][e], row r's
     # keys 8 nt + 2t + e
     x = [[[None, None] for _ in range(nts)] for _ in rows]
-    sdt = kern._dtypes[id(p.rs)]
     for nt in range(nts):
         for e in range(2):
             j = em.add(tbase, em.add(em.mul(w.t, em.const(2)), em.const(8 * nt + e)))
@@ -188,10 +189,8 @@ def lower(kern, p) -> None:
             em.bind(kj, j)
             for r in range(len(rows)):
                 acc = em.uop(UOps.GEP, f32, (s[r // 2][nt],), 2 * (r % 2) + e)
-                if sdt != f32:
-                    acc = em.uop(UOps.CAST, sdt, (acc,), None)
-                score = kern._lower(p.s_root, bidx + [rows[r], kj, NumNode(0)], {id(p.rs): acc})
-                v = kern._lower(p.x, bidx + [rows[r], kj], {"scores": score})
+                score = _lower_wide(kern, p.s_root, bidx + [rows[r], kj, NumNode(0)], {id(p.rs): acc})
+                v = _lower_wide(kern, p.x, bidx + [rows[r], kj], {"scores": score})
                 if v.dtype != f32:
                     v = em.uop(UOps.CAST, f32, (v,), None)
                 if inside is not None:
@@ -341,6 +340,35 @@ class _Stager:
                 if val.dtype != tdt:
                     val = em.uop(UOps.CAST, tdt, (val,), None)
             em.uop(UOps.STORE, None, (smem, at, val) + ((gate,) if gate is not None else ()), None, False)
+
+
+def _lower_wide(kern, root, idxs, given):
+    """kern._lower of the score's tail or the softmax's input, computed in float32 where the graph says half or
+    bfloat16: the score stays the tensor cores' float32 sum, as PyTorch's flash kernels keep it, instead of being
+    rounded to 16 bits after each op (two conversions an op, on every score of every tile)."""
+    em, f32 = kern.em, dtypes.float32
+    narrow = (dtypes.float16, dtypes.bfloat16)
+    order = toposort(root, lambda op: () if isinstance(op.op, ReduceOps) or id(op) in given else op.src)
+    done = {}
+    for op in order:
+        if id(op) in given:
+            val = given[id(op)]
+        elif op.op is BufferOps.LOAD and op.arg.idx < 0:
+            # (the scores placeholder, attention.SCORES: the only one parse lets into these parts)
+            val = given["scores"]
+        elif op.op in LEAVES:
+            val = kern._leaf(op, idxs)
+            if val.dtype in narrow:
+                val = em.uop(UOps.CAST, f32, (val,), None)
+        else:
+            src = tuple(done[id(x)] for x in op.src)
+            if op.op is UnaryOps.CAST and op.arg[0] in narrow:
+                val = src[0]
+            else:
+                dt = kern._dtypes[id(op)]
+                val = kern._lower_op(op, f32 if dt in narrow else dt, src)
+        done[id(op)] = val
+    return done[id(root)]
 
 
 def _frame_of(op, idxs):
