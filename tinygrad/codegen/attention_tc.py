@@ -1,14 +1,16 @@
 """Attention on tensor cores (mma.sync m16n8k16, half or bfloat16): both products of the online softmax per warp.
 
-A block of 4 warps owns TILE_Q = 64 query rows of one (batch, head), 16 rows a warp. Each warp keeps its rows of q
-as mma.sync A fragments in registers for the whole kernel. For each tile of TILE_K = 64 keys the block stages k and
-v (as half or bfloat16, a row of the head dim per key, padded by 8 elements so ldmatrix's 8 rows hit distinct banks)
-in shared memory; then each warp
+A block of 4 warps owns 64 query rows of one (batch, head), 16 rows a warp, or 128 (32 a warp: two 16-row tiles,
+`warp_tiles`) where the head dims are at most 64. Each warp keeps its rows of q as mma.sync A fragments in registers
+for the whole kernel. For each tile of TILE_K = 64 keys the block stages k and v (as half or bfloat16, a row of the
+head dim per key, padded by 8 elements so ldmatrix's 8 rows hit distinct banks) in shared memory, by cp.async into
+two stages where their 16-byte chunks are aligned (the next tile's copies in flight while this one multiplies);
+then each warp
 
 - computes its 16 x 64 scores S = q k^T: per 16 of the head dim one A fragment (q's) and, per pair of 8-key tiles,
   one ldmatrix of k's rows (B fragments, k-major as mma.sync's "col" operand wants);
-- applies the score's tail and the softmax's input (scale, masks) to each float of S's accumulators, whose layout
-  gives lane 4g + t rows g and g + 8 at keys 2t, 2t + 1 of each 8-key tile;
+- applies the score's tail and the softmax's input (scale, masks) to each float of S's accumulators (in float32),
+  whose layout gives lane 4g + t rows g and g + 8 at keys 2t, 2t + 1 of each 8-key tile;
 - runs the online softmax on them: a row's max over the lane's 16 values, then across the 4 lanes of its quad by
   two xor shuffles; the running sum stays a partial sum per lane until the end (summed across the quad once);
 - reuses exp(s - m) as P's A fragments without shared memory: the accumulators of two consecutive 8-key tiles are,
@@ -33,7 +35,7 @@ from tinygrad.helpers import toposort
 from tinygrad.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tinygrad.shape.symbolic import MulNode, NumNode, SumNode, Variable
 
-TILE_Q, TILE_K, WARPS = 64, 64, 4
+TILE_K, WARPS = 64, 4  # keys a staged tile; warps a block (16 or 32 query rows each)
 PAD = 8  # elements after each staged row: rows 16 bytes apart mod 128, so an ldmatrix's 8 rows take distinct banks
 MIN_ROWS = 16  # fewer query rows than a warp's 16 leave the tensor cores mostly idle: the SIMT kernels take them
 MAX_HEAD = 256
@@ -121,8 +123,8 @@ def lower(kern, p) -> None:
     em.bind(pair, em.mul(w.t, em.const(2)))
     qfrags = [_q_fragments(kern, p, q_side, bidx, rows[2 * mt:2 * mt + 2], pair) for mt in range(mt_n)]
     ks, vs = p.d + PAD, p.dv + PAD
-    k_copy = _Stager(kern, p, k_side, p.d, ks, lambda j, x: bidx + [NumNode(0), j, x], p.nb + 1, p.nb + 2)
-    v_copy = _Stager(kern, p, p.v_root, p.dv, vs, lambda j, x: bidx + [NumNode(0), x, j], p.nb + 2, p.nb + 1)
+    k_copy = _Stager(kern, p, k_side, p.d, ks, lambda j, x: bidx + [NumNode(0), j, x])
+    v_copy = _Stager(kern, p, p.v_root, p.dv, vs, lambda j, x: bidx + [NumNode(0), x, j])
     # both staged by cp.async where both allow it: two stages, the next tile's copies in flight during this one's
     stages = 2 if "cp.async" in kern.opts.tensor_cores and k_copy.asynchronous and v_copy.asynchronous else 1
     sm_k = em.uop(UOps.DEFINE_LOCAL, PtrDType(tdt), (), ("attn_k", stages * TILE_K * ks), False)
@@ -286,9 +288,9 @@ class _Stager:
     """Copies of one side (k's or v's) into shared memory, a tile of TILE_K keys at a time: key r's `width` elements
     at r * stride, 8 at a time (16 bytes) where the side is a load of the tensor cores' type contiguous along its
     elements (by cp.async where its addresses are 16-byte aligned too: `asynchronous`), else one at a time. `frame(j,
-    x)`: the side's frame indices of key j and element x; `key_axis`, `elem_axis`: those dims of the frame."""
+    x)`: the side's frame indices of key j and element x."""
 
-    def __init__(self, kern, p, side, width, stride, frame, key_axis, elem_axis):
+    def __init__(self, kern, p, side, width, stride, frame):
         self.kern, self.p, self.side, self.width, self.stride, self.frame = kern, p, side, width, stride, frame
         self.lane = Variable("_lane", 0, 7)
         self.vector = self.asynchronous = False
