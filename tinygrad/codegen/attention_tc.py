@@ -256,6 +256,8 @@ def lower(kern, p) -> None:
     em.uop(UOps.BARRIER, None, (), None, False)  # (before the next copies overwrite this tile's stage)
     em.close_scope()
     em.uop(UOps.ENDLOOP, None, (tloop,), None, False)
+    if stages == 2:
+        em.uop(UOps.ASYNC_WAIT, None, (), 0, False)  # (the last, empty copies land before the block leaves)
     invs = [em.uop(UOps.ALU, f32, (w.quad(BinaryOps.ADD, lsum),), UnaryOps.RECIP) for lsum in ls]
     for mt in range(mt_n):
         for nc in range(p.dv // 8):
