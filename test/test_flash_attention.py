@@ -266,7 +266,7 @@ def test_two_attentions_in_one_schedule_and_weights_kept_when_read():
 
 
 @pytest.mark.parametrize("case", ["d64", "d64_sync", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding",
-                                  "long_keys", "additive", "hand_written", "fused_casts"])
+                                  "long_keys", "additive", "hand_written", "fused_casts", "d80"])
 def test_tensor_cores_on_the_host_emulation(case):
     """codegen/attention_tc.py: both products on mma.sync (emulated), the softmax on the accumulators."""
     import shutil
@@ -274,6 +274,7 @@ def test_tensor_cores_on_the_host_emulation(case):
         pytest.skip("needs g++ to run rendered kernels on the host")
     from test.unit.test_gpu_codegen import _run
     sq, sk, d, hq, hkv = {"d64": (64, 64, 64, 2, 2), "d64_sync": (64, 64, 64, 2, 2), "fused_casts": (65, 65, 64, 2, 2),
+                          "d80": (33, 90, 80, 2, 2),
                           "causal_odd": (129, 129, 64, 1, 1),
                           "gqa_d128_causal": (65, 65, 128, 8, 2), "bf16_padding": (40, 70, 64, 2, 2),
                           "padding": (40, 70, 64, 2, 2),
@@ -318,3 +319,23 @@ def test_tensor_cores_on_the_host_emulation(case):
     # P rounds to 16 bits before its product (as flash attention's kernels do)
     tol = 3e-2 if dt == dtypes.bfloat16 else 4e-3
     np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
+def test_which_attention_takes_tensor_cores():
+    """mma.sync where q, k and v are all half (or all bfloat16), the head dims multiples of 16 and there are 16 query
+    rows or more; the SIMT kernels elsewhere (float32, d 72, decode) and on devices without m16n8k16."""
+    import dataclasses
+
+    from test.unit.test_gpu_codegen import CUDA
+    from tinygrad.codegen.attention import AttentionKernel
+    from tinygrad.codegen.uops import UOps
+    tc = dataclasses.replace(CUDA, tensor_cores=("m16n8k16", "cp.async"))
+
+    def wmma(sq, sk, d, dt, lopts=tc):
+        q, k, v = Tensor.empty(1, 2, sq, d, dtype=dt), Tensor.empty(1, 2, sk, d, dtype=dt), \
+            Tensor.empty(1, 2, sk, d, dtype=dt)
+        si = [x for x in _kernels(q.scaled_dot_product_attention(k, v)) if is_attention(x.ast)][0]
+        return any(u.uop is UOps.WMMA for u in AttentionKernel(si.ast, lopts).linearize().uops)
+    assert wmma(64, 64, 64, dtypes.float16) and wmma(16, 300, 128, dtypes.bfloat16)
+    assert not wmma(64, 64, 72, dtypes.float16) and not wmma(64, 64, 64, dtypes.float32)
+    assert not wmma(8, 300, 64, dtypes.float16) and not wmma(64, 64, 64, dtypes.float16, CUDA)
