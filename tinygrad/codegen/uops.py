@@ -51,7 +51,9 @@ class UOps(Enum):
     LOAD = auto()            # vin = (buffer, index) or (buffer, index, valid, alternative)
     STORE = auto()           # vin = (buffer, index, value) or (buffer, index, value, valid)
     ALU = auto()             # arg = the Unary/Binary/TernaryOp
-    CAST = auto()            # vin = (value,), dtype = the target (of as many lanes as the value)
+    CAST = auto()            # vin = (value,), dtype = the target (of as many lanes as the value); arg ("bits", T)
+    #                          (GPU renderers): the uint16 pattern of the float value rounded to T (half or bfloat16),
+    #                          as a store to a T buffer writes it (a tensor-core operand made in registers)
     BITCAST = auto()         # vin = (value,), dtype = the target, same size
     PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
     BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
