@@ -229,8 +229,8 @@ def lower(kern, p) -> None:
             for nt in (2 * kk, 2 * kk + 1):
                 for r in (2 * mt, 2 * mt + 1):
                     for e in range(2):
-                        h = em.uop(UOps.CAST, tdt, (pv[r][nt][e],), None)
-                        lanes.append(em.uop(UOps.BITCAST, dtypes.uint16, (h,), None))
+                        # (one conversion: the rounding to 16 bits is the pattern itself)
+                        lanes.append(em.uop(UOps.CAST, dtypes.uint16, (pv[r][nt][e],), ("bits", tdt)))
             pfrags[mt].append(em.uop(UOps.VECTORIZE, u16x8, tuple(lanes), None))
     o_new = []
     for mt in range(mt_n):
