@@ -136,11 +136,28 @@ def test_backward_still_works():
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-4, rtol=1e-4)
 
 
+# a warp's xor shuffle on the host: each lane leaves its value in the warp's slots and, after a barrier of the block
+# (every thread of the block calls it at the same point), takes its partner's
+_SHUFFLE_EMU = r"""
+static float tg_shfl_slots[32][32];
+template <class T> static T __shfl_xor_sync(unsigned, T v, int m) {
+  unsigned l, w = tg_warp_lane(&l);
+  tg_shfl_slots[w][l] = v;
+  __syncthreads();
+  T o = tg_shfl_slots[w][l ^ m];
+  __syncthreads();
+  return o;
+}
+"""
+
+
 class _CudaAttention:
     """The attention kernel of `out` rendered for CUDA, in the shape test_gpu_codegen's host runner takes (si, lin,
     spec, src, launch)."""
 
-    def __init__(self, out: Tensor):
+    def __init__(self, out: Tensor, tensor_cores: tuple = ()):
+        import dataclasses
+
         from test.unit.test_gpu_codegen import CUDA
         from tinygrad.codegen.attention import AttentionKernel
         from tinygrad.engine.realize import run_schedule
@@ -149,9 +166,13 @@ class _CudaAttention:
         run_schedule(items[:-1])  # the inputs (copies of numpy arrays) on the host
         self.si = items[-1]
         assert is_attention(self.si.ast)
-        self.lin = AttentionKernel(self.si.ast, CUDA).linearize()
+        lopts = dataclasses.replace(CUDA, tensor_cores=tensor_cores) if tensor_cores else CUDA
+        self.lin = AttentionKernel(self.si.ast, lopts).linearize()
         self.spec = CUDARenderer(self.lin.name, self.lin.uops)
         self.src = self.spec.src
+        if "__shfl_xor_sync" in self.src:
+            # (after the harness's tensor-core emulation, whose warp and lane it uses)
+            self.src = self.src.replace('extern "C" __global__', _SHUFFLE_EMU + 'extern "C" __global__', 1)
 
     def launch(self, var_vals):
         return tuple(self.lin.global_size), tuple(self.lin.local_size)
@@ -242,3 +263,79 @@ def test_two_attentions_in_one_schedule_and_weights_kept_when_read():
     out = w @ v
     items = create_schedule([out.lazydata, w.lazydata])
     assert not any(is_attention(si.ast) for si in items)
+
+
+@pytest.mark.parametrize("case", ["d64", "d64_sync", "causal_odd", "gqa_d128_causal", "bf16_padding", "padding",
+                                  "long_keys", "additive", "hand_written", "fused_casts", "d80"])
+def test_tensor_cores_on_the_host_emulation(case):
+    """codegen/attention_tc.py: both products on mma.sync (emulated), the softmax on the accumulators."""
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to run rendered kernels on the host")
+    from test.unit.test_gpu_codegen import _run
+    sq, sk, d, hq, hkv = {"d64": (64, 64, 64, 2, 2), "d64_sync": (64, 64, 64, 2, 2), "fused_casts": (65, 65, 64, 2, 2),
+                          "d80": (33, 90, 80, 2, 2),
+                          "causal_odd": (129, 129, 64, 1, 1),
+                          "gqa_d128_causal": (65, 65, 128, 8, 2), "bf16_padding": (40, 70, 64, 2, 2),
+                          "padding": (40, 70, 64, 2, 2),
+                          "long_keys": (17, 1000, 64, 1, 1), "additive": (33, 47, 64, 2, 2),
+                          "hand_written": (20, 20, 64, 2, 2)}[case]
+    causal = "causal" in case
+    dt = dtypes.bfloat16 if "bf16" in case else dtypes.float16
+    qn, kn, vn = _rand((1, hq, sq, d), 1), _rand((1, hkv, sk, d), 2), _rand((1, hkv, sk, d), 3)
+    if dt == dtypes.float16 and case != "fused_casts":
+        # half buffers: k and v staged 16 bytes at a time (cp.async where the device has it)
+        q, k, v = (Tensor(a.astype(np.float16)) for a in (qn, kn, vn))
+    else:
+        q, k, v = (Tensor(a).cast(dt) for a in (qn, kn, vn))
+    k, v = _expand_kv(k, hq // hkv), _expand_kv(v, hq // hkv)
+    mask = None
+    if "padding" in case:
+        mask = np.ones((1, 1, sq, sk), dtype=bool)
+        mask[..., 50:] = False
+    elif case == "additive":
+        mask = _rand((1, hq, sq, sk), 9).astype(np.float16)
+    if case == "hand_written":
+        out = (q @ k.transpose(-2, -1) * 0.125).softmax(-1) @ v
+    else:
+        out = q.scaled_dot_product_attention(k, v, attn_mask=Tensor(mask) if mask is not None else None,
+                                             is_causal=causal)
+    # (the host harness reads float32 and half outputs)
+    tcs = ("m16n8k16",) if case == "d64_sync" else ("m16n8k16", "cp.async")
+    kern = _CudaAttention(out.cast(dtypes.float32) if dt == dtypes.bfloat16 else out, tensor_cores=tcs)
+    assert kern.lin.local_size == (128, 1, 1) and "mma.sync" in kern.src and "ldmatrix" in kern.src
+    # (GQA by expand and reshape is two views whose index the 16-byte chunks do not see through: element by element)
+    assert ("tg_cp_async_wait<1>" in kern.src) == (dt == dtypes.float16 and hq == hkv and
+                                                   case not in ("d64_sync", "fused_casts"))
+    got = _run([kern])[0].reshape(1, hq, sq, d).astype(np.float32)
+    # the oracle on the same rounded inputs
+    tq, tk, tv = (torch.tensor(t.cast(dtypes.float32).numpy()) for t in (Tensor(qn).cast(dt), Tensor(kn).cast(dt),
+                                                                        Tensor(vn).cast(dt)))
+    tk, tv = tk.repeat_interleave(hq // hkv, 1), tv.repeat_interleave(hq // hkv, 1)
+    tm = torch.tensor(mask.astype(np.float32) if mask is not None and mask.dtype != bool else mask) \
+        if mask is not None else None
+    scale = 0.125 if case == "hand_written" else None
+    want = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal, scale=scale).numpy()
+    # P rounds to 16 bits before its product (as flash attention's kernels do)
+    tol = 3e-2 if dt == dtypes.bfloat16 else 4e-3
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
+def test_which_attention_takes_tensor_cores():
+    """mma.sync where q, k and v are all half (or all bfloat16), the head dims multiples of 16 and there are 16 query
+    rows or more; the SIMT kernels elsewhere (float32, d 72, decode) and on devices without m16n8k16."""
+    import dataclasses
+
+    from test.unit.test_gpu_codegen import CUDA
+    from tinygrad.codegen.attention import AttentionKernel
+    from tinygrad.codegen.uops import UOps
+    tc = dataclasses.replace(CUDA, tensor_cores=("m16n8k16", "cp.async"))
+
+    def wmma(sq, sk, d, dt, lopts=tc):
+        q, k, v = Tensor.empty(1, 2, sq, d, dtype=dt), Tensor.empty(1, 2, sk, d, dtype=dt), \
+            Tensor.empty(1, 2, sk, d, dtype=dt)
+        si = [x for x in _kernels(q.scaled_dot_product_attention(k, v)) if is_attention(x.ast)][0]
+        return any(u.uop is UOps.WMMA for u in AttentionKernel(si.ast, lopts).linearize().uops)
+    assert wmma(64, 64, 64, dtypes.float16) and wmma(16, 300, 128, dtypes.bfloat16)
+    assert not wmma(64, 64, 72, dtypes.float16) and not wmma(64, 64, 64, dtypes.float32)
+    assert not wmma(8, 300, 64, dtypes.float16) and not wmma(64, 64, 64, dtypes.float16, CUDA)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from tinygrad.codegen import attention_gpu
+from tinygrad.codegen import attention_gpu, attention_tc
 from tinygrad.codegen.ast_facts import LEAVES, out_dtype
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
 from tinygrad.codegen.tile_values import _scalar_dtype
@@ -219,6 +219,9 @@ class AttentionKernel:
         for idx in sorted(mems):
             self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
                                     False)
+        if attention_tc.takes(self, p):
+            attention_tc.lower(self, p)
+            return self
         row_sizes = list(p.bs) + [p.sq]
         rows = math.prod(row_sizes)
         split = attention_gpu.split_threads(rows, p.sk, p.dv) if self.gpu else 1

@@ -51,7 +51,9 @@ class UOps(Enum):
     LOAD = auto()            # vin = (buffer, index) or (buffer, index, valid, alternative)
     STORE = auto()           # vin = (buffer, index, value) or (buffer, index, value, valid)
     ALU = auto()             # arg = the Unary/Binary/TernaryOp
-    CAST = auto()            # vin = (value,), dtype = the target (of as many lanes as the value)
+    CAST = auto()            # vin = (value,), dtype = the target (of as many lanes as the value); arg ("bits", T)
+    #                          (GPU renderers): the uint16 pattern of the float value rounded to T (half or bfloat16),
+    #                          as a store to a T buffer writes it (a tensor-core operand made in registers)
     BITCAST = auto()         # vin = (value,), dtype = the target, same size
     PHI = auto()             # vin = (accumulator, new value, loop): the accumulator takes the new value
     BARRIER = auto()         # GPU renderers: every thread of the block waits here (so none may have returned)
@@ -73,6 +75,8 @@ class UOps(Enum):
     #                          included) are seen by the tensor cores' own reads of shared memory (Hopper's wgmma)
     TMA = auto()             # Hopper's TMA pipeline of a wgmma kernel (CUDA only); arg one of the Tma* records below,
     #                          which says what the uop does and what its vin are
+    SHUFFLE = auto()         # GPU renderers with warp shuffles: vin = (a 32-bit scalar,), arg = ("xor", mask): the
+    #                          value of lane (this lane ^ mask) of the warp; every lane of the warp takes part
 
 
 

@@ -350,6 +350,8 @@ class KernelWriter:
             self.bind(u, lang.render_vectorize([r[id(v)] for v in vin], dt), "vec", inline=True)
         elif op is UOps.GEP:
             self.bind(u, lang.render_gep(r[id(vin[0])], u.arg), "gep", inline=True)
+        elif op is UOps.CAST and isinstance(u.arg, tuple) and u.arg[0] == "bits":
+            self.bind(u, lang.render_store(r[id(vin[0])], u.arg[1]), "cast", inline=True)
         elif op is UOps.CAST and dt.count > 1:
             self.bind(u, lang.render_vector_cast(r[id(vin[0])], vin[0].dtype, dt), "cast", inline=True)
         elif op is UOps.CAST:

@@ -276,6 +276,9 @@ class CUDALanguage(TgVecSpelling, GPULanguage):
     def render_shuffle_down(self, val: str, offset: str) -> str:
         return f"__shfl_down_sync(0xffffffffu, {val}, {offset})"
 
+    def render_shuffle_xor(self, val: str, mask: int) -> str:
+        return f"__shfl_xor_sync(0xffffffffu, {val}, {mask})"
+
     def render_atomic_inc(self, var: str) -> str:
         return f"atomicAdd(&{var}, 1u)"
 

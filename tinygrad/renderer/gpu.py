@@ -104,6 +104,10 @@ class GPULanguage(CStyleLanguage):
         """`val` of the thread `offset` lanes further in this warp (every lane of the warp takes part)."""
         raise NotImplementedError(f"{type(self).__name__} has no warp shuffle")
 
+    def render_shuffle_xor(self, val: str, mask: int) -> str:
+        """`val` of lane (this lane ^ `mask`) of this warp (every lane of the warp takes part)."""
+        raise NotImplementedError(f"{type(self).__name__} has no warp shuffle")
+
     def render_atomic_inc(self, var: str) -> str:
         """Adds 1 to the unsigned int device variable `var` atomically; the expression's value is the old count."""
         raise NotImplementedError(f"{type(self).__name__} has no atomic increment")
@@ -472,6 +476,8 @@ def uops_to_gpu(lang: GPULanguage, name: str, uops: list[UOp]) -> ProgramSpec:
             # a wait for a warpgroup's accumulators is read lane by lane after it: a variable, not repeated inline
             wait = isinstance(u.arg[1], tuple) and u.arg[1][0] == "wait"
             bind(u, lang.render_wmma(u.arg[0], [r[id(v)] for v in vin], u.arg[1]), "wmma", inline=not wait)
+        elif op is UOps.SHUFFLE:
+            bind(u, lang.render_shuffle_xor(r[id(vin[0])], u.arg[1]), "shfl", inline=False)
         elif op is UOps.COPY_ASYNC:
             emit(lang.render_copy_async(f"{r[id(vin[0])]}+{r[id(vin[1])]}", r[id(vin[2])], r[id(vin[3])],
                                         r[id(vin[4])] if len(vin) > 4 else None) + ";")
