@@ -311,12 +311,13 @@ def _run_as_cuda(kern) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", WORD_NAMES)
-@pytest.mark.parametrize("rows,blocks,m", [(37, 9, 1), (37, 9, 2), (37, 9, 7), (2400, 9, 7), (21, 3, 1)])
+@pytest.mark.parametrize("rows,blocks,m", [(37, 9, 1), (37, 9, 2), (37, 9, 7), (2400, 9, 7), (21, 3, 1), (5, 16, 1),
+                                           (3, 64, 2)])
 def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_everywhere):
     """The product's CUDA kernel (as the GPU would compile it: the renderer's block a row for a few rows of x, the
     linearizer's grid where the outputs are many, a thread a row for short rows), run by a host emulation of CUDA
     on random blocks with finite scales, against numpy over the dequantized values: M = 1, 2 and 7 rows of x, odd
-    sizes."""
+    sizes; rows of 16 and 64 blocks take 2 and 4 words a step (Q6_K 2), 9 one."""
     pytest.importorskip("hypothesis")  # (test_gpu_codegen's)
     from test.unit.test_gpu_codegen import Kernel
     ttype = CASES[name]["id"]
@@ -332,6 +333,15 @@ def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_eve
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     for got in _run_as_cuda(kern):
         np.testing.assert_allclose(got.reshape(m, rows), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_words_a_step_leave_a_block_of_steps_a_row():
+    """A step takes 2 or 4 words where the row still has BLOCK_REDUCE_MIN_INPUTS (256) steps, and no more than a
+    quarter of a run of consecutive words (Q4_K's 8, Q6_K's 4)."""
+    step = Linear.words_a_step
+    assert [step(n, 8) for n in (256, 288, 512, 1024, 1792, 4096)] == [1, 1, 2, 4, 4, 4]
+    assert [step(n, 4) for n in (256, 512, 1792)] == [1, 2, 2]
+    assert [step(n, 16) for n in (512, 1792)] == [2, 4]
 
 
 def test_synthetic_q4_k_m_linears_hold_their_file_bytes_on_a_gpu(tmp_path, monkeypatch):

@@ -243,7 +243,8 @@ def _small_float(q: Tensor, less: int = 0) -> Tensor:
     """Small non-negative uint32 ints `q` (below 2**23) less `less`, as float32, exactly: q's bits under the
     exponent of 2**23 make the float 2**23 + q, and a subtraction takes 2**23 + less away. Two full-rate operations
     where a GPU converts an int at a quarter of its rate (or less): the product's inner loop converts every value."""
-    return (q | 0x4B000000).bitcast(dtypes.float32) - float(2 ** 23 + less)
+    # (a Tensor, so the value is compiled into the kernel: a Python float would be read from a shared scalar buffer)
+    return (q | 0x4B000000).bitcast(dtypes.float32) - Tensor(float(2 ** 23 + less), device=q.device)
 
 
 def _word_f16(w: Tensor, high: bool) -> Tensor:

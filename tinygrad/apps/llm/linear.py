@@ -25,9 +25,11 @@ The host helpers (_planes, plane_values) also dequantize a few rows on the host,
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
+from tinygrad.codegen.gpu_plan import BLOCK_REDUCE_MIN_INPUTS
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import getenv
@@ -46,6 +48,9 @@ PLANE_TYPES = tuple(PLANE_LAYOUT)
 # file's pages of each chunk let go once copied, so loading never holds a large matrix's pages or temporaries and
 # its device copy at once (the 262,144-row embedding table of Gemma 3 is 178 MB)
 LOAD_CHUNK_BYTES = 8 << 20
+# a words product's step takes at most this many words (see Linear.words_a_step): each adds 8 terms to the unrolled
+# body, and the block's scales are decoded once a step
+WORDS_A_STEP_MAX = 4
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -335,15 +340,36 @@ class Linear:
         w = kind(self.words.reshape(out * nb, words))
         return w.reshape(out, nb, *w.shape[1:])
 
+    @staticmethod
+    def words_a_step(steps: int, run: int) -> int:
+        """The words a step of a words product takes (1, 2 or 4, a quarter of the `run` of consecutive words at most)
+        for rows of `steps` words: the most that leave a row BLOCK_REDUCE_MIN_INPUTS steps, so the GPU's renderer
+        still spreads the row over a block (8B Llama: 2 for rows of 4096 values, 4 for 14336; 1 for 2048)."""
+        k = 1
+        # NOTE: a run of at least 2 words stays the innermost dim: there the loads are consecutive words (stride 1)
+        # and x's floats 16 bytes apart, which the GPU's heuristic takes for contiguous (its renderer's reductions)
+        while k < WORDS_A_STEP_MAX and run % (4 * k) == 0 and steps // (2 * k) >= BLOCK_REDUCE_MIN_INPUTS:
+            k *= 2
+        return k
+
     def _words_product(self, x: Tensor) -> Tensor:
         """x @ W.T over the words: a sum over the words of the row, each term the word's values (its `terms` dims:
         its bytes and their fields) written out one by one, so a GPU kernel's step of the reduction is a whole word:
         one 4-byte load (a warp's lanes reading consecutive words), its fields taken apart with constant shifts, the
-        scales of its sub-blocks decoded once for the word's values, not once a value."""
+        scales of its sub-blocks decoded once for the word's values, not once a value.
+
+        A step takes `k` words (words_a_step): the dim of consecutive words (WORD_TYPES' dims end with it and the
+        word's bytes) split into (k, words / k), k a term too, so each of a step's loads still has the lanes on
+        consecutive words and the block's scales are decoded once for k words."""
         w = self._words_grouped()
+        terms = [d % w.ndim for d in WORD_TYPES[self.ttype][2]]
+        k = self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
+        if k > 1:
+            n = w.ndim
+            w = w.reshape(*w.shape[:-2], k, w.shape[-2] // k, w.shape[-1])
+            terms = [d if d < n - 2 else d + 1 for d in terms] + [n - 2]
         dims = w.ndim - 1
         xv = x.reshape(*x.shape[:-1], 1, *w.shape[1:])
-        terms = [d % w.ndim for d in WORD_TYPES[self.ttype][2]]
         acc = None
         for at in itertools.product(*[range(w.shape[d]) for d in terms]):
             pick = [None] * w.ndim
