@@ -282,6 +282,19 @@ def test_words_product_and_stacking(name, words_everywhere):
     assert Linear.stacked([ts[0], odd], Device.DEFAULT) is None
 
 
+def test_large_words_matrix_loads_in_chunks(monkeypatch, words_everywhere):
+    """Words are copied a chunk of rows at a time too (the last chunk overlapping the one before), stacked matrices
+    as well: the device holds each block's bytes, Q6_K's padded to whole words."""
+    from tinygrad.apps.llm import linear
+    rng = np.random.default_rng(6)
+    a, b = rng.integers(0, 256, (13, 210), dtype=np.uint8), rng.integers(0, 256, (7, 210), dtype=np.uint8)
+    ts = [_matrix(a, 14, (13, 256), "a"), _matrix(b, 14, (7, 256), "b")]
+    monkeypatch.setattr(linear, "LOAD_CHUNK_BYTES", 3 * 210)  # 3 rows a chunk: 7 chunks, the last overlapping
+    padded = np.concatenate([np.concatenate([a, b]), np.zeros((20, 2), np.uint8)], axis=1)
+    np.testing.assert_array_equal(Linear.stacked(ts, Device.DEFAULT).words.numpy(), padded.view("<u4"))
+    np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).words.numpy(), padded[:13].view("<u4"))
+
+
 def _cuda_opts():
     from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
     from tinygrad.codegen.kernel import LinearizerOptions
