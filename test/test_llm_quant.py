@@ -229,7 +229,7 @@ def test_linear_product_renders_for_cuda(name, all_file_bits):
     assert len(srcs) == 1 and "unsigned char" in srcs[0] and "__global__" in srcs[0]
 
 
-# ---- a GPU's layout: Q4_K and Q6_K as 32-bit words (state_gguf.WORD_TYPES), a word a step of the product's sum
+# ---- a GPU's layout: Q4_K, Q5_K and Q6_K as 32-bit words (state_gguf.WORD_TYPES), a word a step of the product's sum
 
 
 @pytest.fixture
@@ -337,7 +337,7 @@ def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_eve
     block_bytes = GGML_TYPES[ttype][2]
     rng = np.random.default_rng(rows * m + ttype)
     b = rng.integers(0, 256, (rows * blocks, block_bytes), dtype=np.uint8)
-    for at in (0, 2) if ttype == 12 else (208,):
+    for at in (0, 2) if ttype in (12, 13) else (208,):
         b[:, at:at + 2] = rng.uniform(-0.01, 0.01, (rows * blocks, 1)).astype(np.float16).view(np.uint8)
     lin = Linear(_matrix(b.reshape(-1), ttype, (rows, 256 * blocks)), Device.DEFAULT)
     w = lin.weight().numpy()

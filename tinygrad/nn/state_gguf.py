@@ -252,9 +252,9 @@ def _word_f16(w: Tensor, high: bool) -> Tensor:
     return ((w >> 16) if high else (w & 0xFFFF)).cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def _q4_k_words(w: Tensor) -> Tensor:
-    """Q4_K from 36 words: d and dmin (word 0), the 12 bytes of scales (words 1..3), 32 words of nibbles. Dims
-    (chunk, nibble, word, byte): value 64c + 32n + 4w + b is nibble n of byte b of word 4 + 8c + w."""
+def _k_word_scales(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Q4_K's and Q5_K's d * scale and dmin * min of each sub-block, (n, 4 chunks, 2, 1, 1) float32, from words 0..3:
+    d and dmin (word 0), the 12 bytes of 6-bit scales and mins (words 1..3, see _k_scales)."""
     n = w.shape[0]
     d, dmin = _word_f16(w[:, 0:1], False), _word_f16(w[:, 0:1], True)
     # scale j = 4t + i (t = 0, 1): byte i of word 1 + 2t, masked to 6 bits (t = 0) or 4 (t = 1), and for t = 1 the
@@ -268,10 +268,31 @@ def _q4_k_words(w: Tensor) -> Tensor:
     m_top = _shifted(w[:, 2:3].reshape(n, 1, 1), (n, 2, 4), bytes_at + 2)
     sc = ((sc_w & low_mask) | (sc_top & high_mask)).cast(dtypes.float32).reshape(n, 8)
     m = ((m_w & low_mask) | (m_top & high_mask)).cast(dtypes.float32).reshape(n, 8)
-    dl, ml = (d * sc).reshape(n, 4, 2, 1, 1), (dmin * m).reshape(n, 4, 2, 1, 1)
+    return (d * sc).reshape(n, 4, 2, 1, 1), (dmin * m).reshape(n, 4, 2, 1, 1)
+
+
+def _q4_k_words(w: Tensor) -> Tensor:
+    """Q4_K from 36 words: words 0..3 as _k_word_scales reads them, 32 words of nibbles. Dims (chunk, nibble, word,
+    byte): value 64c + 32n + 4w + b is nibble n of byte b of word 4 + 8c + w."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
     shifts = _steps(2, 4).reshape(2, 1, 1) + _steps(4, 8).reshape(1, 1, 4)
     q = _shifted(w[:, 4:36].reshape(n, 4, 1, 8, 1), (n, 4, 2, 8, 4), shifts) & 15
     return dl * _small_float(q) - ml
+
+
+def _q5_k_words(w: Tensor) -> Tensor:
+    """Q5_K from 44 words: words 0..3 as _k_word_scales reads them, 8 words of fifth bits (qh), 32 of nibbles. Dims
+    as Q4_K's: value 64c + 32n + 4w + b is nibble n of byte b of word 12 + 8c + w, and its fifth bit is bit 2c + n
+    of byte b of qh's word 4 + w."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
+    shape = (n, 4, 2, 8, 4)
+    byte = _steps(4, 8).reshape(1, 1, 4)
+    low = _shifted(w[:, 12:44].reshape(n, 4, 1, 8, 1), shape, _steps(2, 4).reshape(2, 1, 1) + byte) & 15
+    place = _steps(4, 2).reshape(4, 1, 1, 1) + _steps(2, 1).reshape(2, 1, 1) + byte
+    high = (_shifted(w[:, 4:12].reshape(n, 1, 1, 8, 1), shape, place) & 1) << 4
+    return dl * _small_float(low | high) - ml
 
 
 def _q6_k_words(w: Tensor) -> Tensor:
@@ -296,7 +317,7 @@ def _q6_k_words(w: Tensor) -> Tensor:
 
 # ggml type id -> (words a block, padded; its word dequantizer; the `terms` dims of its values, counted from the end)
 WORD_TYPES: dict[int, tuple[int, Callable[[Tensor], Tensor], tuple[int, ...]]] = {
-    12: (36, _q4_k_words, (-3, -1)), 14: (53, _q6_k_words, (-5, -1))}
+    12: (36, _q4_k_words, (-3, -1)), 13: (44, _q5_k_words, (-3, -1)), 14: (53, _q6_k_words, (-5, -1))}
 
 
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale

@@ -9,11 +9,11 @@ sum, so a group's scale is computed once for its run of values. Values are bit-e
 reference (a sum's order is the kernel's own). A CPU's decode is bound by memory: reading the file's bits (4.5 bits a
 value for Q4_K) where planes read 8 and more is what gets it past llama.cpp.
 
-Words (a GPU, for the types of state_gguf.WORD_TYPES: Q4_K and Q6_K, what Q4_K_M files are made of): the file's
-blocks as 32-bit words (Q6_K's 210 bytes padded to 212), dequantized in the product by the word dequantizers; the
-product's sum runs over words, each word's 8 values written out as terms, so a GPU kernel's step is one 4-byte load
-(a warp's lanes reading consecutive words), its fields taken apart by constant shifts, and its sub-blocks' scales
-decoded once for its 8 values.
+Words (a GPU, for the types of state_gguf.WORD_TYPES: Q4_K, Q5_K and Q6_K, what Q4_K_M and Q5_K_M files are made
+of): the file's blocks as 32-bit words (Q6_K's 210 bytes padded to 212), dequantized in the product by the word
+dequantizers; the product's sum runs over words, each word's 8 values written out as terms, so a GPU kernel's step
+is a word or a few (one 4-byte load each, a warp's lanes reading consecutive words), its fields taken apart by
+constant shifts, and its sub-blocks' scales decoded once for the step's values.
 
 Planes (every other device and type): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load
 into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of
