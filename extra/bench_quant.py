@@ -15,6 +15,11 @@ kernels' GPU time (the best of --reps calls); PyTorch's with CUDA events. GB/s i
 once per call (x and y are a few KB), beside the H200's 4.8 TB/s.
 
     CUDA=1 PYTHONPATH=. python extra/bench_quant.py --gpu [--rows 1] [--reps 50]
+
+`--memory GGUF` loads a model file on --device (CUDA by default) and prints the device bytes of its matrices (every
+Linear) beside the file's bytes of those tensors, by type (issue 28: within 1.1x).
+
+    PYTHONPATH=. python extra/bench_quant.py --memory ~/.cache/tinygrad/synthetic/llama-llama-3.1-8b-Q4_K_M.gguf
 """
 from __future__ import annotations
 
@@ -147,6 +152,28 @@ def main_gpu(args) -> None:
             print(f"{name:6} {str(shape):14} {what:9} {' '.join(cols)} {t_torch / times[0]:11.2f}x")
 
 
+def main_memory(path: str, device: str) -> None:
+    """The --memory table: see the module docstring."""
+    from tinygrad.apps.llm.model import Transformer
+    from tinygrad.nn.state_gguf import gguf_tensors
+    kv, tensors = gguf_tensors(path)
+    model = Transformer(kv, tensors, device, max_context=256)
+    linears = [model.output] + [v for layer in model.layers for v in layer.values() if isinstance(v, Linear)]
+    by_type: dict[str, list[int]] = {}
+    for lin in linears:
+        name, per_block, block_bytes, _ = GGML_TYPES[lin.ttype]
+        row = by_type.setdefault(name, [0, 0, 0])
+        row[0] += 1
+        row[1] += lin.device_bytes()
+        row[2] += lin.shape[0] * lin.shape[1] // per_block * block_bytes
+    print(f"{path}  on {device}")
+    print(f"{'type':6} {'matrices':>9} {'device GB':>10} {'file GB':>8} {'ratio':>6}")
+    for name, (n, dev, file) in sorted(by_type.items()):
+        print(f"{name:6} {n:9} {dev / 1e9:10.3f} {file / 1e9:8.3f} {dev / file:6.3f}")
+    dev, file = sum(r[1] for r in by_type.values()), sum(r[2] for r in by_type.values())
+    print(f"{'all':6} {len(linears):9} {dev / 1e9:10.3f} {file / 1e9:8.3f} {dev / file:6.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=200)
@@ -159,7 +186,11 @@ def main() -> None:
     ap.add_argument("--types", default="", help="only these types, comma-separated names (Q4_K,Q6_K)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA table (see the module docstring)")
     ap.add_argument("--device", default="CUDA", help="--gpu's device (another only for a dry run, small shapes)")
+    ap.add_argument("--memory", metavar="GGUF", help="device bytes of a model's matrices (see the docstring)")
     args = ap.parse_args()
+    if args.memory:
+        main_memory(args.memory, args.device)
+        return
     if args.gpu:
         main_gpu(args)
         return
