@@ -194,9 +194,10 @@ def _load_rows(ts: list[GGUFTensor], device: str, words: bool = False) -> Tensor
 
 class Linear:
     """y = x @ W.T for a GGUF matrix W (out, in), dequantized inside the kernel that reads it; see the module
-    docstring for the two layouts.
+    docstring for the layouts.
 
     File bits: `blocks` (out, row bytes) uint8, the file's bytes, read by state_gguf's dequantizers in the product.
+    Words (a GPU): `words` (out, words a row) uint32, the file's blocks as state_gguf's word dequantizers read them.
     Planes (see _planes): int8 values `qs` (out, in), and scales `d` (and Q4_1's, Q5_1's and Q4_K's offsets `m`)
     (out, groups) per group of 16 or 32 values. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 scales and offsets stay the file's
     fp16 (cast to float32 in the kernel, exactly), so Q8_0 takes the file's bytes and the 4- and 5-bit types up to 8
