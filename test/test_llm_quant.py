@@ -11,6 +11,7 @@ so these tests run without gguf; where gguf imports, a second test compares with
 import gzip
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from tinygrad import Device, Tensor
 from tinygrad.apps.llm.linear import Linear
 from tinygrad.nn.state_file import CheckpointBytes
-from tinygrad.nn.state_gguf import GGML_TYPES, GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, WORD_TYPES, GGUFTensor, dequantize
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "quant_blocks.json.gz")
 with gzip.open(FIXTURE, "rt") as _f:
@@ -226,3 +227,157 @@ def test_linear_product_renders_for_cuda(name, all_file_bits):
     lin = Linear(_matrix(raw, CASES[name]["id"], w.shape), Device.DEFAULT)
     srcs = _cuda_sources(lin(Tensor.empty(1, w.shape[1]).realize()))
     assert len(srcs) == 1 and "unsigned char" in srcs[0] and "__global__" in srcs[0]
+
+
+# ---- a GPU's layout: Q4_K, Q5_K and Q6_K as 32-bit words (state_gguf.WORD_TYPES), a word a step of the product's sum
+
+
+@pytest.fixture
+def words_everywhere(monkeypatch):
+    """Linear keeps the word types as words on this device too (a GPU's layout: the Tensor ops are any device's)."""
+    monkeypatch.setattr(Linear, "word_bits", classmethod(lambda cls, ttype, device: ttype in WORD_TYPES))
+
+
+WORD_NAMES = [GGML_TYPES[t][0] for t in WORD_TYPES]
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
+def test_words_are_the_file_bytes_and_bit_exact(name, words_everywhere):
+    """As words, a matrix holds its blocks' bytes (Q6_K's 210 padded to whole words: 212/210 of them, within the
+    1.1x allowed), and its values are gguf's bit for bit (NaN, infinite and subnormal scales among the fixture's)."""
+    raw, want = _case(name)
+    lin = Linear(_matrix(raw, CASES[name]["id"], _shape(name, want.size)), Device.DEFAULT)
+    assert lin.words is not None and lin.device_bytes() == raw.nbytes // GGML_TYPES[CASES[name]["id"]][2] * \
+        WORD_TYPES[CASES[name]["id"]][0] * 4 <= 1.1 * raw.nbytes
+    _same_bits(lin.weight().numpy(), want, name)
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
+def test_word_dequantizers_equal_gguf_on_random_blocks(name, words_everywhere):
+    """Every bit pattern of fresh random blocks, through the words, against gguf.quants.dequantize itself."""
+    gguf = _gguf()
+    c = CASES[name]
+    raw = np.random.default_rng(c["id"] + 100).integers(0, 256, 64 * GGML_TYPES[c["id"]][2], dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        want = np.asarray(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[name]), np.float32).reshape(-1)
+    _same_bits(Linear(_matrix(raw, c["id"], (4, want.size // 4)), Device.DEFAULT).weight().numpy(), want, name)
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
+def test_words_product_and_stacking(name, words_everywhere):
+    """x @ W.T over words, one row of x and several, equals numpy's; matrices of one word type stack (the file's
+    bytes in all), of two types don't."""
+    raw, w = _ordinary(name, 6)
+    ttype = CASES[name]["id"]
+    row = raw.size // 6
+    ts = [_matrix(raw[:row * 2], ttype, (2, w.shape[1]), "a"), _matrix(raw[row * 2:], ttype, (4, w.shape[1]), "b")]
+    lin = Linear.stacked(ts, Device.DEFAULT)
+    assert lin.words is not None and lin.shape == w.shape
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, w.shape[1])).astype(np.float32)
+        ref = x.astype(np.float64) @ w.T.astype(np.float64)
+        np.testing.assert_allclose(lin(Tensor(x)).numpy(), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    other = 14 if ttype == 12 else 12
+    odd = _matrix(np.zeros(GGML_TYPES[other][2] * w.shape[1] // 256, np.uint8), other, (1, w.shape[1]), "c")
+    assert Linear.stacked([ts[0], odd], Device.DEFAULT) is None
+
+
+def test_large_words_matrix_loads_in_chunks(monkeypatch, words_everywhere):
+    """Words are copied a chunk of rows at a time too (the last chunk overlapping the one before), stacked matrices
+    as well: the device holds each block's bytes, Q6_K's padded to whole words."""
+    from tinygrad.apps.llm import linear
+    rng = np.random.default_rng(6)
+    a, b = rng.integers(0, 256, (13, 210), dtype=np.uint8), rng.integers(0, 256, (7, 210), dtype=np.uint8)
+    ts = [_matrix(a, 14, (13, 256), "a"), _matrix(b, 14, (7, 256), "b")]
+    monkeypatch.setattr(linear, "LOAD_CHUNK_BYTES", 3 * 210)  # 3 rows a chunk: 7 chunks, the last overlapping
+    padded = np.concatenate([np.concatenate([a, b]), np.zeros((20, 2), np.uint8)], axis=1)
+    np.testing.assert_array_equal(Linear.stacked(ts, Device.DEFAULT).words.numpy(), padded.view("<u4"))
+    np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).words.numpy(), padded[:13].view("<u4"))
+
+
+def _cuda_opts():
+    from tinygrad.codegen.gpu_dims import CUDA_GLOBAL_MAX, CUDA_LOCAL_MAX
+    from tinygrad.codegen.kernel import LinearizerOptions
+    return LinearizerOptions("CUDA", has_local=True, has_shared=True, supports_upcast=True, max_vector_bytes=16,
+                             half_vectors=True, global_max=CUDA_GLOBAL_MAX, local_max=CUDA_LOCAL_MAX)
+
+
+def _run_as_cuda(kern) -> list[np.ndarray]:
+    """The output of kernel `kern` (test_gpu_codegen's Kernel) run on the host as CUDA, for each launch tried: a
+    kernel on the linearizer's grid by test_gpu_codegen's emulation, one the renderer spreads over the GPU (a block
+    or a warp a row, grid-stride loops: any launch) by test_cuda_render_host's, with a few launches."""
+    from test.unit.test_gpu_codegen import _run
+    if kern.lin.global_size is not None:
+        return _run([kern])
+    unit = os.path.join(os.path.dirname(__file__), "unit")
+    if unit not in sys.path:
+        sys.path.insert(0, unit)  # (test_cuda_render_host imports its neighbours by their names)
+    from test_cuda_render_host import _host_kernels, _placed
+    launch = _host_kernels({"k": kern.src})["k"]
+    outs = []
+    for grid, block in ((1, 32), (3, 64), (2, 256)):
+        bufs = [_placed(np.full(b.size, np.nan, b.dtype.np) if i == 0 else
+                        np.frombuffer(b.as_buffer(), dtype=b.dtype.np)) for i, b in enumerate(kern.si.bufs)]
+        launch(grid, block, bufs)
+        outs.append(bufs[0])
+    return outs
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
+@pytest.mark.parametrize("rows,blocks,m", [(37, 9, 1), (37, 9, 2), (37, 9, 7), (2400, 9, 7), (21, 3, 1), (5, 16, 1),
+                                           (3, 64, 2)])
+def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_everywhere):
+    """The product's CUDA kernel (as the GPU would compile it: the renderer's block a row for a few rows of x, the
+    linearizer's grid where the outputs are many, a thread a row for short rows), run by a host emulation of CUDA
+    on random blocks with finite scales, against numpy over the dequantized values: M = 1, 2 and 7 rows of x, odd
+    sizes; rows of 16 and 64 blocks take 2 and 4 words a step (Q6_K 2), 9 one."""
+    pytest.importorskip("hypothesis")  # (test_gpu_codegen's)
+    from test.unit.test_gpu_codegen import Kernel
+    ttype = CASES[name]["id"]
+    block_bytes = GGML_TYPES[ttype][2]
+    rng = np.random.default_rng(rows * m + ttype)
+    b = rng.integers(0, 256, (rows * blocks, block_bytes), dtype=np.uint8)
+    for at in (0, 2) if ttype in (12, 13) else (208,):
+        b[:, at:at + 2] = rng.uniform(-0.01, 0.01, (rows * blocks, 1)).astype(np.float16).view(np.uint8)
+    lin = Linear(_matrix(b.reshape(-1), ttype, (rows, 256 * blocks)), Device.DEFAULT)
+    w = lin.weight().numpy()
+    x = rng.standard_normal((m, 256 * blocks)).astype(np.float32)
+    kern = Kernel(lin(Tensor(x).realize()), lopts=_cuda_opts())
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    for got in _run_as_cuda(kern):
+        np.testing.assert_allclose(got.reshape(m, rows), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_words_a_step_leave_a_block_of_steps_a_row():
+    """A step takes 2 or 4 words where the row still has BLOCK_REDUCE_MIN_INPUTS (256) steps, and no more than a
+    quarter of a run of consecutive words (Q4_K's 8, Q6_K's 4)."""
+    step = Linear.words_a_step
+    assert [step(n, 8) for n in (256, 288, 512, 1024, 1792, 4096)] == [1, 1, 2, 4, 4, 4]
+    assert [step(n, 4) for n in (256, 512, 1792)] == [1, 2, 2]
+    assert [step(n, 16) for n in (512, 1792)] == [2, 4]
+
+
+def test_synthetic_q4_k_m_linears_hold_their_file_bytes_on_a_gpu(tmp_path, monkeypatch):
+    """Every Linear of a synthetic Q4_K_M model (Q4_K, and Q6_K for some attn_v and ffn_down and the output) as a
+    GPU lays it out (word_layout with CUDA's options, here on the host device): within 1.1x of the file's tensor
+    bytes, matrix by matrix and in all."""
+    from tinygrad.apps.llm import synthetic
+    from tinygrad.apps.llm.model import Transformer
+    from tinygrad.nn.state_gguf import gguf_tensors
+    monkeypatch.setitem(synthetic.SIZES, "llama-q4k", synthetic.Shape("llama", 2, 256, 512, 4, 2, 64, 384, 256,
+                                                                      tied=False))
+    path = synthetic.write_synthetic(str(tmp_path / "q4km.gguf"), "llama:llama-q4k", "Q4_K_M")
+    kv, tensors = gguf_tensors(path)
+    opts = _cuda_opts()
+    monkeypatch.setattr(Linear, "word_bits", classmethod(lambda cls, ttype, device: cls.word_layout(ttype, opts)))
+    model = Transformer(kv, tensors, Device.DEFAULT, max_context=64)
+    linears = [model.output] + [v for layer in model.layers for v in layer.values() if isinstance(v, Linear)]
+    assert {lin.ttype for lin in linears} == {12, 14} and all(lin.words is not None for lin in linears)
+    file_bytes = 0
+    for lin in linears:
+        nbytes = lin.shape[0] * lin.shape[1] // 256 * GGML_TYPES[lin.ttype][2]
+        assert lin.device_bytes() <= 1.1 * nbytes
+        file_bytes += nbytes
+    quantized = [t for name, t in tensors.items() if t.ttype in (12, 14) and name != "token_embd.weight"]
+    assert file_bytes == sum(t.nbytes for t in quantized)
+    assert sum(lin.device_bytes() for lin in linears) <= 1.1 * file_bytes

@@ -83,14 +83,17 @@ def _bound(s) -> int:
 
 def _reduce_reads_contiguously(lin) -> bool:
     """Does every load under the reduce read consecutive elements along the innermost reduced dim (or the same
-    element, a broadcast)?"""
+    element, a broadcast)? Or, where some load does, do the others read elements at most 16 bytes apart (a run of
+    elements a step: a product over quantized words reads 8 floats a word, 4 of them 16 bytes after the last
+    word's)?"""
     inner = max(lin.reduce_axes)
-    for op in lin.reduceop.toposort():
-        if op.op is BufferOps.LOAD:
-            stride = op.arg.st.real_strides()[inner]
-            if not (isinstance(stride, int) and stride in (0, 1)):
-                return False
-    return True
+    strides = [(op.arg.st.real_strides()[inner], op.arg.dtype.itemsize) for op in lin.reduceop.toposort()
+               if op.op is BufferOps.LOAD]
+    if not all(isinstance(s, int) and s >= 0 for s, _ in strides):
+        return False
+    if all(s in (0, 1) for s, _ in strides):
+        return True
+    return any(s == 1 for s, _ in strides) and all(s * size <= 16 for s, size in strides)
 
 
 def uses_grid(lin) -> bool:

@@ -223,6 +223,103 @@ def _q6_k(b: Tensor) -> Tensor:
     return (_f16(b[:, 208:210]) * scale).reshape(-1, 2, 2, 2, 2, 1) * q
 
 
+# ---- the same values from 32-bit words (a GPU's layout, see apps/llm/linear.py): `w` is (blocks, words a block)
+# uint32, the block's bytes little-endian (Q6_K's 210 padded to 212). A GPU loads a word where it would load a byte,
+# and a field is a shift and a mask of it. Each returns (blocks, *dims) float32 in the block's value order once the
+# dims are flattened, bit for bit the byte dequantizers' values; WORD_TYPES' `terms` are the dims that take one word
+# apart (its bytes, and their nibbles or fields), the others index words in order.
+def _shifted(w: Tensor, shape: tuple[int, ...], shifts: Tensor) -> Tensor:
+    """`w` broadcast to `shape`, each element shifted right by `shifts` (broadcast to shape's trailing dims): the
+    shifts are index expressions (aranges), constants where their dims are unrolled."""
+    s = shifts.reshape(*[1] * (len(shape) - shifts.ndim), *shifts.shape).expand(*shape).cast(w.dtype)
+    return F.ShiftRight.apply(w.expand(*shape), s)
+
+
+def _steps(n: int, step: int) -> Tensor:
+    return Tensor.arange(n, dtype=dtypes.uint32) * step
+
+
+def _small_float(q: Tensor, less: int = 0) -> Tensor:
+    """Small non-negative uint32 ints `q` (below 2**23) less `less`, as float32, exactly: q's bits under the
+    exponent of 2**23 make the float 2**23 + q, and a subtraction takes 2**23 + less away. Two full-rate operations
+    where a GPU converts an int at a quarter of its rate (or less): the product's inner loop converts every value."""
+    # (a Tensor, so the value is compiled into the kernel: a Python float would be read from a shared scalar buffer)
+    return (q | 0x4B000000).bitcast(dtypes.float32) - Tensor(float(2 ** 23 + less), device=q.device)
+
+
+def _word_f16(w: Tensor, high: bool) -> Tensor:
+    """The fp16 in the low (or high) half of uint32 words, as float32."""
+    return ((w >> 16) if high else (w & 0xFFFF)).cast(dtypes.uint16).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def _k_word_scales(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Q4_K's and Q5_K's d * scale and dmin * min of each sub-block, (n, 4 chunks, 2, 1, 1) float32, from words 0..3:
+    d and dmin (word 0), the 12 bytes of 6-bit scales and mins (words 1..3, see _k_scales)."""
+    n = w.shape[0]
+    d, dmin = _word_f16(w[:, 0:1], False), _word_f16(w[:, 0:1], True)
+    # scale j = 4t + i (t = 0, 1): byte i of word 1 + 2t, masked to 6 bits (t = 0) or 4 (t = 1), and for t = 1 the
+    # top 2 bits of byte i of word 1 as bits 4..5; the mins the same from words 2 and 3, the high nibble for t = 1
+    t = Tensor.arange(2, dtype=dtypes.uint32).reshape(2, 1)
+    low_mask, high_mask = 63 - 48 * t, 48 * t
+    bytes_at = _steps(4, 8).reshape(1, 4)
+    sc_w = _shifted(w[:, 1:5].reshape(n, 2, 2)[:, :, 0:1], (n, 2, 4), bytes_at)
+    m_w = _shifted(w[:, 2:4].reshape(n, 2, 1), (n, 2, 4), bytes_at + 4 * t)
+    sc_top = _shifted(w[:, 1:2].reshape(n, 1, 1), (n, 2, 4), bytes_at + 2)
+    m_top = _shifted(w[:, 2:3].reshape(n, 1, 1), (n, 2, 4), bytes_at + 2)
+    sc = ((sc_w & low_mask) | (sc_top & high_mask)).cast(dtypes.float32).reshape(n, 8)
+    m = ((m_w & low_mask) | (m_top & high_mask)).cast(dtypes.float32).reshape(n, 8)
+    return (d * sc).reshape(n, 4, 2, 1, 1), (dmin * m).reshape(n, 4, 2, 1, 1)
+
+
+def _q4_k_words(w: Tensor) -> Tensor:
+    """Q4_K from 36 words: words 0..3 as _k_word_scales reads them, 32 words of nibbles. Dims (chunk, nibble, word,
+    byte): value 64c + 32n + 4w + b is nibble n of byte b of word 4 + 8c + w."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
+    shifts = _steps(2, 4).reshape(2, 1, 1) + _steps(4, 8).reshape(1, 1, 4)
+    q = _shifted(w[:, 4:36].reshape(n, 4, 1, 8, 1), (n, 4, 2, 8, 4), shifts) & 15
+    return dl * _small_float(q) - ml
+
+
+def _q5_k_words(w: Tensor) -> Tensor:
+    """Q5_K from 44 words: words 0..3 as _k_word_scales reads them, 8 words of fifth bits (qh), 32 of nibbles. Dims
+    as Q4_K's: value 64c + 32n + 4w + b is nibble n of byte b of word 12 + 8c + w, and its fifth bit is bit 2c + n
+    of byte b of qh's word 4 + w."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
+    shape = (n, 4, 2, 8, 4)
+    byte = _steps(4, 8).reshape(1, 1, 4)
+    low = _shifted(w[:, 12:44].reshape(n, 4, 1, 8, 1), shape, _steps(2, 4).reshape(2, 1, 1) + byte) & 15
+    place = _steps(4, 2).reshape(4, 1, 1, 1) + _steps(2, 1).reshape(2, 1, 1) + byte
+    high = (_shifted(w[:, 4:12].reshape(n, 1, 1, 8, 1), shape, place) & 1) << 4
+    return dl * _small_float(low | high) - ml
+
+
+def _q6_k_words(w: Tensor) -> Tensor:
+    """Q6_K from 53 words: 32 of low nibbles (ql), 16 of 2-bit fields (qh), 4 of int8 scales, d (word 52's low
+    half). Dims (half, nibble, c, group, word, byte): value 128h + 64s + 32c + 16g + 4p + e takes nibble s of byte e
+    of ql's word 16h + 8c + 4g + p and field 2s + c (bits 8e + 4s + 2c) of qh's word 8h + 4g + p; its scale is
+    byte 2c + g of scales' word 2h + s."""
+    n = w.shape[0]
+    shape = (n, 2, 2, 2, 2, 4, 4)
+    byte = _steps(4, 8)
+    nibble = _steps(2, 4).reshape(2, 1, 1, 1, 1)
+    low = _shifted(w[:, 0:32].reshape(n, 2, 1, 2, 2, 4, 1), shape, nibble + byte) & 15
+    place = nibble + _steps(2, 2).reshape(2, 1, 1, 1) + byte
+    high = (_shifted(w[:, 32:48].reshape(n, 2, 1, 1, 2, 4, 1), shape, place) & 3) << 4
+    q = _small_float(low | high, 32)
+    scales = _shifted(w[:, 48:52].reshape(n, 2, 2, 1, 1), (n, 2, 2, 2, 2), _steps(2, 16).reshape(2, 1) +
+                      _steps(2, 8)) & 0xFF
+    scale = ((scales.cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32)
+    d = _word_f16(w[:, 52:53], False)
+    return (d.reshape(n, 1, 1, 1, 1) * scale).reshape(n, 2, 2, 2, 2, 1, 1) * q
+
+
+# ggml type id -> (words a block, padded; its word dequantizer; the `terms` dims of its values, counted from the end)
+WORD_TYPES: dict[int, tuple[int, Callable[[Tensor], Tensor], tuple[int, ...]]] = {
+    12: (36, _q4_k_words, (-3, -1)), 13: (44, _q5_k_words, (-3, -1)), 14: (53, _q6_k_words, (-5, -1))}
+
+
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale
 IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 

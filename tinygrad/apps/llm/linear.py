@@ -1,4 +1,4 @@
-"""Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`), in one of two layouts.
+"""Quantized GGUF matrices on the device, and y = x @ W.T over them (`Linear`), in one of three layouts.
 
 File bits (on a CPU whose C renderer has integer vectors, for the types in Linear.FILE_BITS_TYPES): a matrix is kept
 as the file stores it, its rows of blocks byte for byte (F16 and BF16 as their 16-bit words), so the device holds the
@@ -9,21 +9,31 @@ sum, so a group's scale is computed once for its run of values. Values are bit-e
 reference (a sum's order is the kernel's own). A CPU's decode is bound by memory: reading the file's bits (4.5 bits a
 value for Q4_K) where planes read 8 and more is what gets it past llama.cpp.
 
-Planes (every other device, and the CPU's other types): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are
-split at load into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads
-whole vectors of int8 and one scale a group (a GPU renderer spells integer field extraction lane by lane). Other
-quantized types keep the file's blocks, dequantized by Tensor ops in the kernel that reads them.
+Words (a GPU, for the types of state_gguf.WORD_TYPES: Q4_K, Q5_K and Q6_K, what Q4_K_M and Q5_K_M files are made
+of): the file's blocks as 32-bit words (Q6_K's 210 bytes padded to 212), dequantized in the product by the word
+dequantizers; the product's sum runs over words, each word's 8 values written out as terms, so a GPU kernel's step
+is a word or a few (one 4-byte load each, a warp's lanes reading consecutive words), its fields taken apart by
+constant shifts, and its sub-blocks' scales decoded once for the step's values.
+
+Planes (every other device and type): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load
+into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of
+int8 and one scale a group. Other quantized types keep the file's blocks, dequantized by Tensor ops in the kernel
+that reads them.
 
 The host helpers (_planes, plane_values) also dequantize a few rows on the host, for the embedding table.
 """
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
+from tinygrad.codegen.gpu_plan import BLOCK_REDUCE_MIN_INPUTS
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import getenv
-from tinygrad.nn.state_gguf import GGML_TYPES, GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, WORD_TYPES, GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
@@ -38,6 +48,9 @@ PLANE_TYPES = tuple(PLANE_LAYOUT)
 # file's pages of each chunk let go once copied, so loading never holds a large matrix's pages or temporaries and
 # its device copy at once (the 262,144-row embedding table of Gemma 3 is 178 MB)
 LOAD_CHUNK_BYTES = 8 << 20
+# a words product's step takes at most this many words (see Linear.words_a_step): each adds 8 terms to the unrolled
+# body, and the block's scales are decoded once a step
+WORDS_A_STEP_MAX = 4
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -141,31 +154,50 @@ def _rows_bytes(ts: list[GGUFTensor], lo: int, hi: int) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _load_rows(ts: list[GGUFTensor], device: str) -> Tensor:
+def _as_words(rows: np.ndarray, ttype: int) -> np.ndarray:
+    """Rows of blocks (n, row bytes) uint8 as WORD_TYPES' uint32 words (n, words a row): each block's bytes
+    little-endian, padded with zeros to its whole words (Q6_K's 210 bytes to 212)."""
+    words, _, _ = WORD_TYPES[ttype]
+    block_bytes = GGML_TYPES[ttype][2]
+    b = rows.reshape(-1, block_bytes)
+    if words * 4 != block_bytes:
+        b = np.concatenate([b, np.zeros((b.shape[0], words * 4 - block_bytes), np.uint8)], axis=1)
+    return np.ascontiguousarray(b).view("<u4").reshape(rows.shape[0], -1)
+
+
+def _load_rows(ts: list[GGUFTensor], device: str, words: bool = False) -> Tensor:
     """The blocks of one matrix, or of several stacked along the output dim, as a (rows, row bytes) uint8 tensor on
-    `device`: a matrix that fits in one chunk copied as it is, a larger one written into its device tensor a chunk
-    of rows at a time (the chunk's start a Variable: one kernel for every chunk)."""
+    `device` (with `words`, (rows, words a row) uint32, see _as_words): a matrix that fits in one chunk copied as it
+    is, a larger one written into its device tensor a chunk of rows at a time (the chunk's start a Variable: one
+    kernel for every chunk)."""
     out, row_bytes = sum(t.shape[0] for t in ts), ts[0].nbytes // ts[0].shape[0]
+
+    def host(lo: int, hi: int) -> np.ndarray:
+        rows = _rows_bytes(ts, lo, hi)
+        return _as_words(rows, ts[0].ttype) if words else rows
+
     step = max(1, LOAD_CHUNK_BYTES // row_bytes)
     if out <= step:
-        return Tensor(_rows_bytes(ts, 0, out), device=device).realize()
+        return Tensor(host(0, out), device=device).realize()
     from tinygrad.shape.symbolic import Variable
-    dst = Tensor.empty(out, row_bytes, dtype=dtypes.uint8, device=device).realize()
+    width = row_bytes // GGML_TYPES[ts[0].ttype][2] * WORD_TYPES[ts[0].ttype][0] if words else row_bytes
+    dst = Tensor.empty(out, width, dtype=dtypes.uint32 if words else dtypes.uint8, device=device).realize()
     at = Variable("load_row", 0, out - step)
     for start in range(0, out, step):
         # the last chunk ends at the last row, overlapping the one before: every chunk is one kernel's size
         start = min(start, out - step)
         a = at.bind(start)
-        rows = Tensor(_rows_bytes(ts, start, start + step), device=device)
+        rows = Tensor(host(start, start + step), device=device)
         dst.shrink(((a, a + step), None)).assign(rows).realize()
     return dst
 
 
 class Linear:
     """y = x @ W.T for a GGUF matrix W (out, in), dequantized inside the kernel that reads it; see the module
-    docstring for the two layouts.
+    docstring for the layouts.
 
     File bits: `blocks` (out, row bytes) uint8, the file's bytes, read by state_gguf's dequantizers in the product.
+    Words (a GPU): `words` (out, words a row) uint32, the file's blocks as state_gguf's word dequantizers read them.
     Planes (see _planes): int8 values `qs` (out, in), and scales `d` (and Q4_1's, Q5_1's and Q4_K's offsets `m`)
     (out, groups) per group of 16 or 32 values. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 scales and offsets stay the file's
     fp16 (cast to float32 in the kernel, exactly), so Q8_0 takes the file's bytes and the 4- and 5-bit types up to 8
@@ -192,10 +224,25 @@ class Linear:
         return bool(getenv("TG_LLM_FILE_BITS", 1)) and opts is not None and getattr(opts, "int_vectors", False) \
             and ttype in cls.FILE_BITS_TYPES
 
+    @classmethod
+    def word_bits(cls, ttype: int, device: str) -> bool:
+        """Whether a matrix of `ttype` on `device` keeps the file's bits as 32-bit words (`words`): see
+        word_layout. TG_LLM_FILE_BITS=0 keeps planes."""
+        return bool(getenv("TG_LLM_FILE_BITS", 1)) and \
+            cls.word_layout(ttype, getattr(Device[device], "linearizer_opts", None))
+
+    @staticmethod
+    def word_layout(ttype: int, opts) -> bool:
+        """Whether a device with LinearizerOptions `opts` keeps `ttype` as words (state_gguf.WORD_TYPES): a GPU
+        (local dims), for the types with word dequantizers; the CPU's C reads the bytes (file_bits)."""
+        return opts is not None and opts.has_local and ttype in WORD_TYPES
+
     def __init__(self, t: GGUFTensor, device: str):
         self.shape, self.ttype = t.shape, t.ttype
-        self.blocks = self.raw = self.w = self.qs = self.d = self.m = None
-        if len(t.shape) == 2 and self.file_bits(t.ttype, device):
+        self.blocks = self.raw = self.w = self.qs = self.d = self.m = self.words = None
+        if len(t.shape) == 2 and self.word_bits(t.ttype, device):
+            self.words = _load_rows([t], device, words=True)
+        elif len(t.shape) == 2 and self.file_bits(t.ttype, device):
             self.blocks = _load_rows([t], device)
         elif t.ttype in PLANE_TYPES:
             self._load_planes([t], device)
@@ -249,6 +296,8 @@ class Linear:
         separate products, for one launch saved). The model stacks q and k there and keeps v apart."""
         if len({t.shape[1] for t in ts}) != 1 or any(len(t.shape) != 2 for t in ts):
             return None
+        if any(cls.word_bits(t.ttype, device) for t in ts):
+            return cls._stacked_words(ts, device)
         bits = all(cls.file_bits(t.ttype, device) for t in ts)
         if bits and len({t.ttype for t in ts}) != 1:
             return None
@@ -257,7 +306,7 @@ class Linear:
             return None
         self = cls.__new__(cls)
         self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
-        self.blocks = self.raw = self.w = self.qs = self.d = self.m = None
+        self.blocks = self.raw = self.w = self.qs = self.d = self.m = self.words = None
         if bits:
             self.blocks = _load_rows(ts, device)
         else:
@@ -266,9 +315,70 @@ class Linear:
             t.src.release_pages(t.where, t.nbytes)
         return self
 
+    @classmethod
+    def _stacked_words(cls, ts: list[GGUFTensor], device: str) -> Linear | None:
+        """Linear.stacked in words: matrices of one type (a kernel has no branch per row, see stacked)."""
+        if len({t.ttype for t in ts}) != 1 or not cls.word_bits(ts[0].ttype, device):
+            return None
+        self = cls.__new__(cls)
+        self.shape, self.ttype = (sum(t.shape[0] for t in ts), ts[0].shape[1]), ts[0].ttype
+        self.blocks = self.raw = self.w = self.qs = self.d = self.m = None
+        self.words = _load_rows(ts, device, words=True)
+        for t in ts:
+            t.src.release_pages(t.where, t.nbytes)
+        return self
+
     def device_bytes(self) -> int:
         """The device memory this matrix holds (the file's tensor bytes in the file's bits)."""
-        return sum(t.nbytes() for t in (self.blocks, self.raw, self.w, self.qs, self.d, self.m) if t is not None)
+        return sum(t.nbytes() for t in (self.blocks, self.raw, self.w, self.qs, self.d, self.m, self.words)
+                   if t is not None)
+
+    def _words_grouped(self) -> Tensor:
+        """The words matrix's values (out, blocks a row, *the word dequantizer's dims), bit for bit the file's."""
+        out, inner = self.shape
+        words, kind, _ = WORD_TYPES[self.ttype]
+        nb = inner // GGML_TYPES[self.ttype][1]
+        w = kind(self.words.reshape(out * nb, words))
+        return w.reshape(out, nb, *w.shape[1:])
+
+    @staticmethod
+    def words_a_step(steps: int, run: int) -> int:
+        """The words a step of a words product takes (1, 2 or 4, a quarter of the `run` of consecutive words at most)
+        for rows of `steps` words: the most that leave a row BLOCK_REDUCE_MIN_INPUTS steps, so the GPU's renderer
+        still spreads the row over a block (8B Llama: 2 for rows of 4096 values, 4 for 14336; 1 for 2048)."""
+        k = 1
+        # NOTE: a run of at least 2 words stays the innermost dim: there the loads are consecutive words (stride 1)
+        # and x's floats 16 bytes apart, which the GPU's heuristic takes for contiguous (its renderer's reductions)
+        while k < WORDS_A_STEP_MAX and run % (4 * k) == 0 and steps // (2 * k) >= BLOCK_REDUCE_MIN_INPUTS:
+            k *= 2
+        return k
+
+    def _words_product(self, x: Tensor) -> Tensor:
+        """x @ W.T over the words: a sum over the words of the row, each term the word's values (its `terms` dims:
+        its bytes and their fields) written out one by one, so a GPU kernel's step of the reduction is a whole word:
+        one 4-byte load (a warp's lanes reading consecutive words), its fields taken apart with constant shifts, the
+        scales of its sub-blocks decoded once for the word's values, not once a value.
+
+        A step takes `k` words (words_a_step): the dim of consecutive words (WORD_TYPES' dims end with it and the
+        word's bytes) split into (k, words / k), k a term too, so each of a step's loads still has the lanes on
+        consecutive words and the block's scales are decoded once for k words."""
+        w = self._words_grouped()
+        terms = [d % w.ndim for d in WORD_TYPES[self.ttype][2]]
+        k = self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
+        if k > 1:
+            n = w.ndim
+            w = w.reshape(*w.shape[:-2], k, w.shape[-2] // k, w.shape[-1])
+            terms = [d if d < n - 2 else d + 1 for d in terms] + [n - 2]
+        dims = w.ndim - 1
+        xv = x.reshape(*x.shape[:-1], 1, *w.shape[1:])
+        acc = None
+        for at in itertools.product(*[range(w.shape[d]) for d in terms]):
+            pick = [None] * w.ndim
+            for d, i in zip(terms, at):
+                pick[d] = (i, i + 1)
+            part = xv.shrink(tuple([None] * (xv.ndim - w.ndim)) + tuple(pick)) * w.shrink(tuple(pick))
+            acc = part if acc is None else acc + part
+        return acc.sum(tuple(range(-dims, 0)))
 
     def _blocks_grouped(self) -> Tensor:
         """The file-bits matrix's values (out, blocks a row, *the block's dims), dequantized by the type's Tensor
@@ -296,6 +406,8 @@ class Linear:
         """W (out, in) as float32, lazily dequantized."""
         if self.w is not None:
             return self.w
+        if self.words is not None:
+            return self._words_grouped().reshape(self.shape)
         if self.blocks is not None:
             return self._blocks_grouped().reshape(self.shape)
         if self.qs is not None:
@@ -303,6 +415,8 @@ class Linear:
         return dequantize(self.ttype, self.raw, self.shape)
 
     def __call__(self, x: Tensor) -> Tensor:
+        if self.words is not None:
+            return self._words_product(x)
         if self.blocks is not None:
             # the blocks and their groups stay dims of the sum: a group's scale is one value for a run of
             # consecutive values, so the kernel computes it once per group (its loop hoisted out of the values'
