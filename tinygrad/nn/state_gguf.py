@@ -235,8 +235,9 @@ def _shifted(w: Tensor, shape: tuple[int, ...], shifts: Tensor) -> Tensor:
     return F.ShiftRight.apply(w.expand(*shape), s)
 
 
-def _steps(n: int, step: int) -> Tensor:
-    return Tensor.arange(n, dtype=dtypes.uint32) * step
+def _steps(n: int, step: int, device: str) -> Tensor:
+    # on the words' device: an index there, fused into the product (an arange elsewhere would be a copy a call)
+    return Tensor.arange(n, dtype=dtypes.uint32, device=device) * step
 
 
 def _small_float(q: Tensor, less: int = 0) -> Tensor:
@@ -259,9 +260,9 @@ def _k_word_scales(w: Tensor) -> tuple[Tensor, Tensor]:
     d, dmin = _word_f16(w[:, 0:1], False), _word_f16(w[:, 0:1], True)
     # scale j = 4t + i (t = 0, 1): byte i of word 1 + 2t, masked to 6 bits (t = 0) or 4 (t = 1), and for t = 1 the
     # top 2 bits of byte i of word 1 as bits 4..5; the mins the same from words 2 and 3, the high nibble for t = 1
-    t = Tensor.arange(2, dtype=dtypes.uint32).reshape(2, 1)
+    t = Tensor.arange(2, dtype=dtypes.uint32, device=w.device).reshape(2, 1)
     low_mask, high_mask = 63 - 48 * t, 48 * t
-    bytes_at = _steps(4, 8).reshape(1, 4)
+    bytes_at = _steps(4, 8, w.device).reshape(1, 4)
     sc_w = _shifted(w[:, 1:5].reshape(n, 2, 2)[:, :, 0:1], (n, 2, 4), bytes_at)
     m_w = _shifted(w[:, 2:4].reshape(n, 2, 1), (n, 2, 4), bytes_at + 4 * t)
     sc_top = _shifted(w[:, 1:2].reshape(n, 1, 1), (n, 2, 4), bytes_at + 2)
@@ -276,7 +277,7 @@ def _q4_k_words(w: Tensor) -> Tensor:
     byte): value 64c + 32n + 4w + b is nibble n of byte b of word 4 + 8c + w."""
     n = w.shape[0]
     dl, ml = _k_word_scales(w)
-    shifts = _steps(2, 4).reshape(2, 1, 1) + _steps(4, 8).reshape(1, 1, 4)
+    shifts = _steps(2, 4, w.device).reshape(2, 1, 1) + _steps(4, 8, w.device).reshape(1, 1, 4)
     q = _shifted(w[:, 4:36].reshape(n, 4, 1, 8, 1), (n, 4, 2, 8, 4), shifts) & 15
     return dl * _small_float(q) - ml
 
@@ -288,9 +289,9 @@ def _q5_k_words(w: Tensor) -> Tensor:
     n = w.shape[0]
     dl, ml = _k_word_scales(w)
     shape = (n, 4, 2, 8, 4)
-    byte = _steps(4, 8).reshape(1, 1, 4)
-    low = _shifted(w[:, 12:44].reshape(n, 4, 1, 8, 1), shape, _steps(2, 4).reshape(2, 1, 1) + byte) & 15
-    place = _steps(4, 2).reshape(4, 1, 1, 1) + _steps(2, 1).reshape(2, 1, 1) + byte
+    byte = _steps(4, 8, w.device).reshape(1, 1, 4)
+    low = _shifted(w[:, 12:44].reshape(n, 4, 1, 8, 1), shape, _steps(2, 4, w.device).reshape(2, 1, 1) + byte) & 15
+    place = _steps(4, 2, w.device).reshape(4, 1, 1, 1) + _steps(2, 1, w.device).reshape(2, 1, 1) + byte
     high = (_shifted(w[:, 4:12].reshape(n, 1, 1, 8, 1), shape, place) & 1) << 4
     return dl * _small_float(low | high) - ml
 
@@ -302,14 +303,14 @@ def _q6_k_words(w: Tensor) -> Tensor:
     byte 2c + g of scales' word 2h + s."""
     n = w.shape[0]
     shape = (n, 2, 2, 2, 2, 4, 4)
-    byte = _steps(4, 8)
-    nibble = _steps(2, 4).reshape(2, 1, 1, 1, 1)
+    byte = _steps(4, 8, w.device)
+    nibble = _steps(2, 4, w.device).reshape(2, 1, 1, 1, 1)
     low = _shifted(w[:, 0:32].reshape(n, 2, 1, 2, 2, 4, 1), shape, nibble + byte) & 15
-    place = nibble + _steps(2, 2).reshape(2, 1, 1, 1) + byte
+    place = nibble + _steps(2, 2, w.device).reshape(2, 1, 1, 1) + byte
     high = (_shifted(w[:, 32:48].reshape(n, 2, 1, 1, 2, 4, 1), shape, place) & 3) << 4
     q = _small_float(low | high, 32)
-    scales = _shifted(w[:, 48:52].reshape(n, 2, 2, 1, 1), (n, 2, 2, 2, 2), _steps(2, 16).reshape(2, 1) +
-                      _steps(2, 8)) & 0xFF
+    scales = _shifted(w[:, 48:52].reshape(n, 2, 2, 1, 1), (n, 2, 2, 2, 2), _steps(2, 16, w.device).reshape(2, 1) +
+                      _steps(2, 8, w.device)) & 0xFF
     scale = ((scales.cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32)
     d = _word_f16(w[:, 52:53], False)
     return (d.reshape(n, 1, 1, 1, 1) * scale).reshape(n, 2, 2, 2, 2, 1, 1) * q
