@@ -175,13 +175,14 @@ class Linear:
     time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk."""
 
     # the types a CPU product reads in the file's bits: those measured at least as fast so as on planes (Q4_0, Q4_1,
-    # Q5_1, Q4_K: their planes take 1.6x to 1.8x the file's bytes, and the product reads those from memory), the
-    # types without planes, and the plain ones (F16 and BF16 stay 16 bits, not float32). Q8_0's planes are its
-    # blocks' bytes exactly (aligned int8 values and fp16 scales), read faster; Q5_0's and Q6_K's products take
-    # their fields apart at a cost the bytes saved don't repay on 2 cores (Gemma 3 270M decode, one thread: 10% more
-    # CPU time a token with Q5_0 in the file's bits): planes, 1.5x the file's bytes, until their kernels are faster.
+    # Q5_1, Q4_K: their planes take 1.6x to 1.8x the file's bytes, and the product reads those from memory; Q8_0,
+    # whose planes are its blocks' bytes rearranged, as fast once its fp16 scale is one 16-bit load: see
+    # codegen/byte_pairs.py), the types without planes, and the plain ones (F16 and BF16 stay 16 bits, not float32).
+    # Q5_0's and Q6_K's products take their fields apart at a cost the bytes saved don't repay on 2 cores (Gemma 3
+    # 270M decode, one thread: 10% more CPU time a token with Q5_0 in the file's bits): planes, 1.5x the file's
+    # bytes, until their kernels are faster.
     # TG_LLM_FILE_BITS=0 keeps planes for every type.
-    FILE_BITS_TYPES: frozenset[int] = frozenset(t for t in GGML_TYPES if t not in (Q5_0, Q6_K, Q8_0))
+    FILE_BITS_TYPES: frozenset[int] = frozenset(t for t in GGML_TYPES if t not in (Q5_0, Q6_K))
 
     @classmethod
     def file_bits(cls, ttype: int, device: str) -> bool:
