@@ -342,8 +342,8 @@ def test_loading_peaks_at_the_weights_and_a_chunk(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     before, peak, stored = map(int, out.stdout.split())
-    # the 178 MB table (Q8_0's planes: its bytes) and a layer's 4 MB of matrices, 6 MB where Q5_0's and Q6_K's keep
-    # planes on the CPU (Linear.FILE_BITS_TYPES)
+    # the 178 MB table (Q8_0's blocks, or its planes: the same bytes) and a layer's 4 MB of matrices (6 MB where
+    # Q5_0's and Q6_K's keep planes: TG_LLM_FILE_BITS=0, or a device without integer vectors)
     assert 181e6 < stored < 185e6
     assert peak - before < stored + 48e6, (before, peak, stored)
 

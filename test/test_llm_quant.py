@@ -103,10 +103,9 @@ def test_linear_keeps_the_file_bytes_and_its_values_are_bit_exact(name, all_file
 
 @pytest.mark.parametrize("name", TYPE_NAMES)
 def test_cpu_holds_the_file_bytes_within_1_1x_for_every_type(name):
-    """On the CPU, in the layout Linear picks for each type (the file's bits, or planes: Q8_0's are its blocks'
-    bytes, split), the weight is gguf's values (bit for bit, or within a rounding for planes' float32 offset
-    products) and the device holds at most 1.1x the file's tensor bytes. Q5_0 and Q6_K keep planes on the CPU for
-    now (1.5x: their file-bits products are slower there, see Linear.FILE_BITS_TYPES): expected to fail."""
+    """On the CPU, in the layout Linear picks for each type (the file's bits for every one, see
+    Linear.FILE_BITS_TYPES), the weight is gguf's values (bit for bit, or within a rounding for planes' float32 offset
+    products) and the device holds at most 1.1x the file's tensor bytes."""
     if not _cpu_bits():
         pytest.skip("a GPU keeps int8 planes (larger than 4- and 5-bit files) for now")
     raw, want = _case(name)
@@ -117,8 +116,6 @@ def test_cpu_holds_the_file_bytes_within_1_1x_for_every_type(name):
     else:
         ok = ~np.isnan(want)
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=1e-7)
-    if name in ("Q5_0", "Q6_K") and lin.blocks is None:
-        pytest.xfail(f"{name} keeps int8 planes on the CPU: {lin.device_bytes() / raw.nbytes:.2f}x the file's bytes")
     assert lin.device_bytes() <= 1.1 * raw.nbytes
 
 

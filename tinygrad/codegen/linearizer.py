@@ -34,6 +34,7 @@ from itertools import product
 from tinygrad.codegen import gather, packed_halves, rows
 from tinygrad.codegen.accumulate import SUM_BLOCK, TILE_SUM_BLOCK, needs_blocks, plan_blocks
 from tinygrad.codegen.ast_facts import LEAVES, is_one, op_dims, out_dtype, pads_to_zero
+from tinygrad.codegen.byte_pairs import merge_byte_pairs
 from tinygrad.codegen.emitter import Emitter, is_false, is_true, lane_base
 from tinygrad.codegen.index_math import all_even, max_index, same_size, sint_prod
 from tinygrad.codegen.kernel import Opt, OptOps
@@ -326,6 +327,8 @@ class Linearizer(TileValues):
             self._lower_tc()
         else:
             self._lower_loops()
+        if self.opts is not None and self.opts.int_vectors:
+            self.uops[:] = merge_byte_pairs(self.uops)
         if DEBUG >= 6:
             from tinygrad.codegen.uops import print_uops
             print(print_uops(self.uops))

@@ -27,7 +27,8 @@ in NARROW_VECTOR_DTYPES (packed weights: int8 values), and a CAST may turn such 
 VECTOR_DTYPES) into a vector of a VECTOR_DTYPES type with as many lanes, each lane converted as a scalar CAST would
 convert it. Where LinearizerOptions.int_vectors is set too, the ALU ops in INT_VECTOR_ALU_OPS apply to whole
 vectors of those narrow types (every operand of the same vector dtype), a CAST may turn one into a vector of another
-of them, and a BITCAST into one of the same size. Everything else is computed lane by lane in scalars.
+of them, and a BITCAST into one of the same size (or into a scalar of its size: a uint8 pair read as the
+little-endian uint16 it holds, codegen/byte_pairs.py). Everything else is computed lane by lane in scalars.
 """
 from __future__ import annotations
 

@@ -131,11 +131,22 @@ def _q5(qh: Tensor, qs: Tensor) -> Tensor:
     return _ifields(qs, 4, 2, 1).reshape(-1, 2, 2, 8) | high
 
 
+def _word16(b: Tensor) -> Tensor:
+    """Little-endian uint16 from byte pairs: (..., 2) uint8 -> (..., 1) uint16 (one 2-byte load on the CPU, see
+    codegen/byte_pairs.py)."""
+    return b[..., 0:1].cast(dtypes.uint16) | (b[..., 1:2].cast(dtypes.uint16) << 8)
+
+
 def _q5_0(b: Tensor) -> Tensor:
-    # q - 16 as the low bits less 16 - the fifth bit's 16, that is the complemented byte's bit (a byte's xor, where
-    # q | 16 * bit - 16 is an or and a sub a value)
+    # q - 16 as the low bits less 16 - the fifth bit's 16, that is the complemented word's bit (a word's xor, where
+    # q | 16 * bit - 16 is an or and a sub a value). Values 16s.. (nibble s of the 16 bytes) take their fifth bits
+    # from uint16 word s of qh: value 16s + 8h + l shifts it right by 8h + l, so the kernel widens and broadcasts a
+    # word once for 16 values, not a byte for each 8
     low = _ifields(b[:, 6:22], 4, 2, 1).reshape(-1, 2, 2, 8)
-    off = _ifields(b[:, 2:6].reshape(-1, 2, 2) ^ 0xFF, 1, 8, 3, up=4)
+    word = ((_word16(b[:, 2:6].reshape(-1, 2, 2)) ^ 0xFFFF).cast(dtypes.int32) << 4).reshape(-1, 2, 1, 1)
+    shifts = Tensor.arange(16, dtype=dtypes.int32, device=b.device).reshape(1, 1, 2, 8)
+    word, shifts = word.expand(word.shape[0], 2, 2, 8), shifts.expand(word.shape[0], 2, 2, 8)
+    off = F.ShiftRight.apply(word, shifts) & 16
     return _f16(b[:, 0:2]).unsqueeze(2).unsqueeze(3) * (low - off).cast(dtypes.float32)
 
 

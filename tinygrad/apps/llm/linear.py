@@ -15,7 +15,7 @@ dequantizers; the product's sum runs over words, each word's 8 values written ou
 is a word or a few (one 4-byte load each, a warp's lanes reading consecutive words), its fields taken apart by
 constant shifts, and its sub-blocks' scales decoded once for the step's values.
 
-Planes (every other device and type): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load
+Planes (every other device and type, or TG_LLM_FILE_BITS=0): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load
 into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of
 int8 and one scale a group. Other quantized types keep the file's blocks, dequantized by Tensor ops in the kernel
 that reads them.
@@ -206,19 +206,20 @@ class Linear:
     (`raw`), plain ones load as float32 (`w`). Either way a matrix is made and copied to the device a few MB at a
     time (LOAD_CHUNK_BYTES), so loading holds about the weights and one chunk."""
 
-    # the types a CPU product reads in the file's bits: those measured at least as fast so as on planes (Q4_0, Q4_1,
-    # Q5_1, Q4_K: their planes take 1.6x to 1.8x the file's bytes, and the product reads those from memory), the
-    # types without planes, and the plain ones (F16 and BF16 stay 16 bits, not float32). Q8_0's planes are its
-    # blocks' bytes exactly (aligned int8 values and fp16 scales), read faster; Q5_0's and Q6_K's products take
-    # their fields apart at a cost the bytes saved don't repay on 2 cores (Gemma 3 270M decode, one thread: 10% more
-    # CPU time a token with Q5_0 in the file's bits): planes, 1.5x the file's bytes, until their kernels are faster.
-    # TG_LLM_FILE_BITS=0 keeps planes for every type.
-    FILE_BITS_TYPES: frozenset[int] = frozenset(t for t in GGML_TYPES if t not in (Q5_0, Q6_K, Q8_0))
+    # the types a CPU product reads in the file's bits: every one, so that the device holds the file's bytes (the
+    # planes of Q5_0 and Q6_K take 1.5x, of Q4_0, Q4_1, Q5_1 and Q4_K 1.6x to 1.8x). Q4_0, Q4_1, Q5_1 and Q4_K read
+    # faster so than on planes; Q8_0 as fast once its fp16 scale is one 16-bit load (codegen/byte_pairs.py); Q5_0,
+    # its fifth bits taken from uint16 words (state_gguf._q5_0), 0.89x to 1.01x the planes' time (bench_quant, one
+    # thread) and 0.86x past the caches; Q6_K 1.2x to 1.4x, 1.19x past the caches. NOTE: in the model, whose products
+    # recompute the normed input x * w for every row (model._normed_linear), Gemma 3 270M's decode measured about
+    # 5% more CPU a token with Q5_0 and Q6_K in the file's bits than on planes (one thread, A B A B in one process:
+    # 64.0 and 63.8 against 60.2 and 61.0 ms). TG_LLM_FILE_BITS=0 keeps planes for every type.
+    FILE_BITS_TYPES: frozenset[int] = frozenset(GGML_TYPES)
 
     @classmethod
     def file_bits(cls, ttype: int, device: str) -> bool:
         """Whether a matrix of `ttype` on `device` keeps the file's bits: on a device whose renderer applies integer
-        ops to whole vectors (the CPU's C), for the types measured faster so; planes elsewhere (a GPU's kernels
+        ops to whole vectors (the CPU's C), for the types in FILE_BITS_TYPES; planes elsewhere (a GPU's kernels
         take the fields apart lane by lane, slower than reading int8 planes)."""
         opts = getattr(Device[device], "linearizer_opts", None)
         return bool(getenv("TG_LLM_FILE_BITS", 1)) and opts is not None and getattr(opts, "int_vectors", False) \
