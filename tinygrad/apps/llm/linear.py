@@ -15,10 +15,10 @@ dequantizers; the product's sum runs over words, each word's 8 values written ou
 is a word or a few (one 4-byte load each, a warp's lanes reading consecutive words), its fields taken apart by
 constant shifts, and its sub-blocks' scales decoded once for the step's values.
 
-Planes (every other device and type, or TG_LLM_FILE_BITS=0): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are split at load
-into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector product reads whole vectors of
-int8 and one scale a group. Other quantized types keep the file's blocks, dequantized by Tensor ops in the kernel
-that reads them.
+Planes (every other device and type, or TG_LLM_FILE_BITS=0): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K
+matrices are split at load into int8 values and a scale (and offset) per group of 16 or 32, so a matrix-vector
+product reads whole vectors of int8 and one scale a group. Other quantized types keep the file's blocks, dequantized
+by Tensor ops in the kernel that reads them.
 
 The host helpers (_planes, plane_values) also dequantize a few rows on the host, for the embedding table.
 """
