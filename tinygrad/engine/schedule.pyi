@@ -3,6 +3,7 @@ from typing import Iterable
 
 from tinygrad.codegen.gather import gather_items as gather_items
 from tinygrad.device import Buffer
+from tinygrad.dtype import dtypes as dtypes
 from tinygrad.engine.fuse_attention import fuse_attention as fuse_attention
 from tinygrad.engine.fuse_rows import fuse_row_chains as fuse_row_chains
 from tinygrad.helpers import DEBUG as DEBUG
