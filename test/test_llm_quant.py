@@ -250,6 +250,21 @@ def test_words_are_the_file_bytes_and_bit_exact(name, words_everywhere):
 
 
 @pytest.mark.parametrize("name", WORD_NAMES)
+def test_words_on_a_device_other_than_the_default(name, words_everywhere):
+    """A model on another device than Device.DEFAULT (CUDA beside a CLANG default): every index the dequantizers
+    make is on the words' device (an arange on the default one failed: "SHR mixes devices")."""
+    other = next((d for d in ("CPU", "CLANG") if d != Device.DEFAULT), None)
+    try:
+        Device[other]
+    except Exception:
+        pytest.skip(f"no second host device beside {Device.DEFAULT}")
+    raw, want = _case(name)
+    lin = Linear(_matrix(raw, CASES[name]["id"], _shape(name, want.size)), other)
+    assert lin.words is not None and lin.words.device == other
+    _same_bits(lin.weight().numpy(), want, name)
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
 def test_word_dequantizers_equal_gguf_on_random_blocks(name, words_everywhere):
     """Every bit pattern of fresh random blocks, through the words, against gguf.quants.dequantize itself."""
     gguf = _gguf()
