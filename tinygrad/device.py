@@ -202,6 +202,14 @@ class Buffer:
     def ensure_allocated(self) -> Buffer:
         return self if self._buf is not None else self.allocate()
 
+    def deallocate(self) -> None:
+        """Give the memory back to the allocator (ENGINE_LOCK held); the Buffer stays, to be allocated again on its
+        next use. For a holder that keeps Buffer objects past their use (a TinyJit capture)."""
+        if self._buf is None:
+            raise RuntimeError(f"{self} is not allocated")
+        opaque, self._buf = self._buf, None
+        _free(self.allocator, opaque, self._nbytes, self.options)
+
     def __del__(self):
         try:
             # NOTE: __init__ may have raised before _buf was set

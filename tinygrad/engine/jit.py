@@ -220,6 +220,11 @@ class TinyJit:
         positions = {id(lb.base.realized): k for k, lb in enumerate(inputs)}
         with ENGINE_LOCK:
             shared, devices = _share_buffers(cap.jit_cache, set(positions))
+            # the capture gave back the memory of buffers past their last use (realize.run_schedule): the replay's
+            # buffers get theirs now, before a graph is made of them
+            for ei in cap.jit_cache:
+                for b in ei.bufs:
+                    b.ensure_allocated()
             # the buffers that lost their place went to their allocators' caches: given back to the devices
             for d in devices:
                 free_cache = getattr(Device[d].allocator, "free_cache", None)

@@ -19,3 +19,7 @@ cdef class Plan:
     # operations and bytes of buffers its kernels run over, added to GlobalCounters at each run
     cdef readonly object n_ops
     cdef readonly object n_mem
+    # per item, the nodes no later item names: the run lets go of them once it has run (see _last_uses)
+    cdef readonly tuple drops
+    # the nodes no item names (fused into a kernel, or views): let go of before the first item
+    cdef readonly tuple unused

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -374,16 +375,34 @@ def lower_ast(device: str, ast: tuple) -> Runner:
     raise NotImplementedError(f"can't run a schedule item of {op}")
 
 
-def run_schedule(schedule: list, var_vals: dict | None = None) -> None:
+def run_schedule(schedule: list, var_vals: dict | None = None, consume: bool = False) -> None:
     """Run every ScheduleItem in order, then mark what they computed as realized and drop its graph. Holds
-    ENGINE_LOCK throughout (it is public: a caller from several threads gets the same safety as realize)."""
+    ENGINE_LOCK throughout (it is public: a caller from several threads gets the same safety as realize).
+
+    With `consume` the items are taken off `schedule` as they run (it is empty after), so a buffer is freed after
+    its last use when nothing else holds it, as in tinygrad 0.9; while a TinyJit capture keeps every item run, such
+    a buffer's memory goes back to its allocator instead (the JIT allocates what it replays on after the capture)."""
     with ENGINE_LOCK:
-        _run_schedule(schedule, var_vals)
+        _run_schedule(schedule, var_vals, consume)
 
 
-def _run_schedule(schedule: list, var_vals: dict | None) -> None:
+def _last_use(schedule: list) -> dict[int, int]:
+    """id(buffer) -> the index of the last item of `schedule` naming it."""
+    return {id(b): j for j, si in enumerate(schedule) for b in si.bufs}
+
+
+def _run_schedule(schedule: list, var_vals: dict | None, consume: bool = False) -> None:
     precompile(schedule)
-    for si in schedule:
+    # NOTE: released early only where nothing but the capture holds a buffer once its last item ran; VIZ's run log
+    # holds them too
+    release = consume and CacheCollector.cache is not None and not VIZ.value
+    last = _last_use(schedule) if release else {}
+    held: dict[int, int] = {}  # id(buffer) -> references to it in the capture's items so far
+    n = len(schedule)
+    if consume:
+        schedule.reverse()
+    for j in range(n):
+        si = schedule.pop() if consume else schedule[j]
         for b in si.outputs:
             b.ensure_allocated()
         ei = lower_schedule_item(si)
@@ -394,3 +413,21 @@ def _run_schedule(schedule: list, var_vals: dict | None) -> None:
         # a realized base no longer needs the graph that produced it
         for lb in si.lbs:
             lb.srcs, lb.pending = (), False
+        if release:
+            done = []
+            for b in ei.bufs:
+                held[id(b)] = held.get(id(b), 0) + 1
+                if last[id(b)] == j:
+                    done.append(b)
+            si = ei = lb = b = None
+            _release_unheld(done, held)
+
+
+def _release_unheld(bufs: list[Buffer], held: dict[int, int]) -> None:
+    """Give back the memory of each of `bufs` (past their last use) that only a capture's items still hold: no
+    LazyBuffer, no later item, no caller. The Buffer stays (the capture names it), without memory until used."""
+    while bufs:
+        b = bufs.pop()
+        # references: `b`, getrefcount's argument, and the capture items' buffer lists
+        if b.is_allocated() and sys.getrefcount(b) - 2 == held[id(b)]:
+            b.deallocate()
