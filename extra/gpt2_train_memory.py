@@ -74,6 +74,34 @@ def peak_bytes(schedule: list, keep: list[Tensor]) -> tuple[int, int, int]:
     return base + peak, at, base
 
 
+def live_at(schedule: list, keep: list[Tensor], at: int) -> list[tuple[int, int, int, object]]:
+    """(bytes, the kernel writing it first, its last kernel, the buffer) for each buffer live at kernel `at` that
+    the step does not keep, largest first."""
+    first, last, bufs = {}, {}, {}
+    kept = {id(t.lazydata.base.buffer) for t in keep}
+    for i, si in enumerate(schedule):
+        for j, b in enumerate(si.bufs):
+            if j < si.n_outputs:
+                first.setdefault(id(b), i)
+            last[id(b)] = i
+            bufs[id(b)] = b
+    live = [(b.nbytes, first[k], last[k], b) for k, b in bufs.items()
+            if k in first and k not in kept and first[k] <= at <= last[k]]
+    return sorted(live, key=lambda t: t[0], reverse=True)
+
+
+def kernel_name(si) -> str:
+    """A short name for a schedule item: its AST's ops, the reduce and the first elementwise op."""
+    ops = []
+    stack = list(si.ast)
+    while stack and len(ops) < 40:
+        op = stack.pop()
+        ops.append(op.op.name)
+        stack.extend(op.src)
+    main = [o for o in ops if o not in ("STORE", "LOAD", "CONST")]
+    return "/".join(dict.fromkeys(main[:4])) or ops[0]
+
+
 def torch_theoretical(cfg: GPT2Config, batch: int, seq: int) -> dict[str, int]:
     """Bytes PyTorch float32 eager needs for the step: parameters, gradients, two AdamW moments, and the tensors
     autograd saves. Per layer and token: the block input, ln_1's output, q/k/v, the attention output, the second
@@ -95,6 +123,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--init", action="store_true", help="the parameters' initialisation is part of the step")
     ap.add_argument("--top", type=int, default=0, help="also list the N largest kernel outputs")
+    ap.add_argument("--live", type=int, default=0, help="also list the N largest buffers live at the peak")
     args = ap.parse_args()
     cfg = GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq))
     t0 = time.perf_counter()
@@ -107,6 +136,14 @@ def main() -> None:
     th = torch_theoretical(cfg, args.batch, args.seq)
     parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in th.items())
     print(f"PyTorch theoretical:             {sum(th.values()) / GB:7.2f} GB ({parts})")
+    every = {id(b): b.nbytes for si in schedule for b in si.bufs}
+    print(f"every buffer at once:            {sum(every.values()) / GB:7.2f} GB (what a runtime freeing nothing "
+          "before the step ends holds)")
+    if args.live:
+        print(f"largest buffers live at kernel {at} (made by kernel, last read by kernel):")
+        for nbytes, i, j, b in live_at(schedule, outs, at)[:args.live]:
+            print(f"  {nbytes / GB:6.3f} GB {b.dtype.name}[{b.size}]  kernel {i} ({kernel_name(schedule[i])}) "
+                  f"-> kernel {j} ({kernel_name(schedule[j])})")
     if args.top:
         sizes = sorted(((max(b.nbytes for b in si.outputs), i) for i, si in enumerate(schedule)), reverse=True)
         for nbytes, i in sizes[:args.top]:
