@@ -329,6 +329,29 @@ class Sum(Function):
         return grad_output.expand(self.input_shape)
 
 
+class SoftmaxOut(Function):
+    """softmax's result `p`, computed from a detached `x`, made a function of `x`: the backward is
+    p * (g - sum(g * p)) along `axis`, from the result alone, as PyTorch's is.
+
+    NOTE: through the graph of its ops the backward would recompute exp(x - max) from x, so a training step kept
+    both x and p of every softmax until the backward (attention's scores and weights: 2 x 400 MB a layer at GPT-2
+    small, batch 8, seq 1024, where PyTorch keeps the weights alone)."""
+
+    def forward(self, x: LazyBuffer, p: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
+        self.p, self.axis = p, axis
+        return p
+
+    def backward(self, grad_output: LazyBuffer):
+        p, g = self.p, grad_output
+        # half and bfloat16 sum the row in float32 (a row of thousands of products)
+        wide = p.dtype.itemsize < 4
+        if wide:
+            p, g = p.cast(dtypes.float32), g.cast(dtypes.float32)
+        dot = g.e(BinaryOps.MUL, p).r(ReduceOps.SUM, self.axis).expand(p.shape)
+        gx = p.e(BinaryOps.MUL, g.e(BinaryOps.SUB, dot))
+        return (gx.cast(grad_output.dtype) if wide else gx, None)
+
+
 class Max(Function):
     def forward(self, x: LazyBuffer, axis: tuple[int, ...]) -> LazyBuffer:
         self.x, self.ret, self.axis = x, x.r(ReduceOps.MAX, axis), axis

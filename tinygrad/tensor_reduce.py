@@ -183,9 +183,12 @@ class ReduceMixin:
 
     def softmax(self, axis: int = -1) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis`, shifted by the max so large inputs don't overflow."""
-        m, _ = self._shifted(axis)
+        x = self.cast(least_upper_float(self.dtype))
+        m, _ = x.detach()._shifted(axis)
         e = m.exp()
-        return e.div(e.sum(axis=axis, keepdim=True))
+        p = e.div(e.sum(axis=axis, keepdim=True))
+        # the backward from p alone (mlops.SoftmaxOut says why): x is not kept for it
+        return p if x.requires_grad is False else F.SoftmaxOut.apply(x, p, axis=self._axes(axis))
 
     def log_softmax(self, axis: int = -1) -> Tensor:
         """log(softmax(x)) along `axis`, computed as (x - max) - log(sum(exp(x - max)))."""
