@@ -74,6 +74,41 @@ def peak_bytes(schedule: list, keep: list[Tensor]) -> tuple[int, int, int]:
     return base + peak, at, base
 
 
+def jit_bytes(schedule: list, keep: list[Tensor]) -> int:
+    """The bytes a TinyJit replay of `schedule` holds: the buffers live all along, and the step's others sharing
+    memory as engine/jit.py's _share_buffers lets them (one of the same dtype and size whose last use has
+    passed)."""
+    first, last, bufs, read_first = {}, {}, {}, set()
+    for i, si in enumerate(schedule):
+        for j, b in enumerate(si.bufs):
+            if id(b) not in first:
+                first[id(b)] = i
+                if j >= si.n_outputs:
+                    read_first.add(id(b))
+            last[id(b)] = i
+            bufs[id(b)] = b
+    kept = {id(t.lazydata.base.buffer) for t in keep}
+    own = {k for k in bufs if k not in read_first and k not in kept}
+    total = sum(b.nbytes for k, b in bufs.items() if k not in own)
+    waiting: dict[tuple, int] = {}
+    ends: dict[int, list[int]] = {}
+    for k in own:
+        ends.setdefault(last[k], []).append(k)
+    for i, si in enumerate(schedule):
+        for k in dict.fromkeys(id(b) for b in si.outputs):
+            if k in own and first[k] == i:
+                b = bufs[k]
+                key = (b.dtype, b.size)
+                if waiting.get(key):
+                    waiting[key] -= 1
+                else:
+                    total += b.nbytes
+        for k in ends.get(i, ()):
+            key = (bufs[k].dtype, bufs[k].size)
+            waiting[key] = waiting.get(key, 0) + 1
+    return total
+
+
 def live_at(schedule: list, keep: list[Tensor], at: int) -> list[tuple[int, int, int, object]]:
     """(bytes, the kernel writing it first, its last kernel, the buffer) for each buffer live at kernel `at` that
     the step does not keep, largest first."""
@@ -116,6 +151,29 @@ def torch_theoretical(cfg: GPT2Config, batch: int, seq: int) -> dict[str, int]:
     return {"params": 4 * n_params, "grads": 4 * n_params, "adam": 8 * n_params, "activations": activations}
 
 
+def torch_saved_bytes(cfg: GPT2Config, batch: int, seq: int) -> int:
+    """Bytes autograd saves for the backward in PyTorch's twin of the model (extra/models/torch_twins.py:
+    scaled_dot_product_attention, so no attention weights where a fused kernel runs), measured on the CPU at batch
+    1 and scaled to `batch` (every saved activation has a batch axis); parameters not counted."""
+    import torch
+    import torch.nn.functional as F
+
+    from extra.models.torch_twins import GPT2Twin
+    model = GPT2Twin(cfg)
+    params = {p.data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    x = torch.randint(0, cfg.vocab_size, (1, seq))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x.reshape(-1))
+    return batch * sum(saved.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -123,6 +181,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--init", action="store_true", help="the parameters' initialisation is part of the step")
     ap.add_argument("--top", type=int, default=0, help="also list the N largest kernel outputs")
+    ap.add_argument("--torch", action="store_true", help="also measure what PyTorch's twin saves for the backward")
     ap.add_argument("--live", type=int, default=0, help="also list the N largest buffers live at the peak")
     args = ap.parse_args()
     cfg = GPT2Config(n_layer=args.layers, n_positions=max(1024, args.seq))
@@ -133,9 +192,16 @@ def main() -> None:
           f"seq {args.seq}: {len(schedule)} kernels, scheduled in {time.perf_counter() - t0:.1f} s")
     print(f"tinygrad peak (schedule order):  {peak / GB:7.2f} GB at kernel {at} "
           f"({resident / GB:.2f} GB held all step)")
+    print(f"TinyJit replay (buffers shared): {jit_bytes(schedule, outs) / GB:7.2f} GB")
     th = torch_theoretical(cfg, args.batch, args.seq)
     parts = ", ".join(f"{k} {v / GB:.2f}" for k, v in th.items())
     print(f"PyTorch theoretical:             {sum(th.values()) / GB:7.2f} GB ({parts})")
+    if args.torch:
+        n_params = th["params"]
+        saved = torch_saved_bytes(cfg, args.batch, args.seq)
+        print(f"PyTorch measured (CPU, saved):   {(4 * n_params + saved) / GB:7.2f} GB (params, grads and AdamW "
+              f"{4 * n_params / GB:.2f}, saved activations {saved / GB:.2f}; the backward's own temporaries not "
+              "counted)")
     every = {id(b): b.nbytes for si in schedule for b in si.bufs}
     print(f"every buffer at once:            {sum(every.values()) / GB:7.2f} GB (what a runtime freeing nothing "
           "before the step ends holds)")
