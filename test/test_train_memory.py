@@ -105,3 +105,28 @@ def test_runtime_peak_near_schedule_peak():
     assert max(peaks) <= bound, f"peaks {peaks} (eager, capture, replay) over {bound:.0f} bytes"
     # memory given back during the capture is allocated again for the replay: the steps keep training
     assert losses[0] > losses[1] > losses[2]
+
+
+def test_softmax_backward_reads_its_result_alone():
+    # the scores of attention need not live until the backward: their softmax's gradient comes from its weights
+    x = Tensor(np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32), requires_grad=True)
+    scores = (x * 3).contiguous().realize()
+    weights = scores.softmax(-1).realize()
+    w = Tensor(np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32))
+    (weights * w).sum().backward()
+    reads = {id(b) for si in create_schedule([scores.grad.lazydata]) for b in si.inputs}
+    assert id(scores.lazydata.base.buffer) not in reads
+    p, g = weights.numpy(), w.numpy()
+    np.testing.assert_allclose(scores.grad.numpy(), p * (g - (g * p).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_backward_half():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 300)).astype(np.float32)
+    g = rng.standard_normal((3, 300)).astype(np.float32)
+    grads = []
+    for dtype in ("float16", "float32"):
+        t = Tensor(x, requires_grad=True)
+        (t.cast(dtype).softmax(-1) * Tensor(g).cast(dtype)).sum().backward()
+        grads.append(t.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], atol=2e-3)
