@@ -121,10 +121,13 @@ class BatchEngine:
         self.cached: dict[int, list[int]] = {}   # the ids whose keys and values a free slot's cache holds
         self.reused = 0             # prompt tokens whose prefill the prompt cache saved
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
-        # every sampling path's kernels, for every batch size, before the first request (see sampling.py)
-        warm_up(model.device, model.cfg.vocab, len(model.caches))
-        self.thread = threading.Thread(target=self._loop, name="llm-batch-engine", daemon=True)
+        self.warmed: BaseException | None = None     # what failed in the engine thread's warm-up
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._loop, args=(ready,), name="llm-batch-engine", daemon=True)
         self.thread.start()
+        ready.wait()
+        if self.warmed is not None:
+            raise self.warmed
 
     def start(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
               stop: list[str] | None = None, stream: bool = False, n: int = 1,
@@ -138,6 +141,7 @@ class BatchEngine:
             p = params if params.seed is None or i == 0 else replace(params, seed=(params.seed + i) % (1 << 64))
             d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
                          ignore_eos=ignore_eos)
+            d.sampler.max_rows = len(self.model.caches)   # its draws are the warmed-up ones of any row count
             jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
         with self.pending.not_empty:  # all at once: the engine admits a request's choices together (one prefill)
             self.pending.queue.extend(jobs)
@@ -356,7 +360,7 @@ class BatchEngine:
             t0 = time.perf_counter()
             logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
             tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
-                                 [j.d.res.ids for j in jobs])
+                                 [j.d.res.ids for j in jobs], len(self.model.caches))
             if any(j.d.logprobs is not None for j in jobs):
                 host = logits.numpy()
                 for row, j in enumerate(jobs):
@@ -371,7 +375,16 @@ class BatchEngine:
             j.d.pos += 1
             self._push(s, j, t)
 
-    def _loop(self) -> None:
+    def _loop(self, ready: threading.Event) -> None:
+        # every sampling path's kernels for 1..slots rows, before the first request (see sampling.py), on this thread:
+        # the draws' TinyJit captures are the thread's own
+        try:
+            warm_up(self.model.device, self.model.cfg.vocab, len(self.model.caches))
+        except BaseException as e:  # noqa: BLE001 - raised by __init__
+            self.warmed = e
+            return
+        finally:
+            ready.set()
         while True:
             # new requests take free slots; with nothing running, wait for one
             while self.free:
