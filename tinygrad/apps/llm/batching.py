@@ -109,11 +109,15 @@ class BatchEngine:
     wrong)."""
 
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE,
-                 max_gap_s: float = MAX_GAP_S):
+                 max_gap_s: float = MAX_GAP_S, mix: bool = True):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.max_gap_s = max_gap_s
         self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
         self.step_s = _Timing()                             # a decode step's
+        # with streams running, each decode step takes a chunk of the first prompt being prefilled in its own pass
+        # (Transformer.step_and_prefill): a step's time, by that chunk's size
+        self.mixing = mix
+        self.mix_s: dict[int, _Timing] = {}
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -227,11 +231,11 @@ class BatchEngine:
         self.cached[job.slot] = []
         self.filling.append(job)
 
-    def _fill(self) -> None:
+    def _fill(self, force: bool = True) -> None:
         """Prefills the admitted jobs' prompts, the first admitted first, for as long as the running streams' gap
         allows (see the module docstring); several jobs' next chunks go in one pass where the time allows. A job
-        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs, so prompts
-        always move on."""
+        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs when
+        `force` (else the next decode step takes one in: _step), so prompts always move on."""
         since = time.perf_counter() if self.active else None     # when the running streams got their last tokens
         tokens = 0
         while self.filling:
@@ -240,7 +244,7 @@ class BatchEngine:
             if not self.filling or (since is None and tokens >= IDLE_PIECE):
                 return
             budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s.value
-            pick = self._group(budget, tokens == 0)
+            pick = self._group(budget, tokens == 0 and (force or since is None))
             if pick is None:
                 return
             jobs, c = pick
@@ -356,9 +360,16 @@ class BatchEngine:
             return
         slots = sorted(self.active)
         jobs = [self.active[s] for s in slots]
+        mix = self._mix_chunk()
+        filler = self.filling[0] if mix else None
         try:
             t0 = time.perf_counter()
-            logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
+            if filler is not None:
+                piece = filler.prompt_ids[filler.filled:filler.filled + mix]
+                logits, h = self.model.step_and_prefill([j.next for j in jobs], [j.d.pos for j in jobs], slots,
+                                                        (piece, filler.filled, filler.slot), mix)
+            else:
+                logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
             tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
                                  [j.d.res.ids for j in jobs], len(self.model.caches))
             if any(j.d.logprobs is not None for j in jobs):
@@ -367,13 +378,59 @@ class BatchEngine:
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
             self.step_s.add(time.perf_counter() - t0)
+            if filler is not None:
+                self.mix_s.setdefault(mix, _Timing()).add(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
+            if filler is not None:
+                self._end(filler.slot, filler, e)
             return
         for s, j, t in zip(slots, jobs, tokens):
             j.d.pos += 1
             self._push(s, j, t)
+        if filler is not None:
+            self._chunk_done(filler, len(piece), h, len(jobs) + len(piece) - 1)
+
+    def _mix_chunk(self) -> int | None:
+        """The chunk of the first admitted prompt that the next decode step takes in (Transformer.step_and_prefill),
+        or None: the largest of the model's chunk sizes whose measured step fits in `max_gap_s`, the smallest one
+        the prompt's rest fits in at most. A size not measured yet is tried after the one below it took at most half
+        the time (a larger one seldom costs twice a smaller one's: the weights are read once either way)."""
+        if not self.mixing or not self.filling or self.filling[0].slot in self.active:
+            return None
+        job = self.filling[0]
+        left = len(job.prompt_ids) - job.filled
+        sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece and
+                 job.filled + c <= self.model.max_context] or [None]
+        if sizes[0] is None:
+            return None
+        pick = sizes[0]
+        for below, c in zip(sizes, sizes[1:]):
+            if below >= left:
+                break
+            known = self.mix_s.get(c)
+            if known is not None and known.value > self.max_gap_s:
+                break
+            if known is None and (below not in self.mix_s or self.mix_s[below].value > self.max_gap_s / 2):
+                break
+            pick = c
+        return pick
+
+    def _chunk_done(self, job: Job, n: int, h, row: int) -> None:
+        """Counts a chunk of n prompt tokens of job in; after its last, it samples its first token (from row `row`
+        of hidden states h) and joins the decode steps."""
+        job.filled += n
+        if job.filled < len(job.prompt_ids):
+            return
+        self.filling.remove(job)
+        self.active[job.slot] = job
+        try:
+            first = job.d.sample(self.model.head_at(h, row))
+        except Exception as e:  # noqa: BLE001 - answered to its caller
+            self._end(job.slot, job, e)
+            return
+        self._push(job.slot, job, first)
 
     def _loop(self, ready: threading.Event) -> None:
         # every sampling path's kernels for 1..slots rows, before the first request (see sampling.py), on this thread:
@@ -395,7 +452,8 @@ class BatchEngine:
                 self._admit(job)
             # one piece of prefill, then one decode step: a long prompt never holds the running streams for long
             if self.filling:
-                self._fill()
+                # a chunk is forced in unless the next step takes one in (and the time may leave room for more)
+                self._fill(force=not self.active or self._mix_chunk() is None)
             if self.active:
                 self._step()
 
