@@ -289,6 +289,42 @@ def test_each_sampler_has_its_own_generator_and_the_openai_penalties():
             Sampler(SamplingParams(**bad))
 
 
+def test_each_row_of_a_batch_draws_as_it_would_alone_with_any_row_count():
+    import numpy as np
+
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.sampling import Sampler, sample_rows
+    from tinygrad.engine.realize import method_cache
+    vocab, slots = 300, 4
+    logits = (np.random.default_rng(2).standard_normal((slots, vocab)) * 2).astype(np.float32)
+    asks = [SamplingParams(), SamplingParams(temperature=1.0, seed=3), SamplingParams(temperature=0.8, top_k=5, seed=4),
+            SamplingParams(temperature=1.2, top_p=0.7, repeat_penalty=1.3, presence_penalty=0.5, seed=5)]
+    history = [[1, 2, 3], [4], [5, 6], [7, 7, 8]]
+
+    def draws(rows: list[int], steps: int = 4) -> dict[int, list[int]]:
+        """Each row's tokens over `steps` draws of rows `rows` together (each row its own fresh sampler)."""
+        samplers = [Sampler(asks[r]) for r in rows]
+        for sm in samplers:
+            sm.max_rows = slots
+        out: dict[int, list[int]] = {r: [] for r in rows}
+        gen: dict[int, list[int]] = {r: [] for r in rows}
+        for _ in range(steps):
+            got = sample_rows(Tensor(logits[rows]), samplers, [history[r] + gen[r] for r in rows],
+                              [gen[r] for r in rows], slots)
+            for r, t in zip(rows, got):
+                out[r].append(t)
+                gen[r].append(t)
+        return out
+    alone = {r: draws([r])[r] for r in range(slots)}
+    # every row count and mix of parameters (greedy beside filtered and penalized rows): each row's own tokens
+    for rows in ([0, 1], [3, 0, 2], [2, 1, 3, 0], [1, 3]):
+        before = len(method_cache)
+        assert draws(rows) == {r: alone[r] for r in rows}, rows
+        assert len(method_cache) == before, rows  # one capture a path serves every row count up to the slots
+    assert alone[0] == [int(np.argmax(logits[0]))] * 4
+    assert set(alone[2]) <= set(np.argsort(-logits[2])[:5].tolist())
+
+
 # ---- isolation --------------------------------------------------------------------------------------------------
 def test_a_stalled_stream_is_dropped_and_never_stalls_the_others(tiny, monkeypatch):
     gate = threading.Event()
