@@ -11,8 +11,11 @@ in one pass (Transformer.prefill_batch: a chunk of each, their rows through the 
 fits the time, as prompts arriving together do before anything decodes. Once its prompt is in, a request joins the
 decode steps, each one `Transformer.forward_batch` over all running requests: the weights are read once for all of
 them, which is what a decode step is bound by, and each request samples its own next token from its row with its own
-parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
-a step ends the requests of that step with it, never the thread.
+parameters. Where a step and a separate chunk would not fit the gap together (a CPU's steps take most of it), each
+step takes the first prompt's next chunk into its own pass instead (Transformer.step_and_prefill, the chunk the
+largest whose measured step fits), so the prompt costs the streams its extra rows and not a weight read of its own.
+Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in a step ends
+the requests of that step with it, never the thread.
 
 The engine's thread never touches a network socket: a job's text goes into a bounded queue (`Job.events`, shared by
 the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
@@ -396,8 +399,13 @@ class BatchEngine:
         """The chunk of the first admitted prompt that the next decode step takes in (Transformer.step_and_prefill),
         or None: the largest of the model's chunk sizes whose measured step fits in `max_gap_s`, the smallest one
         the prompt's rest fits in at most. A size not measured yet is tried after the one below it took at most half
-        the time (a larger one seldom costs twice a smaller one's: the weights are read once either way)."""
+        the time (a larger one seldom costs twice a smaller one's: the weights are read once either way). None where
+        a step and a chunk's pass fit the gap apart."""
         if not self.mixing or not self.filling or self.filling[0].slot in self.active:
+            return None
+        # where a step and a pass of the smallest chunk of their own fit the gap, they go apart: each (rows, chunk)
+        # of a combined pass is a capture of its own, compiled at its first use (a GPU's steps are that short)
+        if self.step_s.value + self._cost(1, self.model.prefill_chunks[0]) <= self.max_gap_s:
             return None
         job = self.filling[0]
         left = len(job.prompt_ids) - job.filled
