@@ -12,8 +12,8 @@ fits the time, as prompts arriving together do before anything decodes. Once its
 decode steps, each one `Transformer.forward_batch` over all running requests: the weights are read once for all of
 them, which is what a decode step is bound by, and each request samples its own next token from its row with its own
 parameters. Where a step and a separate chunk would not fit the gap together (a CPU's steps take most of it), each
-step takes the first prompt's next chunk into its own pass instead (Transformer.step_and_prefill, the chunk the
-largest whose measured step fits), so the prompt costs the streams its extra rows and not a weight read of its own.
+step takes the first prompt's next chunk (MIX_CHUNK tokens) into its own pass instead (Transformer.step_and_prefill),
+so the prompt costs the streams its extra rows and not a weight read of its own.
 Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in a step ends
 the requests of that step with it, never the thread.
 
@@ -52,6 +52,8 @@ class Cancelled(Exception):
 # and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
 MAX_GAP_S = 0.15
+# the chunk a decode step takes in beside its rows (see BatchEngine._mix_chunk)
+MIX_CHUNK = 16
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 # the most prompts one prefill pass takes: each adds its own attention to the pass's graph, whose first two calls
 # (before its capture) schedule it all in Python; 8 chunks of up to 64 tokens already fill a GPU's matrix units
@@ -117,10 +119,9 @@ class BatchEngine:
         self.max_gap_s = max_gap_s
         self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
         self.step_s = _Timing()                             # a decode step's
-        # with streams running, each decode step takes a chunk of the first prompt being prefilled in its own pass
-        # (Transformer.step_and_prefill): a step's time, by that chunk's size
+        # with streams running, each decode step may take a chunk of the first prompt being prefilled in its own pass
+        # (Transformer.step_and_prefill; see _mix_chunk)
         self.mixing = mix
-        self.mix_s: dict[int, _Timing] = {}
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -381,8 +382,6 @@ class BatchEngine:
                     if j.d.logprobs is not None:
                         j.d.note_logprobs(host[row], tokens[row])
             self.step_s.add(time.perf_counter() - t0)
-            if filler is not None:
-                self.mix_s.setdefault(mix, _Timing()).add(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
@@ -397,33 +396,19 @@ class BatchEngine:
 
     def _mix_chunk(self) -> int | None:
         """The chunk of the first admitted prompt that the next decode step takes in (Transformer.step_and_prefill),
-        or None: the largest of the model's chunk sizes whose measured step fits in `max_gap_s`, the smallest one
-        the prompt's rest fits in at most. A size not measured yet is tried after the one below it took at most half
-        the time (a larger one seldom costs twice a smaller one's: the weights are read once either way). None where
-        a step and a chunk's pass fit the gap apart."""
+        or None. One size, the largest of the model's up to MIX_CHUNK (and prefill_piece), the prompt's last piece
+        padded to it: each size would be a capture of its own for every row count, compiled at its first use inside
+        a request (a stall of seconds on a CPU), and on a CPU, where this runs, 16 rows cost a pass about what 4 do.
+        None where a step and a separate pass of the smallest chunk fit the gap together."""
         if not self.mixing or not self.filling or self.filling[0].slot in self.active:
             return None
-        # where a step and a pass of the smallest chunk of their own fit the gap, they go apart: each (rows, chunk)
-        # of a combined pass is a capture of its own, compiled at its first use (a GPU's steps are that short)
+        # where they fit apart, they go apart: a GPU's steps are that short, and its slots many (a combined pass's
+        # captures are one per row count)
         if self.step_s.value + self._cost(1, self.model.prefill_chunks[0]) <= self.max_gap_s:
             return None
-        job = self.filling[0]
-        left = len(job.prompt_ids) - job.filled
-        sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece and
-                 job.filled + c <= self.model.max_context] or [None]
-        if sizes[0] is None:
-            return None
-        pick = sizes[0]
-        for below, c in zip(sizes, sizes[1:]):
-            if below >= left:
-                break
-            known = self.mix_s.get(c)
-            if known is not None and known.value > self.max_gap_s:
-                break
-            if known is None and (below not in self.mix_s or self.mix_s[below].value > self.max_gap_s / 2):
-                break
-            pick = c
-        return pick
+        sizes = [c for c in self.model.prefill_chunks if c <= min(MIX_CHUNK, self.prefill_piece)]
+        chunk = sizes[-1] if sizes else self.model.prefill_chunks[0]
+        return chunk if self.filling[0].filled + chunk <= self.model.max_context else None
 
     def _chunk_done(self, job: Job, n: int, h, row: int) -> None:
         """Counts a chunk of n prompt tokens of job in; after its last, it samples its first token (from row `row`
