@@ -5,6 +5,7 @@
     python extra/bench_serve.py --gap 2000      # a stream's inter-token gaps while a 2000-token prompt prefills
     python extra/bench_serve.py --turns         # time to first token of a conversation's turn 1 and turn 2
     python extra/bench_serve.py --synthetic llama:llama-tiny --load 64x20   # the bounded load run
+    python extra/bench_serve.py --startup --slots 32    # start-up alone: seconds, and kernels compiled
 
 The throughput table: S streams started together, each a streamed completion of --tokens tokens (`ignore_eos`, so
 each runs its full length) after a --prompt-token prompt; aggregate decode tok/s is the tokens after each stream's
@@ -192,6 +193,10 @@ def main() -> None:
     ap.add_argument("--json", metavar="PATH", help="also write the throughput rows (or the other modes' results) here")
     ap.add_argument("--load", metavar="CxR", help="instead: C clients x R requests, errors and TTFT")
     ap.add_argument("--gap", type=int, metavar="N", help="instead: a stream's chunk gaps beside an N-token prefill")
+    ap.add_argument("--slots", type=int, help="the server's slots (default: the most streams; 2 for --gap, --turns)")
+    ap.add_argument("--startup", action="store_true", help="instead: only the start-up (seconds, kernels compiled)")
+    ap.add_argument("--no-mix", action="store_true",
+                    help="prefill beside running streams in passes of its own (the engine's mix_prefill off: an A/B)")
     ap.add_argument("--turns", type=int, nargs="?", const=500, metavar="N",
                     help="instead: TTFT of turn 1 (an N-token prompt, default 500) and turn 2 (the prompt cache)")
     args = ap.parse_args()
@@ -200,6 +205,7 @@ def main() -> None:
     from tinygrad.apps.llm.server import LLMServer
     from tinygrad.device import Device
     from tinygrad.nn.state_gguf import gguf_tensors
+    from tinygrad.profile.progress import compile_progress
     if args.synthetic:
         from bench_llm import synthetic_model
         path = synthetic_model(args.synthetic, args.quant)
@@ -208,19 +214,27 @@ def main() -> None:
     device = args.device or Device.DEFAULT
     gpu = device != "CPU" and not device.startswith("CLANG")
     counts = [int(c) for c in (args.streams or ("1,8,32" if gpu else "1,4,8")).split(",")]
-    slots = 2 if args.gap or args.turns else max(counts)  # --load: its clients queue for these
+    slots = args.slots or (2 if args.gap or args.turns else max(counts))  # --load: its clients queue for these
     kv, tensors = gguf_tensors(path)
     tok = Tokenizer.from_gguf(kv)
     t0 = time.perf_counter()
     model = Transformer(kv, tensors, device=device, max_context=args.context, slots=slots)
-    options = {} if args.max_gap_ms is None else {"max_gap_s": args.max_gap_ms / 1e3}
+    options: dict = {} if args.max_gap_ms is None else {"max_gap_s": args.max_gap_ms / 1e3}
+    if args.no_mix:
+        options["mix_prefill"] = False
+    t1, compiled = time.perf_counter(), compile_progress.count
     srv = LLMServer(("127.0.0.1", 0), model, tok, "bench", access_log=None, **options)
     port = srv.server_address[1]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     name = args.synthetic or os.path.basename(path)
-    startup = time.perf_counter() - t0
-    print(f"# {name} on {device}, {slots} slots, context {args.context} (start-up {startup:.1f} s with every "
-          "sampling kernel)", flush=True)
+    startup, warm = time.perf_counter() - t0, time.perf_counter() - t1
+    kernels = compile_progress.count - compiled
+    print(f"# {name} on {device}, {slots} slots, context {args.context}: start-up {startup:.1f} s, of which the "
+          f"server's {warm:.1f} s ({kernels} kernels compiled: every sampling path)", flush=True)
+    if args.startup:
+        write_json(args.json, {"model": name, "device": device, "slots": slots, "startup_s": startup,
+                               "server_s": warm, "server_kernels": kernels})
+        return
     # one short request first: the model's prefill and decode kernels compile outside the timed runs
     throughput(port, tok, 1, args.prompt_tokens, 4)
     out: dict = {"model": name, "device": device, "slots": slots, "context": args.context, "startup_s": startup}

@@ -289,6 +289,42 @@ def test_each_sampler_has_its_own_generator_and_the_openai_penalties():
             Sampler(SamplingParams(**bad))
 
 
+def test_each_row_of_a_batch_draws_as_it_would_alone_with_any_row_count():
+    import numpy as np
+
+    from tinygrad import Tensor
+    from tinygrad.apps.llm.sampling import Sampler, sample_rows
+    from tinygrad.engine.realize import method_cache
+    vocab, slots = 300, 4
+    logits = (np.random.default_rng(2).standard_normal((slots, vocab)) * 2).astype(np.float32)
+    asks = [SamplingParams(), SamplingParams(temperature=1.0, seed=3), SamplingParams(temperature=0.8, top_k=5, seed=4),
+            SamplingParams(temperature=1.2, top_p=0.7, repeat_penalty=1.3, presence_penalty=0.5, seed=5)]
+    history = [[1, 2, 3], [4], [5, 6], [7, 7, 8]]
+
+    def draws(rows: list[int], steps: int = 4) -> dict[int, list[int]]:
+        """Each row's tokens over `steps` draws of rows `rows` together (each row its own fresh sampler)."""
+        samplers = [Sampler(asks[r]) for r in rows]
+        for sm in samplers:
+            sm.max_rows = slots
+        out: dict[int, list[int]] = {r: [] for r in rows}
+        gen: dict[int, list[int]] = {r: [] for r in rows}
+        for _ in range(steps):
+            got = sample_rows(Tensor(logits[rows]), samplers, [history[r] + gen[r] for r in rows],
+                              [gen[r] for r in rows], slots)
+            for r, t in zip(rows, got):
+                out[r].append(t)
+                gen[r].append(t)
+        return out
+    alone = {r: draws([r])[r] for r in range(slots)}
+    # every row count and mix of parameters (greedy beside filtered and penalized rows): each row's own tokens
+    for rows in ([0, 1], [3, 0, 2], [2, 1, 3, 0], [1, 3]):
+        before = len(method_cache)
+        assert draws(rows) == {r: alone[r] for r in rows}, rows
+        assert len(method_cache) == before, rows  # one capture a path serves every row count up to the slots
+    assert alone[0] == [int(np.argmax(logits[0]))] * 4
+    assert set(alone[2]) <= set(np.argsort(-logits[2])[:5].tolist())
+
+
 # ---- isolation --------------------------------------------------------------------------------------------------
 def test_a_stalled_stream_is_dropped_and_never_stalls_the_others(tiny, monkeypatch):
     gate = threading.Event()
@@ -337,10 +373,13 @@ def test_a_reader_stopped_past_the_write_timeout_loses_its_request(tiny, monkeyp
         s.close()
 
 
-def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(tiny, monkeypatch):
+@pytest.mark.parametrize("mix", [False, True])
+def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(tiny, monkeypatch, mix):
     model, tok = tiny[0], tiny[1]
+    long_prompt = " ".join(f"t{i % 9 + 1}" for i in range(40))
+    alone = generate(model, tok, tok.encode(long_prompt), 2, SamplingParams()).text
     calls = []
-    real_forward, real_batch = model.forward, model.forward_batch
+    real_forward, real_batch, real_mixed = model.forward, model.forward_batch, model.step_and_prefill
 
     def forward(ids, start_pos, *a, **kw):
         calls.append(("prefill", start_pos, len(ids)))
@@ -350,24 +389,39 @@ def test_a_long_prompt_is_prefilled_in_pieces_between_a_running_streams_steps(ti
         time.sleep(0.02)  # a step of a bigger model's length: the stream outlives the prefill
         calls.append(("step", len(tokens)))
         return real_batch(tokens, *a, **kw)
+
+    def mixed(tokens, positions, slots, part, chunk):
+        time.sleep(0.02)
+        calls.append(("mixed", part[1], len(part[0])))
+        return real_mixed(tokens, positions, slots, part, chunk)
     monkeypatch.setattr(model, "forward", forward)
     monkeypatch.setattr(model, "forward_batch", batch)
-    s = Served(tiny, prefill_piece=4, max_gap_s=1e-6)  # a chunk, then a step: no time is left for a second chunk
+    monkeypatch.setattr(model, "step_and_prefill", mixed)
+    # a chunk, then a step (or a step taking a chunk in): no time is left for a second chunk
+    s = Served(tiny, prefill_piece=4, max_gap_s=1e-6, mix_prefill=mix)
     try:
         body = {"prompt": "t2 t3", "max_tokens": 40, "temperature": 1.0, "seed": 1, "stream": True}
         sock = s.raw(_http("/v1/completions", json.dumps(body).encode()))
         while b"data:" not in sock.recv(4096):  # the stream is running
             pass
-        long_prompt = " ".join(f"t{i % 9 + 1}" for i in range(40))
         n = len(tok.encode(long_prompt))
         assert n > 20
-        st, _ = s.post("/v1/completions", {"prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+        st, text = s.post("/v1/completions", {"prompt": long_prompt, "max_tokens": 2, "temperature": 0})
         assert st == 200
-        pieces = [k for k, c in enumerate(calls) if c[0] == "prefill"][1:]  # the stream's own prefill came first
-        # (a last piece of one token runs as a decode step of its own)
-        assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 > 1 else [])
-        # a decode step of the running stream (both sequences, once the long one decodes) between every two pieces
-        assert all(any(c[0] == "step" for c in calls[a + 1:b]) for a, b in zip(pieces, pieces[1:])), calls
+        # what it answers alone (its first token from the pass's hidden states, its second from a step)
+        assert json.loads(text)["choices"][0]["text"] == alone
+        if mix:
+            # every piece in a step of the stream's, the last one padded to the chunk
+            pieces = [c for c in calls if c[0] == "mixed"]
+            assert [c[2] for c in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 else [])
+            assert [c[1] for c in pieces] == list(range(0, n, 4))
+            assert not [c for c in calls if c[0] == "prefill"][1:], calls
+        else:
+            pieces = [k for k, c in enumerate(calls) if c[0] == "prefill"][1:]  # the stream's own prefill came first
+            # (a last piece of one token runs as a decode step of its own)
+            assert [calls[k][2] for k in pieces] == [4] * (n // 4) + ([n % 4] if n % 4 > 1 else [])
+            # a decode step of the running stream (both sequences, once the long one decodes) between every two
+            assert all(any(c[0] == "step" for c in calls[a + 1:b]) for a, b in zip(pieces, pieces[1:])), calls
         sock.close()
     finally:
         s.close()
@@ -744,6 +798,21 @@ def test_prefill_batch_computes_what_a_prefill_each_computes(tiny):
     assert np.allclose(got[1], want[1], atol=1e-4)
     with pytest.raises(ValueError):
         model.prefill_batch([(a, 0, 0)], 4)  # more ids than the chunk
+
+
+def test_a_decode_step_and_a_prompt_chunk_in_one_pass_compute_what_each_alone_computes(tiny):
+    model = tiny[0]
+    run, prompt = [2, 5, 7], [8, 6, 4, 3, 9]   # a sequence decoding in slot 0; a prompt prefilled in slot 1
+    want_step = model.forward(run + [11], 0, slot=0).numpy()
+    want_prompt = model.forward(prompt, 0, slot=1).numpy()
+    # the run's last token stepped beside the prompt's first chunk, then beside its last (padded) one
+    model.forward(run, 0, slot=0, logits=False)
+    logits, _ = model.step_and_prefill([11], [len(run)], [0], (prompt[:4], 0, 1), 4)
+    assert logits.shape == (1, model.cfg.vocab) and np.allclose(logits.numpy()[0], want_step, atol=1e-4)
+    _, h = model.step_and_prefill([11], [len(run)], [0], (prompt[4:], 4, 1), 4)
+    assert np.allclose(model.head_at(h, 1 + len(prompt[4:]) - 1).numpy(), want_prompt, atol=1e-4)
+    with pytest.raises(ValueError):
+        model.step_and_prefill([11], [len(run)], [0], (prompt, 0, 0), 8)  # the prompt in a stepping slot
 
 
 def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone(tiny, monkeypatch):

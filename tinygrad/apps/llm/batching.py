@@ -11,8 +11,11 @@ in one pass (Transformer.prefill_batch: a chunk of each, their rows through the 
 fits the time, as prompts arriving together do before anything decodes. Once its prompt is in, a request joins the
 decode steps, each one `Transformer.forward_batch` over all running requests: the weights are read once for all of
 them, which is what a decode step is bound by, and each request samples its own next token from its row with its own
-parameters. Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in
-a step ends the requests of that step with it, never the thread.
+parameters. Where a step and a separate chunk would not fit the gap together (a CPU's steps take most of it), each
+step takes the first prompt's next chunk (MIX_CHUNK tokens) into its own pass instead (Transformer.step_and_prefill),
+so the prompt costs the streams its extra rows and not a weight read of its own.
+Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in a step ends
+the requests of that step with it, never the thread.
 
 The engine's thread never touches a network socket: a job's text goes into a bounded queue (`Job.events`, shared by
 the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
@@ -49,6 +52,8 @@ class Cancelled(Exception):
 # and a step together aim at beside a long prompt (200 ms is where streamed text starts to look stuck)
 PREFILL_PIECE = 256
 MAX_GAP_S = 0.15
+# the chunk a decode step takes in beside its rows (see BatchEngine._mix_chunk)
+MIX_CHUNK = 4
 IDLE_PIECE = 512        # with nothing decoding: pieces still end, so a cancelled prompt stops within one
 # the most prompts one prefill pass takes: each adds its own attention to the pass's graph, whose first two calls
 # (before its capture) schedule it all in Python; 8 chunks of up to 64 tokens already fill a GPU's matrix units
@@ -109,11 +114,14 @@ class BatchEngine:
     wrong)."""
 
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE,
-                 max_gap_s: float = MAX_GAP_S):
+                 max_gap_s: float = MAX_GAP_S, mix: bool = True):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.max_gap_s = max_gap_s
         self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
         self.step_s = _Timing()                             # a decode step's
+        # with streams running, each decode step may take a chunk of the first prompt being prefilled in its own pass
+        # (Transformer.step_and_prefill; see _mix_chunk)
+        self.mixing = mix
         self.pending: queue.Queue[Job] = queue.Queue()
         self.free = list(range(len(model.caches)))
         self.filling: list[Job] = []        # admitted, their prompts being prefilled (the first one's next piece next)
@@ -121,10 +129,13 @@ class BatchEngine:
         self.cached: dict[int, list[int]] = {}   # the ids whose keys and values a free slot's cache holds
         self.reused = 0             # prompt tokens whose prefill the prompt cache saved
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
-        # every sampling path's kernels, for every batch size, before the first request (see sampling.py)
-        warm_up(model.device, model.cfg.vocab, len(model.caches))
-        self.thread = threading.Thread(target=self._loop, name="llm-batch-engine", daemon=True)
+        self.warmed: BaseException | None = None     # what failed in the engine thread's warm-up
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._loop, args=(ready,), name="llm-batch-engine", daemon=True)
         self.thread.start()
+        ready.wait()
+        if self.warmed is not None:
+            raise self.warmed
 
     def start(self, prompt_ids: list[int], max_tokens: int | None, params: SamplingParams | None = None,
               stop: list[str] | None = None, stream: bool = False, n: int = 1,
@@ -138,6 +149,7 @@ class BatchEngine:
             p = params if params.seed is None or i == 0 else replace(params, seed=(params.seed + i) % (1 << 64))
             d = Decoding(self.tok, prompt_ids, max_tokens, self.model.max_context, p, stop, logprobs=logprobs,
                          ignore_eos=ignore_eos)
+            d.sampler.max_rows = len(self.model.caches)   # its draws are the warmed-up ones of any row count
             jobs.append(Job(d, list(prompt_ids), events, stream, i, n))
         with self.pending.not_empty:  # all at once: the engine admits a request's choices together (one prefill)
             self.pending.queue.extend(jobs)
@@ -223,11 +235,11 @@ class BatchEngine:
         self.cached[job.slot] = []
         self.filling.append(job)
 
-    def _fill(self) -> None:
+    def _fill(self, force: bool = True) -> None:
         """Prefills the admitted jobs' prompts, the first admitted first, for as long as the running streams' gap
         allows (see the module docstring); several jobs' next chunks go in one pass where the time allows. A job
-        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs, so prompts
-        always move on."""
+        whose last chunk is in takes its first token and joins the decode steps. At least one chunk runs when
+        `force` (else the next decode step takes one in: _step), so prompts always move on."""
         since = time.perf_counter() if self.active else None     # when the running streams got their last tokens
         tokens = 0
         while self.filling:
@@ -236,7 +248,7 @@ class BatchEngine:
             if not self.filling or (since is None and tokens >= IDLE_PIECE):
                 return
             budget = math.inf if since is None else self.max_gap_s - (time.perf_counter() - since) - self.step_s.value
-            pick = self._group(budget, tokens == 0)
+            pick = self._group(budget, tokens == 0 and (force or since is None))
             if pick is None:
                 return
             jobs, c = pick
@@ -352,11 +364,18 @@ class BatchEngine:
             return
         slots = sorted(self.active)
         jobs = [self.active[s] for s in slots]
+        mix = self._mix_chunk()
+        filler = self.filling[0] if mix else None
         try:
             t0 = time.perf_counter()
-            logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
+            if filler is not None:
+                piece = filler.prompt_ids[filler.filled:filler.filled + mix]
+                logits, h = self.model.step_and_prefill([j.next for j in jobs], [j.d.pos for j in jobs], slots,
+                                                        (piece, filler.filled, filler.slot), mix)
+            else:
+                logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
             tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
-                                 [j.d.res.ids for j in jobs])
+                                 [j.d.res.ids for j in jobs], len(self.model.caches))
             if any(j.d.logprobs is not None for j in jobs):
                 host = logits.numpy()
                 for row, j in enumerate(jobs):
@@ -366,12 +385,57 @@ class BatchEngine:
         except Exception as e:  # noqa: BLE001 - the step's jobs end with the error; the engine goes on
             for s, j in zip(slots, jobs):
                 self._end(s, j, e)
+            if filler is not None:
+                self._end(filler.slot, filler, e)
             return
         for s, j, t in zip(slots, jobs, tokens):
             j.d.pos += 1
             self._push(s, j, t)
+        if filler is not None:
+            self._chunk_done(filler, len(piece), h, len(jobs) + len(piece) - 1)
 
-    def _loop(self) -> None:
+    def _mix_chunk(self) -> int | None:
+        """The chunk of the first admitted prompt that the next decode step takes in (Transformer.step_and_prefill),
+        or None. One size, the largest of the model's up to MIX_CHUNK (and prefill_piece), the prompt's last piece
+        padded to it: each size would be a capture of its own for every row count, compiled at its first use inside
+        a request (a stall of seconds on a CPU); and on the CPU, where this runs, a step with 16 more rows measured
+        about 2.3x one with 4 more (and a separate 4-token pass 4x the step alone).
+        None where a step and a separate pass of the smallest chunk fit the gap together."""
+        if not self.mixing or not self.filling or self.filling[0].slot in self.active:
+            return None
+        # where they fit apart, they go apart: a GPU's steps are that short, and its slots many (a combined pass's
+        # captures are one per row count)
+        if self.step_s.value + self._cost(1, self.model.prefill_chunks[0]) <= self.max_gap_s:
+            return None
+        sizes = [c for c in self.model.prefill_chunks if c <= min(MIX_CHUNK, self.prefill_piece)]
+        chunk = sizes[-1] if sizes else self.model.prefill_chunks[0]
+        return chunk if self.filling[0].filled + chunk <= self.model.max_context else None
+
+    def _chunk_done(self, job: Job, n: int, h, row: int) -> None:
+        """Counts a chunk of n prompt tokens of job in; after its last, it samples its first token (from row `row`
+        of hidden states h) and joins the decode steps."""
+        job.filled += n
+        if job.filled < len(job.prompt_ids):
+            return
+        self.filling.remove(job)
+        self.active[job.slot] = job
+        try:
+            first = job.d.sample(self.model.head_at(h, row))
+        except Exception as e:  # noqa: BLE001 - answered to its caller
+            self._end(job.slot, job, e)
+            return
+        self._push(job.slot, job, first)
+
+    def _loop(self, ready: threading.Event) -> None:
+        # every sampling path's kernels for 1..slots rows, before the first request (see sampling.py), on this thread:
+        # the draws' TinyJit captures are the thread's own
+        try:
+            warm_up(self.model.device, self.model.cfg.vocab, len(self.model.caches))
+        except BaseException as e:  # noqa: BLE001 - raised by __init__
+            self.warmed = e
+            return
+        finally:
+            ready.set()
         while True:
             # new requests take free slots; with nothing running, wait for one
             while self.free:
@@ -382,7 +446,8 @@ class BatchEngine:
                 self._admit(job)
             # one piece of prefill, then one decode step: a long prompt never holds the running streams for long
             if self.filling:
-                self._fill()
+                # a chunk is forced in unless the next step takes one in (and the time may leave room for more)
+                self._fill(force=not self.active or self._mix_chunk() is None)
             if self.active:
                 self._step()
 

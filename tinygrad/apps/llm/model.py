@@ -505,6 +505,38 @@ class Transformer:
         ps = [self._part_pos[chunk][b].bind(start) for b, (_, start, _) in enumerate(parts)]
         return fn(Tensor(x, device=self.device), ps, [self.caches[slot] for _, _, slot in parts])
 
+    def step_and_prefill(self, tokens: list[int], positions: list[int], slots: list[int],
+                         part: tuple[list[int], int, int], chunk: int) -> tuple[Tensor, Tensor]:
+        """forward_batch's decode step and prefill_batch's pass of one part (ids, start_pos, slot) in one pass: the
+        step's rows and the chunk's go through the weights together, so the weights are read once for both (a
+        server prefilling a prompt beside running streams then delays their tokens by the chunk's extra rows, not by
+        a pass of its own). Returns the step's logits (len(tokens), vocab) and the pass's hidden states, the part's
+        last id at row len(tokens) + len(ids) - 1 (its logits: head_at). Jitted per (len(tokens), chunk)."""
+        k = len(tokens)
+        ids, start, slot = part
+        every = list(slots) + [slot]
+        if not k or len(positions) != k or len(set(every)) != k + 1 or chunk not in self._chunk_pos:
+            raise ValueError(f"step_and_prefill takes as many tokens, positions and distinct slots, a part of another "
+                             f"slot and a chunk of {self.prefill_chunks}, got {tokens}, {positions}, {every}, {chunk}")
+        for s in every:
+            self._check_slot(s)
+        for s, p in zip(slots, positions):
+            if not 1 <= p < self.max_context:
+                raise ValueError(f"position {p} of slot {s} is outside 1..{self.max_context - 1}")
+        if not 0 < len(ids) <= chunk or start < 0 or start + chunk > self.max_context:
+            raise ValueError(f"{len(ids)} ids at {start} don't fit a chunk of {chunk} in the context")
+        x = np.zeros((k + chunk, self.cfg.dim), np.float32)
+        x[:k] = self.embed(tokens)
+        x[k:k + len(ids)] = self.embed(ids)
+
+        def run(x, ps, caches, c=chunk, k=k):
+            h = self._layers(x, [(cache, p, 1) for cache, p in zip(caches[:k], ps[:k])] + [(caches[k], ps[k], c)])
+            return self._head(h[:k]).realize(), h.realize()
+        fn = self._jit(("step+chunk", k, chunk), run)
+        ps = [self._row_pos[b].bind(p) for b, p in enumerate(positions)] + [self._part_pos[chunk][0].bind(start)]
+        logits, h = fn(Tensor(x, device=self.device), ps, [self.caches[s] for s in every])
+        return logits.reshape(k, self.cfg.vocab), h
+
     def head_at(self, h: Tensor, row: int) -> Tensor:
         """The logits (vocab,) of row `row` of hidden states h. NOTE: valid until the next call (or forward's
         logits): the jitted head writes each call's into the same buffer."""

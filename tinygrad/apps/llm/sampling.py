@@ -17,21 +17,26 @@ values above it, so ties at the boundary are kept together.
 
 The draw runs on all the rows of a batch step at once (`sample_rows`: each row its own request's parameters), as one
 TinyJit replay. Every parameter is an input tensor, never a constant in a kernel, so a new temperature or top-k
-compiles nothing: the kernels depend only on the number of rows, on whether any row penalizes, and on the most any
-row asks for: greedy (an argmax), sampled, or filtered with top-k or top-p (2 * TOPP_STEPS reductions a row).
-`warm_up` compiles them all for 1..max_rows rows, which the server does at start-up, so no request ever waits for a
-compiler.
+compiles nothing; and with `max_rows` given (the server's slots) the number of rows is a symbolic Variable, so one
+capture serves 1..max_rows rows. The kernels then depend only on whether any row penalizes and on the most any row
+asks for: greedy (an argmax), sampled, or filtered with top-k or top-p (2 * TOPP_STEPS reductions a row): six sets
+of kernels for any number of slots. These three stay apart because each costs the rows that do not need it: a
+sampled draw uploads a row of noise per row, a filtered one runs 48 reductions over the vocabulary, and a penalized
+one uploads two rows of the vocabulary's size per row. `warm_up` compiles and captures all six, which the server
+does at start-up, so no request ever waits for a compiler.
 """
 from __future__ import annotations
 
 import math
 import secrets
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from tinygrad.dtype import dtypes
 from tinygrad.engine.jit import TinyJit
+from tinygrad.shape.symbolic import Variable
 from tinygrad.tensor import Tensor
 
 # halvings of the logit range that find top-k's and top-p's thresholds (the range shrinks 2**24 times: below a
@@ -65,11 +70,14 @@ class SamplingParams:
 def _threshold(logits: Tensor, lo: Tensor, enough) -> Tensor:
     """Per row of logits (rows, vocab): the largest t (to TOPP_STEPS halvings) with enough(logits >= t) true,
     bisecting between `lo` (rows, 1), where it is true, and the row's largest logit."""
-    hi = logits.max(axis=1, keepdim=True)
+    hi = logits.max(axis=1, keepdim=True).contiguous()
+    lo = lo.contiguous()
     for _ in range(TOPP_STEPS):
         mid = (lo + hi) / 2
         ok = enough(logits >= mid)
-        lo, hi = ok.where(mid, lo), ok.where(hi, mid)
+        # NOTE: lo and hi in buffers of their own: every halving is then the same kernels over new buffers, compiled
+        # once, where each one fused with the last became a deeper expression, a kernel of its own to compile
+        lo, hi = ok.where(mid, lo).contiguous(), ok.where(hi, mid).contiguous()
     return lo
 
 
@@ -108,37 +116,70 @@ def _draw(logits: Tensor, params: Tensor, noise: Tensor | None, seen: Tensor | N
     return (keep.where(x, float("-inf")) + gumbel * col(_NOISE)).argmax(axis=1).realize()
 
 
-# (device, rows, vocab, penalized, mode, logits' dtype) -> the TinyJit of _draw; and the keys whose kernels are
-# compiled
+# (device, rows or ("upto", max_rows), vocab, penalized, mode, logits' dtype) -> the TinyJit of _draw
 _JITS: dict[tuple, TinyJit] = {}
+# the keys warmed up on each thread (a TinyJit's capture is the calling thread's own)
 _WARM: set[tuple] = set()
+# the Variable of the row count of draws of up to max_rows rows, by max_rows
+_ROWS: dict[int, Variable] = {}
 
 
-def _inputs(device: str, rows: int, vocab: int, penalized: bool, mode: int) -> list[Tensor | None]:
+def _neutral(rows: int, vocab: int, penalized: bool, mode: int) -> list[np.ndarray | None]:
     """Neutral inputs of a draw: greedy rows, no noise, nothing seen."""
-    params = np.tile(np.array([1.0, 0.0, _OFF, vocab, 1.0, 1.0], np.float32), (rows, 1))
-    ins = [Tensor(params, device=device),
-           None if mode == GREEDY else Tensor(np.full((rows, vocab), 0.5, np.float32), device=device)]
+    ins = [np.tile(np.array([1.0, 0.0, _OFF, vocab, 1.0, 1.0], np.float32), (rows, 1)),
+           None if mode == GREEDY else np.full((rows, vocab), 0.5, np.float32)]
     if penalized:
-        ins += [Tensor(np.zeros((rows, vocab), np.float32), device=device) for _ in range(2)]
+        ins += [np.zeros((rows, vocab), np.float32) for _ in range(2)]
     return ins
 
 
 def warm_up(device: str, vocab: int, max_rows: int, dtype=dtypes.float32) -> int:
-    """Compiles the draw's kernels for 1..max_rows rows of logits of `dtype`, penalized or not, in every mode (a
-    no-op for what is compiled already). Returns how many draws it ran."""
+    """Compiles and captures the draw's kernels for logits of `dtype` and 1..max_rows rows (`sample_rows` with
+    `max_rows`), penalized or not, in every mode: six draws' kernels whatever max_rows is, captured for the calling
+    thread (a no-op for what is captured already). Returns how many draws it ran."""
     ran = 0
-    for rows in range(1, max_rows + 1):
-        for penalized in (False, True):
-            for mode in (GREEDY, SAMPLED, FILTERED):
-                key = (device, rows, vocab, penalized, mode, dtype)
-                if key in _WARM:
-                    continue
+    for penalized in (False, True):
+        for mode in (GREEDY, SAMPLED, FILTERED):
+            key = _key(device, 1, max_rows, vocab, penalized, mode, dtype)
+            if (threading.get_ident(), key) in _WARM:
+                continue
+            # a TinyJit captures at its second call; two row counts, as the server's steps vary them
+            for rows in (1, 2) if max_rows > 1 else (1, 1):
                 logits = Tensor.zeros(rows, vocab, dtype=dtype, device=device).contiguous().realize()
-                _draw(logits, *_inputs(device, rows, vocab, penalized, mode), mode=mode).numpy()
-                _WARM.add(key)
+                _run(key, logits, mode, max_rows, *_neutral(rows, vocab, penalized, mode))
                 ran += 1
+            _WARM.add((threading.get_ident(), key))
     return ran
+
+
+def _key(device: str, rows: int, max_rows: int | None, vocab: int, penalized: bool, mode: int, dtype) -> tuple:
+    return (device, ("upto", max_rows) if max_rows and max_rows > 1 else rows, vocab, penalized, mode, dtype)
+
+
+def _run(key: tuple, logits: Tensor, mode: int, max_rows: int | None, *arrays: np.ndarray | None) -> list[int]:
+    """The ids _draw picks from logits (rows, vocab) with inputs `arrays` (each (rows, ...), or None), through the
+    TinyJit of `key`; its rows a Variable bound to rows when max_rows > 1."""
+    rows, vocab = logits.shape
+    fn = _JITS.get(key)
+    if fn is None:
+        fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, mode=mode))
+    ins = [None if a is None else Tensor(a, device=logits.device) for a in arrays]
+    if not max_rows or max_rows <= 1:
+        return [int(t) for t in fn(logits.contiguous(), *ins).numpy()]
+    if rows > max_rows:
+        raise ValueError(f"{rows} rows of logits to sample, past max_rows {max_rows}")
+    var = _ROWS.get(max_rows)
+    if var is None:
+        var = _ROWS[max_rows] = Variable(f"sample_rows{max_rows}", 1, max_rows)
+    n = var.bind(rows)
+    sym = [None if t is None else t.reshape(n, t.shape[1]) for t in ins]
+    out = fn(logits.contiguous().reshape(n, vocab), *sym)
+    # the output's buffer is allocated for max_rows rows: read it whole, where reading the symbolic tensor would
+    # shrink it to the bound count, a kernel for every count
+    buf = out.realize().lazydata.base.realized
+    host = np.empty(buf.size, dtype=out.dtype.np)
+    buf.copyout(memoryview(host.view(np.uint8)))
+    return [int(t) for t in host[:rows]]
 
 
 class Sampler:
@@ -150,6 +191,7 @@ class Sampler:
         self.p = params
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self.rng = np.random.default_rng(self.seed)
+        self.max_rows: int | None = None   # the server's slots: its first tokens use the batch steps' draws
         self.penalized = params.repeat_penalty != 1.0 or bool(params.presence_penalty or params.frequency_penalty)
         # GREEDY: temperature 0; FILTERED: top-k or top-p, which cost 2 * TOPP_STEPS reductions; else SAMPLED
         self.mode = GREEDY if params.temperature == 0 else FILTERED if 0 < params.top_k or params.top_p < 1.0 \
@@ -186,25 +228,20 @@ class Sampler:
     def __call__(self, logits: Tensor, history: list[int], generated: list[int] | None = None) -> int:
         """The next token after `history` (prompt and generated ids) from logits (vocab,); `generated` (the ids
         generated so far) is what the presence and frequency penalties count."""
-        return sample_rows(logits.reshape(1, -1), [self], [history], [generated or []])[0]
+        return sample_rows(logits.reshape(1, -1), [self], [history], [generated or []], self.max_rows)[0]
 
 
 def sample_rows(logits: Tensor, samplers: list[Sampler], histories: list[list[int]],
-                generated: list[list[int]]) -> list[int]:
-    """The next token of each row of logits (rows, vocab), row b drawn by samplers[b] after histories[b]."""
+                generated: list[list[int]], max_rows: int | None = None) -> list[int]:
+    """The next token of each row of logits (rows, vocab), row b drawn by samplers[b] after histories[b]. With
+    `max_rows`, the draw's kernels serve any rows up to it (see the module docstring), else these rows only."""
     rows, vocab = logits.shape
-    device = logits.device
     penalized = any(s.penalized for s in samplers)
     mode = max(s.mode for s in samplers)   # the most any row asks for
-    key = (device, rows, vocab, penalized, mode, logits.dtype)
-    fn = _JITS.get(key)
-    if fn is None:
-        fn = _JITS[key] = TinyJit(lambda *a: _draw(*a, mode=mode))
-    params = np.stack([s._row(vocab) for s in samplers])
-    noise = None if mode == GREEDY else Tensor(np.stack([s._noise(vocab) for s in samplers]), device=device)
-    ins = [Tensor(params, device=device), noise]
+    key = _key(logits.device, rows, max_rows, vocab, penalized, mode, logits.dtype)
+    arrays = [np.stack([s._row(vocab) for s in samplers]),
+              None if mode == GREEDY else np.stack([s._noise(vocab) for s in samplers])]
     if penalized:
         pen = [s._penalties(vocab, h, g) for s, h, g in zip(samplers, histories, generated)]
-        ins += [Tensor(np.stack([a for a, _ in pen]), device=device), Tensor(np.stack([b for _, b in pen]),
-                                                                              device=device)]
-    return [int(t) for t in fn(logits.contiguous(), *ins).numpy()]
+        arrays += [np.stack([a for a, _ in pen]), np.stack([b for _, b in pen])]
+    return _run(key, logits, mode, max_rows, *arrays)

@@ -269,7 +269,7 @@ class LLMServer(ThreadingHTTPServer):
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
                  max_connections: int = 256, prefill_piece: int = PREFILL_PIECE, max_gap_s: float = MAX_GAP_S,
-                 access_log: Callable[[str], None] | None = _stderr_log):
+                 mix_prefill: bool = True, access_log: Callable[[str], None] | None = _stderr_log):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
         self.header_timeout, self.body_timeout, self.write_timeout = header_timeout, body_timeout, write_timeout
@@ -281,7 +281,7 @@ class LLMServer(ThreadingHTTPServer):
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
         self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece,
-                                                 max_gap_s=max_gap_s)
+                                           max_gap_s=max_gap_s, mix=mix_prefill)
         self.metrics = Metrics({
             "llm_queue_depth": ("Requests waiting for a slot.", lambda: engine.pending.qsize()),
             "llm_running_streams": ("Requests holding a slot (prefilling or generating).",
