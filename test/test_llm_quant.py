@@ -397,7 +397,7 @@ def test_synthetic_q4_k_m_linears_hold_their_file_bytes_on_a_gpu(tmp_path, monke
 
 def test_many_rows_dequantize_to_half_for_tensor_cores(monkeypatch):
     """A prefill's product on a device with tensor cores: W dequantized to half once, then one half product; the
-    result is the quantized product's within half rounding (the path forced here on the host device)."""
+    result is the quantized product's within half rounding (the path forced on, then off, on any device)."""
     rng = np.random.default_rng(3)
     # random Q4_K blocks (144 bytes: fp16 d and dmin, 12 bytes of scales, 128 of nibbles) with weights' scales
     blocks = rng.integers(0, 256, (24 * 2, 144), dtype=np.uint8)
@@ -405,8 +405,8 @@ def test_many_rows_dequantize_to_half_for_tensor_cores(monkeypatch):
     blocks[:, 2:4] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
     lin = Linear(_matrix(blocks.reshape(-1), CASES["Q4_K"]["id"], (24, 512)), Device.DEFAULT)
     x = Tensor(rng.standard_normal((40, lin.shape[1])).astype(np.float32))
+    monkeypatch.setattr(Linear, "tensor_core_rows", lambda self, x: False)
     plain = lin(x).numpy()
-    assert not lin.tensor_core_rows(x)  # the host device has no tensor cores
     monkeypatch.setattr(Linear, "tensor_core_rows", lambda self, x: x.shape[0] >= 32)
     fast = lin(x).numpy()
     assert lin(x[:8]).shape == (8, lin.shape[0])
