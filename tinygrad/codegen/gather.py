@@ -6,10 +6,10 @@ reduce, the kernel reads every one of w's n rows for every output and multiplies
 token embedding (30,522 rows, 4,096 tokens, 768 wide) took 31 ms of a 45 ms inference on an H200. The sum has one
 nonzero term, so it is the gather w(p) where 0 <= p < n, and 0 elsewhere (as the sum gives for an index outside).
 
-`gather_items(schedule)` (the scheduler's last step) rewrites such a kernel's AST into an elementwise one: the reduce
-goes, and each load of w that varies along the reduced axis becomes a LOAD whose argument is a GatherBuffer and whose
-source is p. Its view keeps one element of that axis; `lower` (called by the linearizer) adds p times the axis's
-stride to the index and makes the load valid only where p is in range.
+`rewrite(roots)` (the scheduler's last step calls it on each kernel) makes such a kernel's AST an elementwise one:
+the reduce goes, and each load of w that varies along the reduced axis becomes a LOAD whose argument is a GatherBuffer
+and whose source is p. Its view keeps one element of that axis; `lower` (called by the linearizer) adds p times the
+axis's stride to the index and makes the load valid only where p is in range.
 
 The sum and the gather agree exactly: the one term is w(p) times 1 (or w(p) itself), added to zeros. They differ only
 where w holds an inf or a NaN in a row other than p's: the sum's 0 * inf is a NaN in every output, the gather (like
@@ -181,21 +181,6 @@ def rewrite(roots):
 
 class _NoMatch(Exception):
     pass
-
-
-def gather_items(schedule):
-    """`schedule` with each kernel item's one-hot contraction made a gather (see the module docstring)."""
-    from tinygrad.engine.schedule import ScheduleItem
-    out = None
-    for n, si in enumerate(schedule):
-        if not si.ast or si.ast[0].op is not BufferOps.STORE:
-            continue
-        new = rewrite(si.ast)
-        if new is not None:
-            if out is None:
-                out = list(schedule)
-            out[n] = ScheduleItem(new, si.bufs, si.n_outputs, si.lbs)
-    return schedule if out is None else out
 
 
 def lower(lin, op, combo, post, p_val):

@@ -1,7 +1,6 @@
 # Type stub for the compiled module tinygrad/engine/schedule.pyx (LazyBuffer graph -> kernels to run, in order).
 from typing import Iterable
 
-from tinygrad.codegen.gather import gather_items as gather_items
 from tinygrad.device import Buffer
 from tinygrad.dtype import dtypes as dtypes
 from tinygrad.engine.fuse_attention import fuse_attention as fuse_attention

@@ -17,7 +17,7 @@ Fusion rules:
 - an elementwise op seen through a padded view is only fused when every op in it maps zeros to zero.
 All graph walks are iterative, so graphs of any depth schedule.
 """
-from tinygrad.codegen.gather import gather_items
+from tinygrad.codegen.gather import rewrite as _gather_rewrite
 from tinygrad.engine.fuse_attention import fuse_attention
 from tinygrad.engine.fuse_rows import fuse_row_chains
 from tinygrad.dtype import dtypes
@@ -203,7 +203,7 @@ def create_schedule_with_vars(outs, seen=None):
     # ---- 5. attention's three kernels (scores, softmax, product) into one: engine/fuse_attention.py ----
     schedule = fuse_attention(schedule, {id(b) for b in out_bases})
     # ---- 6. a sum of a one-hot comparison against the summed axis (embeddings, gather) is a gather ----
-    schedule = gather_items(schedule)
+    schedule = _gather_items(schedule)
     if DEBUG >= 1 and schedule:
         print(f"scheduled {len(schedule)} kernels")
     return schedule, var_vals
@@ -227,6 +227,20 @@ cdef void _unfuse(object b, set realizes, dict fused_reduce):
 
 # ops costly enough that computing them once per reader of an expanded view is worse than storing them
 _EXPENSIVE = frozenset((UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN, UnaryOps.SQRT))
+
+
+cdef list _gather_items(list schedule):
+    """`schedule` with each kernel item's one-hot contraction made a gather (codegen/gather.py)."""
+    cdef list out = None
+    for n, si in enumerate(schedule):
+        if not si.ast or si.ast[0].op is not BufferOps.STORE:
+            continue
+        new = _gather_rewrite(si.ast)
+        if new is not None:
+            if out is None:
+                out = list(schedule)
+            out[n] = ScheduleItem(new, si.bufs, si.n_outputs, si.lbs)
+    return schedule if out is None else out
 
 
 cdef void _store_narrowed_reduces(list order, dict children, set realizes, dict fused_reduce,
