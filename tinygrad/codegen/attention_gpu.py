@@ -54,6 +54,20 @@ def tiled_sides(kern, p):
         return None
     return sides
 
+def batch_indices(em, p, g1, nbatch: int) -> list:
+    """The batch dims' index Variables (NumNode(0) for a dim of size 1), bound to their digits of the block's y
+    index `g1` (the batch dims flattened, innermost fastest, `nbatch` in all)."""
+    bidx, div = [NumNode(0)] * p.nb, 1
+    for n in reversed(range(p.nb)):
+        if p.bs[n] > 1:
+            v = em.div(g1, em.const(div)) if div != 1 else g1
+            v = em.mod(v, em.const(p.bs[n])) if div * p.bs[n] != nbatch else v
+            bidx[n] = Variable(f"b{n}", 0, p.bs[n] - 1)
+            em.bind(bidx[n], v)
+        div *= p.bs[n]
+    return bidx
+
+
 def lower_tiled(kern, p):
     """The tiled GPU kernel: block (query tile, batch), TQ threads a query row each; per tile of TK keys the block
     stores k's and v's sides in shared memory (float32), waits, and each thread runs the online softmax over the
@@ -68,14 +82,7 @@ def lower_tiled(kern, p):
     g1 = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", nbatch), False)
     kern.global_size, kern.local_size = (qtiles, nbatch, 1), (tq, 1, 1)
     # the batch dims from the block's y
-    bidx, div = [NumNode(0)] * p.nb, 1
-    for n in reversed(range(p.nb)):
-        if p.bs[n] > 1:
-            v = em.div(g1, em.const(div)) if div != 1 else g1
-            v = em.mod(v, em.const(p.bs[n])) if div * p.bs[n] != nbatch else v
-            bidx[n] = Variable(f"b{n}", 0, p.bs[n] - 1)
-            em.bind(bidx[n], v)
-        div *= p.bs[n]
+    bidx = batch_indices(em, p, g1, nbatch)
     # the thread's query row; rows past the end compute the last row again (every thread reaches the barriers)
     i = em.add(em.mul(g0, em.const(tq)), lid)
     qgate = None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from tinygrad.codegen.ast_facts import LEAVES
-from tinygrad.codegen.attention_gpu import GRID_Y_MAX, tiled_sides
+from tinygrad.codegen.attention_gpu import GRID_Y_MAX, batch_indices, tiled_sides
 from tinygrad.codegen.emitter import is_true, lane_base
 from tinygrad.codegen.uops import UOps
 from tinygrad.dtype import PtrDType, dtypes
@@ -96,14 +96,7 @@ def lower(kern, p) -> None:
     g0 = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", qtiles), False)
     g1 = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", nbatch), False)
     kern.global_size, kern.local_size = (qtiles, nbatch, 1), (32 * WARPS, 1, 1)
-    bidx, div = [NumNode(0)] * p.nb, 1
-    for n in reversed(range(p.nb)):
-        if p.bs[n] > 1:
-            v = em.div(g1, em.const(div)) if div != 1 else g1
-            v = em.mod(v, em.const(p.bs[n])) if div * p.bs[n] != nbatch else v
-            bidx[n] = Variable(f"b{n}", 0, p.bs[n] - 1)
-            em.bind(bidx[n], v)
-        div *= p.bs[n]
+    bidx = batch_indices(em, p, g1, nbatch)
     # the thread's query rows: g and g + 8 of each of its warp's 16-row tiles (row r = 2 mt + half), clamped to the
     # last row, and whether they exist
     row0 = em.add(em.mul(g0, em.const(tile_q)), em.add(em.mul(w.warp, em.const(16 * mt_n)), w.g))
