@@ -102,13 +102,7 @@ def lower(kern, p) -> None:
     row0 = em.add(em.mul(g0, em.const(tile_q)), em.add(em.mul(w.warp, em.const(16 * mt_n)), w.g))
     rows, gates = [], []
     for r in range(2 * mt_n):
-        i = em.add(row0, em.const(8 * r))
-        gate = None
-        if p.sq % tile_q:
-            gate = em.lt(i, em.const(p.sq))
-            i = em.uop(UOps.ALU, i32, (gate, i, em.const(p.sq - 1)), TernaryOps.WHERE)
-        qi = Variable(f"qi{r}", 0, p.sq - 1)
-        em.bind(qi, i)
+        qi, gate = _clamped(em, em.add(row0, em.const(8 * r)), p.sq, p.sq % tile_q != 0, f"qi{r}")
         rows.append(qi)
         gates.append(gate)
     # the lane's column pair within an 8-wide tile: 2t
@@ -176,12 +170,7 @@ def lower(kern, p) -> None:
     for nt in range(nts):
         for e in range(2):
             j = em.add(tbase, em.add(em.mul(w.t, em.const(2)), em.const(8 * nt + e)))
-            inside = None
-            if p.sk % TILE_K:
-                inside = em.lt(j, em.const(p.sk))
-                j = em.uop(UOps.ALU, i32, (inside, j, em.const(p.sk - 1)), TernaryOps.WHERE)
-            kj = Variable(f"kj{nt}_{e}_{len(kern.uops)}", 0, p.sk - 1)
-            em.bind(kj, j)
+            kj, inside = _clamped(em, j, p.sk, p.sk % TILE_K != 0, f"kj{nt}_{e}_{len(kern.uops)}")
             for r in range(len(rows)):
                 acc = em.uop(UOps.GEP, f32, (s[r // 2][nt],), 2 * (r % 2) + e)
                 score = _lower_wide(kern, p.s_root, bidx + [rows[r], kj, NumNode(0)], {id(p.rs): acc})
@@ -260,6 +249,18 @@ def lower(kern, p) -> None:
                     val = em.uop(UOps.ALU, f32, (em.uop(UOps.GEP, f32, (outs[mt][nc],), 2 * half + e), invs[r]),
                                  BinaryOps.MUL)
                     kern._store(p, bidx, rows[r], pair + (8 * nc + e), val, gates[r])
+
+
+def _clamped(em, i, size: int, ragged: bool, name: str):
+    """(a Variable bound to row `i`, the gate `i < size` or None): where the tiles can run past the last of `size`
+    rows (`ragged`), the row is clamped to the last one, so every load stays in bounds and the gate masks it."""
+    gate = None
+    if ragged:
+        gate = em.lt(i, em.const(size))
+        i = em.uop(UOps.ALU, dtypes.int32, (gate, i, em.const(size - 1)), TernaryOps.WHERE)
+    v = Variable(name, 0, size - 1)
+    em.bind(v, i)
+    return v, gate
 
 
 def _q_fragments(kern, p, q_side, bidx, rows, pair):
