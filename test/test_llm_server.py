@@ -841,3 +841,52 @@ def test_prompts_arriving_together_are_prefilled_in_one_pass_and_answer_as_alone
         assert 2 in passes, passes
     finally:
         s.close()
+
+
+def test_idle_warm_up_makes_every_capture_and_padded_steps_answer_as_alone(tmp_path):
+    # four slots: three streams run as a step of four rows (one padding row of the free slot); the captures of every
+    # padded row count and prefill pass are made while the server is idle, before the requests need them
+    path, _ = _model(tmp_path)
+    kv, tensors = gguf_tensors(str(path))
+    tok = Tokenizer.from_gguf(kv)
+    model = Transformer(kv, tensors, max_context=CONTEXT, slots=4)
+    prompts = ["t1", "t2 t3", "t4 t5 t6"]
+    want = {p: generate(model, tok, tok.encode(p), 6, SamplingParams()).text for p in prompts}
+    srv = Served((model, tok, None, path), warm=True, mix_prefill=False)
+    try:
+        engine = srv.srv.engine
+        assert [w[:2] for w in engine._captures()[:4]] == [("decode", 1), ("decode", 2), ("decode", 4), ("parts", 1)]
+        deadline = time.monotonic() + 300
+        while engine.warm_left and time.monotonic() < deadline:
+            assert json.loads(srv.get("/health")[1])["status"] == "ok"
+            time.sleep(0.05)
+        assert engine.warm_left == 0 and json.loads(srv.get("/health")[1]) == {"status": "ok"}
+        steps, warmed = model.batched_steps, set(model._jits)
+        got = {}
+
+        def client(p):
+            got[p] = json.loads(srv.post("/v1/completions", {"prompt": p, "max_tokens": 6,
+                                                             "temperature": 0})[1])["choices"][0]["text"]
+        threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert got == want
+        assert model.batched_steps > steps
+        # every decode step and every prompts-together pass ran through a capture made while idle
+        made = {k for k in set(model._jits) - warmed if isinstance(k, tuple) and k[0] in ("batch", "parts")}
+        assert not made, made
+        # only padded row counts ran: 1, 2 and 4 (never 3)
+        assert not any(k[0] == "batch" and k[1] == 3 for k in model._jits if isinstance(k, tuple))
+        # a padding row writes position 1 of its free slot: that slot's prompt-cache record keeps position 0 only;
+        # with too few free slots to pad, a step runs its own row count (the engine is idle: no request waits)
+        free, cached = list(engine.free), dict(engine.cached)
+        engine.free, engine.cached = [3], {3: [5, 6, 7]}
+        assert engine._bucket(3) == 4 and engine._pads(3) == [3] and engine.cached[3] == [5]
+        engine.free = []
+        assert engine._bucket(3) == 3 and engine._pads(3) == [] and engine._bucket(2) == 2
+        engine.free, engine.cached = free, cached
+    finally:
+        srv.close()
+

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-gap-ms", type=float, default=150.0,
                     help="--serve: the gap between a running stream's tokens that prefilling a new prompt beside it "
                          "aims to stay under (default 150)")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="--serve: don't make the decode steps' and prefill passes' captures while idle (each is "
+                         "then compiled at its first use, inside a request)")
     args = ap.parse_args(argv)
     from tinygrad.profile import show_compile_progress
     show_compile_progress(2.0)  # a cold start compiles for several seconds: say so once it takes over 2 s
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.max_gap_ms > 0:
             ap.error("--max-gap-ms must be above 0")
         return serve(model, tok, args.serve, args.host, name=os.path.basename(args.model), chat_template=template,
-                     api_key=args.api_key or None, max_tokens_cap=args.max_tokens_cap, max_gap_s=args.max_gap_ms / 1e3)
+                     api_key=args.api_key or None, max_tokens_cap=args.max_tokens_cap, max_gap_s=args.max_gap_ms / 1e3,
+                     warm=not args.no_warm)
     if args.chat:
         return _chat(model, tok, template, params, args.max_tokens)
     prompt_ids = tok.encode(args.prompt)

@@ -17,6 +17,14 @@ so the prompt costs the streams its extra rows and not a weight read of its own.
 Requests join as slots free up and leave when they finish; one failing ends only itself, and an error in a step ends
 the requests of that step with it, never the thread.
 
+Captures: every row count of a step is a TinyJit capture whose first use compiles and schedules the model's kernels
+for it (seconds on a GPU, more on a CPU), which would stall every running stream the first time a stream joins or
+leaves. So a step's rows are padded to a power of two (the slots at most) with rows of free slots (a dummy token at
+position 1: only that position of their caches is written, and their prompt-cache records are cut to position 0):
+log2(slots) + 1 captures serve any number of streams. While nothing runs or waits, the engine makes those captures
+(and the prefill passes' and the mixed steps') one at a time before they are needed (`warm_left`: how many are
+still to make; /health reports it); a request arriving meanwhile waits for at most the capture being made.
+
 The engine's thread never touches a network socket: a job's text goes into a bounded queue (`Job.events`, shared by
 the jobs of one request: its `n` choices), which the caller's thread drains and writes. A job whose queue is full (its
 reader is not keeping up) is cancelled rather than waited for, and a caller can cancel its job at any time
@@ -40,7 +48,7 @@ from typing import Callable
 
 from tinygrad.apps.llm.generate import Decoding, Result
 from tinygrad.apps.llm.model import Transformer
-from tinygrad.apps.llm.sampling import SamplingParams, sample_rows, warm_up
+from tinygrad.apps.llm.sampling import Sampler, SamplingParams, sample_rows, warm_up
 from tinygrad.apps.llm.tokenizer import Tokenizer
 
 
@@ -114,7 +122,7 @@ class BatchEngine:
     wrong)."""
 
     def __init__(self, model: Transformer, tok: Tokenizer, buffer: int = 256, prefill_piece: int = PREFILL_PIECE,
-                 max_gap_s: float = MAX_GAP_S, mix: bool = True):
+                 max_gap_s: float = MAX_GAP_S, mix: bool = True, warm: bool = False):
         self.model, self.tok, self.buffer, self.prefill_piece = model, tok, buffer, prefill_piece
         self.max_gap_s = max_gap_s
         self.pass_s: dict[tuple[int, int], _Timing] = {}   # a prefill pass's time by (jobs, chunk size)
@@ -130,6 +138,10 @@ class BatchEngine:
         self.reused = 0             # prompt tokens whose prefill the prompt cache saved
         self.cancelled = 0          # jobs ended by a cancel (a client gone or too slow), for tests and metrics
         self.warmed: BaseException | None = None     # what failed in the engine thread's warm-up
+        # the captures still to make while idle (see the module docstring): decode steps first, then prefill passes
+        self.to_warm = self._captures() if warm else []
+        self.pad_sampler: Sampler | None = None     # a padding row's draw (greedy; its token is dropped)
+        self.warm_errors: list[tuple[tuple, Exception]] = []    # captures the warm-up could not make, and why
         ready = threading.Event()
         self.thread = threading.Thread(target=self._loop, args=(ready,), name="llm-batch-engine", daemon=True)
         self.thread.start()
@@ -177,6 +189,75 @@ class BatchEngine:
             waiting = list(self.pending.queue)
         for job in waiting + list(self.filling) + list(self.active.values()):
             job.cancel(why)
+
+    @property
+    def warm_left(self) -> int:
+        """How many of the steps' and passes' captures are not made yet (0: none compiles inside a request)."""
+        return len(self.to_warm)
+
+    def _bucket(self, k: int) -> int:
+        """The rows a step of k streams runs: the next power of two (the slots at most), where enough free slots
+        pad it; else k itself (a capture of its own)."""
+        slots = len(self.model.caches)
+        rows = 1 << (k - 1).bit_length()
+        rows = min(rows, slots)
+        return rows if rows - k <= len(self.free) else k
+
+    def _pads(self, k: int) -> list[int]:
+        """Free slots for the padding rows of a step of k streams (those whose caches keep the least first); a pad
+        writes position 1 of its slot's cache, so the slot's prompt-cache record keeps position 0 only."""
+        pads = sorted(self.free, key=lambda s: len(self.cached.get(s, ())))[:self._bucket(k) - k]
+        for s in pads:
+            self.cached[s] = self.cached.get(s, [])[:1]
+        return pads
+
+    def _captures(self) -> list[tuple]:
+        """Every capture a running server uses, to make while idle: decode steps of each padded row count, prefill
+        passes of each (parts, chunk) `_group` picks, and the mixed steps (rows, MIX chunk) where mixing is on."""
+        slots = len(self.model.caches)
+        rows = sorted({min(1 << b, slots) for b in range(slots.bit_length() + 1)})
+        sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece] or [self.model.prefill_chunks[0]]
+        todo: list[tuple] = [("decode", r) for r in rows]
+        g = 1
+        while g <= min(slots, MAX_PARTS):
+            todo += [("parts", g, c) for c in sizes if c <= self.model.max_context]
+            g *= 2
+        if self.mixing and slots > 1:
+            mix = [c for c in self.model.prefill_chunks if c <= min(MIX_CHUNK, self.prefill_piece)]
+            chunk = mix[-1] if mix else self.model.prefill_chunks[0]
+            todo += [("step+chunk", r, chunk) for r in rows if r < slots and r + 1 + chunk <= self.model.max_context]
+        return todo
+
+    def _warm_one(self) -> None:
+        """Makes the next capture of to_warm (called only while no job runs or waits: every slot is free). Each is
+        called twice (compiled on the first call, captured on the second); what it writes into the slots' caches
+        is garbage, so their prompt-cache records are dropped."""
+        what = self.to_warm[0]     # taken off once made: warm_left counts it until then
+        m, slots = self.model, sorted(self.free)
+        used = slots
+        try:
+            for _ in range(2):
+                if what[0] == "decode":
+                    r = what[1]
+                    m.forward_batch([0] * r, [1] * r, slots[:r])
+                    used = slots[:r]
+                elif what[0] == "parts" and what[1] == 1:   # one prompt's chunk: Transformer.forward (_prefill)
+                    m.forward([0] * what[2], 0, slot=slots[0], chunk=what[2])
+                    used = slots[:1]
+                elif what[0] == "parts":
+                    _, g, c = what
+                    m.prefill_batch([([0], 0, s) for s in slots[:g]], c)
+                    used = slots[:g]
+                else:
+                    _, r, c = what
+                    m.step_and_prefill([0] * r, [1] * r, slots[:r], ([0], 0, slots[r]), c)
+                    used = slots[:r + 1]
+        except Exception as e:  # noqa: BLE001 - made at its first real use instead (where the error is answered)
+            self.warm_errors.append((what, e))
+        finally:
+            self.to_warm.pop(0)
+        for s in used:
+            self.cached[s] = []
 
     def _end(self, slot: int | None, job: Job, error: BaseException | None = None) -> None:
         if job in self.filling:
@@ -366,16 +447,22 @@ class BatchEngine:
         jobs = [self.active[s] for s in slots]
         mix = self._mix_chunk()
         filler = self.filling[0] if mix else None
+        pads = self._pads(len(slots))   # the rows after the jobs' (see the module docstring)
+        if pads and self.pad_sampler is None:
+            self.pad_sampler = Sampler(SamplingParams(temperature=0.0))
+        tokens_in = [j.next for j in jobs] + [0] * len(pads)
+        positions = [j.d.pos for j in jobs] + [1] * len(pads)
         try:
             t0 = time.perf_counter()
             if filler is not None:
                 piece = filler.prompt_ids[filler.filled:filler.filled + mix]
-                logits, h = self.model.step_and_prefill([j.next for j in jobs], [j.d.pos for j in jobs], slots,
+                logits, h = self.model.step_and_prefill(tokens_in, positions, slots + pads,
                                                         (piece, filler.filled, filler.slot), mix)
             else:
-                logits = self.model.forward_batch([j.next for j in jobs], [j.d.pos for j in jobs], slots)
-            tokens = sample_rows(logits, [j.d.sampler for j in jobs], [j.d.history for j in jobs],
-                                 [j.d.res.ids for j in jobs], len(self.model.caches))
+                logits = self.model.forward_batch(tokens_in, positions, slots + pads)
+            tokens = sample_rows(logits, [j.d.sampler for j in jobs] + [self.pad_sampler] * len(pads),
+                                 [j.d.history for j in jobs] + [[]] * len(pads),
+                                 [j.d.res.ids for j in jobs] + [[]] * len(pads), len(self.model.caches))
             if any(j.d.logprobs is not None for j in jobs):
                 host = logits.numpy()
                 for row, j in enumerate(jobs):
@@ -392,7 +479,7 @@ class BatchEngine:
             j.d.pos += 1
             self._push(s, j, t)
         if filler is not None:
-            self._chunk_done(filler, len(piece), h, len(jobs) + len(piece) - 1)
+            self._chunk_done(filler, len(piece), h, len(tokens_in) + len(piece) - 1)
 
     def _mix_chunk(self) -> int | None:
         """The chunk of the first admitted prompt that the next decode step takes in (Transformer.step_and_prefill),
@@ -440,10 +527,13 @@ class BatchEngine:
             # new requests take free slots; with nothing running, wait for one
             while self.free:
                 try:
-                    job = self.pending.get(block=not self.active and not self.filling)
+                    job = self.pending.get(block=not self.active and not self.filling and not self.to_warm)
                 except queue.Empty:
                     break
                 self._admit(job)
+            if self.to_warm and not self.active and not self.filling and self.pending.empty():
+                self._warm_one()    # idle: the next capture before a request needs it
+                continue
             # one piece of prefill, then one decode step: a long prompt never holds the running streams for long
             if self.filling:
                 # a chunk is forced in unless the next step takes one in (and the time may leave room for more)

@@ -257,7 +257,9 @@ def _stderr_log(line: str) -> None:
 
 
 class LLMServer(ThreadingHTTPServer):
-    """The server (see the module docstring). Timeouts are in seconds; `access_log` takes each request's line."""
+    """The server (see the module docstring). Timeouts are in seconds; `access_log` takes each request's line. With
+    `warm` (the CLI's default; `--no-warm` turns it off) the engine makes every decode step's and prefill pass's
+    capture while idle (BatchEngine), so no request waits for their compiles; off, each is made at its first use."""
 
     daemon_threads = True
     # the listen backlog: socketserver's 5 overflowed under 64 clients connecting at once (connections reset or their
@@ -269,7 +271,7 @@ class LLMServer(ThreadingHTTPServer):
                  max_tokens_cap: int | None = None, header_timeout: float = 10.0, body_timeout: float = 30.0,
                  write_timeout: float = 30.0, stream_buffer: int = 256, max_body: int = MAX_BODY,
                  max_connections: int = 256, prefill_piece: int = PREFILL_PIECE, max_gap_s: float = MAX_GAP_S,
-                 mix_prefill: bool = True, access_log: Callable[[str], None] | None = _stderr_log):
+                 mix_prefill: bool = True, access_log: Callable[[str], None] | None = _stderr_log, warm: bool = False):
         self.model, self.tok, self.name, self.chat_template = model, tok, name, chat_template
         self.api_key, self.max_tokens_cap, self.max_body = api_key, max_tokens_cap, max_body
         self.header_timeout, self.body_timeout, self.write_timeout = header_timeout, body_timeout, write_timeout
@@ -281,13 +283,21 @@ class LLMServer(ThreadingHTTPServer):
         self.max_connections, self.connections, self._count_lock = max_connections, 0, threading.Lock()
         super().__init__(address, _Handler)  # binds first: a port in use starts no engine
         self.engine = engine = BatchEngine(model, tok, buffer=stream_buffer, prefill_piece=prefill_piece,
-                                           max_gap_s=max_gap_s, mix=mix_prefill)
+                                           max_gap_s=max_gap_s, mix=mix_prefill, warm=warm)
         self.metrics = Metrics({
             "llm_queue_depth": ("Requests waiting for a slot.", lambda: engine.pending.qsize()),
             "llm_running_streams": ("Requests holding a slot (prefilling or generating).",
-                                    lambda: len(engine.active) + len(engine.filling))})
+                                    lambda: len(engine.active) + len(engine.filling)),
+            "llm_captures_to_make": ("Decode steps' and prefill passes' captures not made yet (made while idle).",
+                                     lambda: engine.warm_left)})
         self.draining = False       # set by stop(): requests still arriving on open connections get a 503
         self.in_flight, self._flight_lock = 0, threading.Lock()
+
+    def server_close(self) -> None:
+        # a closed server's engine makes no more captures (none yet when binding failed: socketserver closes then)
+        if getattr(self, "engine", None) is not None:
+            self.engine.to_warm.clear()
+        super().server_close()
 
     def stop(self, grace: float = 30.0) -> int:
         """Graceful shutdown: stops taking connections (the listening socket closes: new ones are refused), lets
@@ -429,7 +439,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._headers_read()
         try:
             if self.path == "/health":
-                self._json(200, {"status": "ok"})
+                left = self.server.engine.warm_left
+                # still making captures while idle: serving already, a first request may wait for one
+                self._json(200, {"status": "ok"} if not left else {"status": "ok", "warming": left})
                 return
             self._authorize()
             if self.path == "/metrics":
