@@ -36,7 +36,7 @@ from tinygrad.codegen.gpu_plan import BLOCK_REDUCE_MIN_INPUTS
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import getenv
-from tinygrad.nn.state_gguf import GGML_TYPES, WORD_TYPES, GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, WORD_COLUMNS, WORD_TYPES, GGUFTensor, dequantize
 from tinygrad.tensor import Tensor
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
@@ -167,6 +167,9 @@ def _as_words(rows: np.ndarray, ttype: int) -> np.ndarray:
     words, _, _ = WORD_TYPES[ttype]
     block_bytes = GGML_TYPES[ttype][2]
     b = rows.reshape(-1, block_bytes)
+    if ttype in WORD_COLUMNS:
+        # rearranged for a warp's consecutive lanes (see state_gguf.WORD_COLUMNS): the same number of words
+        return WORD_COLUMNS[ttype](b).reshape(rows.shape[0], -1)
     if words * 4 != block_bytes:
         b = np.concatenate([b, np.zeros((b.shape[0], words * 4 - block_bytes), np.uint8)], axis=1)
     return np.ascontiguousarray(b).view("<u4").reshape(rows.shape[0], -1)
@@ -372,7 +375,9 @@ class Linear:
         consecutive words and the block's scales are decoded once for k words."""
         w = self._words_grouped()
         terms = [d % w.ndim for d in WORD_TYPES[self.ttype][2]]
-        k = self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
+        # (columns take two words a step by their dims already)
+        k = 1 if self.ttype in WORD_COLUMNS else \
+            self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
         if k > 1:
             n = w.ndim
             w = w.reshape(*w.shape[:-2], k, w.shape[-2] // k, w.shape[-1])
