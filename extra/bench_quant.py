@@ -42,8 +42,10 @@ CASES = [(Q4_0, (1024, 640), "q shape"), (Q5_0, (1024, 640), "G attn_q"), (Q5_0,
          (Q8_0, (256, 640), "G attn_v"), (Q4_K, (640, 1024), "G attn_out"), (Q6_K, (640, 2048), "G ffn_down"),
          (Q4_1, (3072, 576), "S gate+up"), (Q4_1, (576, 1536), "S ffn_down"), (Q5_1, (3072, 576), "gate+up shape"),
          (Q8_0, (49152, 576), "S output"), (Q8_0, (4096, 640), "gate+up shape")]
-# (out, in) of an 8B Llama's matrices: q and o (k and v are 1024 rows), gate and up, down
-GPU_SHAPES = [((4096, 4096), "q, o"), ((14336, 4096), "gate, up"), ((4096, 14336), "down")]
+# (out, in) of an 8B Llama's matrices: q and o (k and v are 1024 rows), q, k and v stacked, gate and up stacked,
+# down, the output projection
+GPU_SHAPES = [((4096, 4096), "q, o"), ((6144, 4096), "qkv"), ((28672, 4096), "gate+up"), ((4096, 14336), "down"),
+              ((128256, 4096), "output")]
 # where each type keeps its fp16 scales in a block (byte offsets), so random blocks get finite ones
 SCALE_BYTES = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,), Q4_K: (0, 2), Q6_K: (208,)}
 
