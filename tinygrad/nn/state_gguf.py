@@ -328,63 +328,79 @@ def _q6_k_words(w: Tensor) -> Tensor:
 
 
 # ---- columns: Q4_K's and Q6_K's words rearranged at load (the same number of words: the file's bytes, Q6_K's padded
-# as above) so that a GPU's warp reads a block as 32 lanes on consecutive words, and each lane's word holds value j of
+# as above) so that a GPU's warp reads a block as lanes on consecutive words, and each lane's word holds value j of
 # each of the block's 8 runs of 32 (the K types' sub-blocks): word j's nibble i is value 32i + j. A product's term i
-# then reads x at 32i + j, lanes on consecutive floats (one 128-byte line a warp), where the file's order puts a
-# word's values 4 apart (a lane's x loads 16 bytes from its neighbour's: four times the L1 wavefronts, which bound the
-# file-order kernels at 250-750 GB/s on the H200). Dims (i, t, jj), j = 16t + jj: a lane takes words jj and 16 + jj,
-# so the scales it decodes (one per i, or two for Q6_K) serve two words; the block's value order once flattened.
+# then reads x at 32i + j, lanes on consecutive floats, where the file's order puts a word's values 4 apart (a lane's
+# x loads 16 bytes from its neighbour's: four times the L1 wavefronts; with 4 bytes a lane in flight, the file-order
+# kernels ran at 250-750 GB/s on the H200). Dims (i, t, jj), j = (32 / k)t + jj: a lane takes the k words jj,
+# jj + 32 / k, .. of a block (`k`, the words a step, see column_step), so the scales it decodes (one per i, and
+# Q6_K's per 16 values) serve k words and it has 4k bytes of the matrix in flight a step; the block's value order
+# once flattened.
+COLUMN_STEPS = (8, 4, 2)
+
+
+def column_step(blocks: int, least: int = 256) -> int:
+    """The words a step (k) of a columns product for rows of `blocks` blocks: the most that leave a row `least`
+    steps (BLOCK_REDUCE_MIN_INPUTS, so a GPU's renderer gives a row a warp or a block, not a thread), 2 at least."""
+    return next((k for k in COLUMN_STEPS if blocks * 32 // k >= least), COLUMN_STEPS[-1])
+
+
 def _nibble_columns(q: np.ndarray) -> np.ndarray:
     """(n, 256) ints below 16 in value order as (n, 32) uint32: word j's nibble i is value 32i + j."""
     q = q.reshape(-1, 8, 32).astype(np.uint32) << (4 * np.arange(8, dtype=np.uint32)).reshape(8, 1)
     return np.bitwise_or.reduce(q, axis=1)
 
 
-def _q4_k_columns(b: np.ndarray) -> np.ndarray:
+def _q4_k_columns(b: np.ndarray, k: int) -> np.ndarray:
     """Q4_K blocks (n, 144) uint8 as 36 words: the header's 4 (d, dmin, the 12 bytes of 6-bit scales and mins) as in
     the file, then 32 of nibbles in columns (see _nibble_columns; the file's chunk c holds values 64c.. in its low
-    nibbles and 64c + 32.. in its high ones)."""
+    nibbles and 64c + 32.. in its high ones). The same for every `k`."""
     qs = b[:, 16:144].reshape(-1, 4, 32)
     q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 256)
     head = np.ascontiguousarray(b[:, 0:16]).view("<u4")
     return np.concatenate([head, _nibble_columns(q)], axis=1)
 
 
-def _q6_k_columns(b: np.ndarray) -> np.ndarray:
-    """Q6_K blocks (n, 210) uint8 as 53 words: 32 of low nibbles in columns, 16 of 2-bit high parts (word 32 + jj's
-    field 8t + i, bits 2(8t + i), is value 32i + 16t + jj's), the 4 words of int8 scales and d (word 52's low half)
-    as in the file."""
+def _q6_k_columns(b: np.ndarray, k: int) -> np.ndarray:
+    """Q6_K blocks (n, 210) uint8 as 53 words: 32 of low nibbles in columns, 16 of 2-bit high parts (value 32i +
+    (32 / k)t + jj's is field 8(t % 2) + i, bits 2(8(t % 2) + i), of word 32 + (k / 2)jj + t // 2: a lane's k words'
+    high parts are k / 2 consecutive words), the 4 words of int8 scales and d (word 52's low half) as in the file."""
     ql = b[:, 0:128].reshape(-1, 2, 2, 32)
     qh = b[:, 128:192].reshape(-1, 2, 32)
-    low = np.concatenate([ql & 15, ql >> 4], axis=2).reshape(-1, 256)  # value 128h + 32k + l
-    high = np.stack([(qh >> (2 * k)) & 3 for k in range(4)], axis=2).reshape(-1, 8, 2, 16).astype(np.uint32)
-    place = 2 * (8 * np.arange(2, dtype=np.uint32).reshape(2, 1) + np.arange(8, dtype=np.uint32).reshape(8, 1, 1))
-    highs = np.bitwise_or.reduce((high << place).reshape(-1, 16, 16), axis=1)
+    low = np.concatenate([ql & 15, ql >> 4], axis=2).reshape(-1, 256)  # value 128h + 32q + l
+    high = np.stack([(qh >> (2 * q)) & 3 for q in range(4)], axis=2).astype(np.uint32)
+    # (i, t // 2, t % 2, jj) -> (jj, t // 2, t % 2, i): a word a (jj, t // 2), its fields (t % 2, i)
+    high = high.reshape(-1, 8, k // 2, 2, 32 // k).transpose(0, 4, 2, 3, 1).reshape(-1, 16, 16)
+    highs = np.bitwise_or.reduce(high << (2 * np.arange(16, dtype=np.uint32)), axis=2)
     tail = np.concatenate([b[:, 192:210], np.zeros((b.shape[0], 2), np.uint8)], axis=1)
     return np.concatenate([_nibble_columns(low), highs, np.ascontiguousarray(tail).view("<u4")], axis=1)
 
 
-def _q4_k_column_words(w: Tensor) -> Tensor:
-    """Q4_K from _q4_k_columns' 36 words, dims (i, t, jj): value 32i + 16t + jj is nibble i of word 4 + 16t + jj,
-    its scale and min sub-block i's (words 0..3 as _k_word_scales reads them)."""
+def _q4_k_column_words(w: Tensor, k: int) -> Tensor:
+    """Q4_K from _q4_k_columns' 36 words, dims (i, t, jj): value 32i + (32 / k)t + jj is nibble i of word 4 +
+    (32 / k)t + jj, its scale and min sub-block i's (words 0..3 as _k_word_scales reads them)."""
     n = w.shape[0]
     dl, ml = _k_word_scales(w)
-    q = _shifted(w[:, 4:36].reshape(n, 1, 2, 16), (n, 8, 2, 16), _steps(8, 4, w.device).reshape(8, 1, 1)) & 15
+    q = _shifted(w[:, 4:36].reshape(n, 1, k, 32 // k), (n, 8, k, 32 // k),
+                 _steps(8, 4, w.device).reshape(8, 1, 1)) & 15
     return dl.reshape(n, 8, 1, 1) * _small_float(q) - ml.reshape(n, 8, 1, 1)
 
 
-def _q6_k_column_words(w: Tensor) -> Tensor:
-    """Q6_K from _q6_k_columns' 53 words, dims (i, t, jj): value 32i + 16t + jj takes nibble i of word 16t + jj and
-    field 8t + i of word 32 + jj; its scale is int8 2i + t (byte 2(i % 2) + t of word 48 + i // 2)."""
-    n = w.shape[0]
-    shape = (n, 8, 2, 16)
-    low = _shifted(w[:, 0:32].reshape(n, 1, 2, 16), shape, _steps(8, 4, w.device).reshape(8, 1, 1)) & 15
-    place = _steps(8, 2, w.device).reshape(8, 1, 1) + _steps(2, 16, w.device).reshape(2, 1)
-    high = (_shifted(w[:, 32:48].reshape(n, 1, 1, 16), shape, place) & 3) << 4
-    q = _small_float(low | high, 32)
+def _q6_k_column_words(w: Tensor, k: int) -> Tensor:
+    """Q6_K from _q6_k_columns' 53 words, dims (i, t, jj): value 32i + (32 / k)t + jj takes nibble i of word
+    (32 / k)t + jj and its high part from word 32 + (k / 2)jj + t // 2 (see _q6_k_columns); its scale is int8
+    2i + t // (k / 2) (byte 2(i % 2) + t // (k / 2) of word 48 + i // 2)."""
+    n, h = w.shape[0], k // 2
+    shape = (n, 8, h, 2, 32 // k)
+    low = _shifted(w[:, 0:32].reshape(n, 1, h, 2, 32 // k), shape, _steps(8, 4, w.device).reshape(8, 1, 1, 1)) & 15
+    place = _steps(8, 2, w.device).reshape(8, 1, 1, 1) + _steps(2, 16, w.device).reshape(2, 1)
+    words = w[:, 32:48].reshape(n, 32 // k, h).permute(0, 2, 1).reshape(n, 1, h, 1, 32 // k)
+    high = (_shifted(words, shape, place) & 3) << 4
+    q = _small_float(low | high, 32).reshape(n, 8, k, 32 // k)
     scales = _shifted(w[:, 48:52].reshape(n, 4, 1, 1), (n, 4, 2, 2), _steps(2, 16, w.device).reshape(2, 1) +
                       _steps(2, 8, w.device)) & 0xFF
-    scale = ((scales.cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32).reshape(n, 8, 2, 1)
+    scale = ((scales.cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32).reshape(n, 8, 2, 1, 1)
+    scale = scale.expand(n, 8, 2, h, 1).reshape(n, 8, k, 1)
     d = _word_f16(w[:, 52:53], False)
     return (d.reshape(n, 1, 1, 1) * scale) * q
 
@@ -392,13 +408,13 @@ def _q6_k_column_words(w: Tensor) -> Tensor:
 # ggml type id -> (words a block, padded; its word dequantizer; the `terms` dims of its values, counted from the end)
 WORD_TYPES: dict[int, tuple[int, Callable[[Tensor], Tensor], tuple[int, ...]]] = {
     12: (36, _q4_k_words, (-3, -1)), 13: (44, _q5_k_words, (-3, -1)), 14: (53, _q6_k_words, (-5, -1))}
-# the types kept in columns (TG_LLM_WORD_COLUMNS=0: the file's order, for comparison): ggml type id -> the host
-# arranger of its blocks (n, block bytes) uint8 into words (n, words a block) uint32. Their terms are (i, t): a step of
-# a product is a lane's two words, jj the consecutive words of the lanes
-WORD_COLUMNS: dict[int, Callable[[np.ndarray], np.ndarray]] = {}
-if getenv("TG_LLM_WORD_COLUMNS", 1):
-    WORD_COLUMNS = {12: _q4_k_columns, 14: _q6_k_columns}
-    WORD_TYPES.update({12: (36, _q4_k_column_words, (-3, -2)), 14: (53, _q6_k_column_words, (-3, -2))})
+# the word types kept in columns on a GPU (TG_LLM_WORD_COLUMNS=0: in the file's order, WORD_TYPES' dequantizers, for
+# comparison): ggml type id -> (the host arranger of its blocks (n, block bytes) uint8 into words (n, words a block)
+# uint32, the dequantizer of those words; both take k, column_step's). Their terms are (i, t), dims -3 and -2
+COLUMN_TERMS = (-3, -2)
+WORD_COLUMNS: dict[int, tuple[Callable[[np.ndarray, int], np.ndarray], Callable[[Tensor, int], Tensor]]] = \
+    {12: (_q4_k_columns, _q4_k_column_words), 14: (_q6_k_columns, _q6_k_column_words)} \
+    if getenv("TG_LLM_WORD_COLUMNS", 1) else {}
 
 
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale

@@ -36,7 +36,15 @@ from tinygrad.codegen.gpu_plan import BLOCK_REDUCE_MIN_INPUTS
 from tinygrad.device import Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import getenv
-from tinygrad.nn.state_gguf import GGML_TYPES, WORD_COLUMNS, WORD_TYPES, GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import (
+    COLUMN_TERMS,
+    GGML_TYPES,
+    WORD_COLUMNS,
+    WORD_TYPES,
+    GGUFTensor,
+    column_step,
+    dequantize,
+)
 from tinygrad.tensor import Tensor
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
@@ -169,7 +177,8 @@ def _as_words(rows: np.ndarray, ttype: int) -> np.ndarray:
     b = rows.reshape(-1, block_bytes)
     if ttype in WORD_COLUMNS:
         # rearranged for a warp's consecutive lanes (see state_gguf.WORD_COLUMNS): the same number of words
-        return WORD_COLUMNS[ttype](b).reshape(rows.shape[0], -1)
+        k = column_step(b.shape[0] // rows.shape[0])
+        return WORD_COLUMNS[ttype][0](b, k).reshape(rows.shape[0], -1)
     if words * 4 != block_bytes:
         b = np.concatenate([b, np.zeros((b.shape[0], words * 4 - block_bytes), np.uint8)], axis=1)
     return np.ascontiguousarray(b).view("<u4").reshape(rows.shape[0], -1)
@@ -349,7 +358,10 @@ class Linear:
         out, inner = self.shape
         words, kind, _ = WORD_TYPES[self.ttype]
         nb = inner // GGML_TYPES[self.ttype][1]
-        w = kind(self.words.reshape(out * nb, words))
+        if self.ttype in WORD_COLUMNS:
+            w = WORD_COLUMNS[self.ttype][1](self.words.reshape(out * nb, words), column_step(nb))
+        else:
+            w = kind(self.words.reshape(out * nb, words))
         return w.reshape(out, nb, *w.shape[1:])
 
     @staticmethod
@@ -374,8 +386,8 @@ class Linear:
         word's bytes) split into (k, words / k), k a term too, so each of a step's loads still has the lanes on
         consecutive words and the block's scales are decoded once for k words."""
         w = self._words_grouped()
-        terms = [d % w.ndim for d in WORD_TYPES[self.ttype][2]]
-        # (columns take two words a step by their dims already)
+        terms = [d % w.ndim for d in (COLUMN_TERMS if self.ttype in WORD_COLUMNS else WORD_TYPES[self.ttype][2])]
+        # (columns take their k words a step by their dims already)
         k = 1 if self.ttype in WORD_COLUMNS else \
             self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
         if k > 1:
