@@ -126,14 +126,16 @@ def main_gpu(args) -> None:
             blocks = random_blocks(ttype, shape, rng)
             x = rng.standard_normal((args.rows, shape[1])).astype(np.float32)
             xt = Tensor(x, device=dev).realize()
-            words, planes = gpu_linear(ttype, shape, blocks, True, dev), gpu_linear(ttype, shape, blocks, False, dev)
+            words = gpu_linear(ttype, shape, blocks, True, dev)
+            planes = None if args.words_only else gpu_linear(ttype, shape, blocks, False, dev)
             w16 = words.weight().cast(dtypes.float16).realize()
             x16 = xt.cast(dtypes.float16).realize()
             tw16, tx16 = torch.from_numpy(w16.numpy()), torch.from_numpy(x16.numpy())
             if cuda:
                 tw16, tx16 = tw16.cuda(), tx16.cuda()
-            fns = [(lambda v, f=words: f(v).realize(), xt), (lambda v, f=planes: f(v).realize(), xt),
-                   (lambda v, w=w16: (v @ w.T).realize(), x16)]
+            fns = [(lambda v, f=words: f(v).realize(), xt)]
+            if not args.words_only:
+                fns += [(lambda v, f=planes: f(v).realize(), xt), (lambda v, w=w16: (v @ w.T).realize(), x16)]
             times, outs = [], []
             for fn, arg in fns:
                 jit = TinyJit(fn)
@@ -148,10 +150,12 @@ def main_gpu(args) -> None:
                 np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
             fn = lambda a=tx16, b=tw16: a @ b.T  # noqa: E731
             t_torch = cuda_event_seconds(torch, fn, args.reps) if cuda else best_of(fn, args.reps)
-            nbytes = [words.device_bytes(), planes.device_bytes(), w16.nbytes(), w16.nbytes()]
+            nbytes = [words.device_bytes()] + ([] if args.words_only else [planes.device_bytes(), w16.nbytes()])
             cols = []
-            for t, nb in zip(times + [t_torch], nbytes):
+            for t, nb in zip(times + [t_torch], nbytes + [w16.nbytes()]):
                 cols.append(f"{t * 1e6:9.1f} {nb / t / 1e9:6.0f}")
+            if args.words_only:
+                cols[1:1] = [f"{'-':>9} {'-':>6}"] * 2
             print(f"{name:6} {str(shape):14} {what:9} {' '.join(cols)} {t_torch / times[0]:11.2f}x")
 
 
@@ -188,6 +192,7 @@ def main() -> None:
                          "every weight once a token, from memory)")
     ap.add_argument("--types", default="", help="only these types, comma-separated names (Q4_K,Q6_K)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA table (see the module docstring)")
+    ap.add_argument("--words-only", action="store_true", help="--gpu: words and PyTorch only (no planes, fp16)")
     ap.add_argument("--device", default="CUDA", help="--gpu's device (another only for a dry run, small shapes)")
     ap.add_argument("--memory", metavar="GGUF", help="device bytes of a model's matrices (see the docstring)")
     args = ap.parse_args()

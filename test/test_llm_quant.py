@@ -363,6 +363,20 @@ def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_eve
         np.testing.assert_allclose(got.reshape(m, rows), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("name", WORD_NAMES)
+@pytest.mark.parametrize("blocks", [16, 32, 64])
+def test_word_columns_of_every_step_are_the_blocks_values(name, blocks, words_everywhere):
+    """Rows of 16, 32 and 64 blocks are arranged for 2, 4 and 8 words a step (column_step): their values, through
+    the words, equal the byte dequantizers' (bit-exact against gguf) of the same blocks, bit for bit."""
+    ttype = CASES[name]["id"]
+    assert ttype not in WORD_COLUMNS or column_step(blocks) == {16: 2, 32: 4, 64: 8}[blocks]
+    rng = np.random.default_rng(blocks + ttype)
+    b = rng.integers(0, 256, (3 * blocks, GGML_TYPES[ttype][2]), dtype=np.uint8)
+    shape = (3, 256 * blocks)
+    want = dequantize(ttype, Tensor(b.reshape(-1)), shape).numpy()
+    _same_bits(Linear(_matrix(b.reshape(-1), ttype, shape), Device.DEFAULT).weight().numpy(), want, name)
+
+
 def test_words_a_step_leave_a_block_of_steps_a_row():
     """A step takes 2 or 4 words where the row still has BLOCK_REDUCE_MIN_INPUTS (256) steps, and no more than a
     quarter of a run of consecutive words (Q4_K's 8, Q6_K's 4)."""

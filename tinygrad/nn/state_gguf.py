@@ -345,35 +345,31 @@ def column_step(blocks: int, least: int = 256) -> int:
     return next((k for k in COLUMN_STEPS if blocks * 32 // k >= least), COLUMN_STEPS[-1])
 
 
-def _nibble_columns(q: np.ndarray) -> np.ndarray:
-    """(n, 256) ints below 16 in value order as (n, 32) uint32: word j's nibble i is value 32i + j."""
-    q = q.reshape(-1, 8, 32).astype(np.uint32) << (4 * np.arange(8, dtype=np.uint32)).reshape(8, 1)
-    return np.bitwise_or.reduce(q, axis=1)
-
-
 def _q4_k_columns(b: np.ndarray, k: int) -> np.ndarray:
     """Q4_K blocks (n, 144) uint8 as 36 words: the header's 4 (d, dmin, the 12 bytes of 6-bit scales and mins) as in
-    the file, then 32 of nibbles in columns (see _nibble_columns; the file's chunk c holds values 64c.. in its low
-    nibbles and 64c + 32.. in its high ones). The same for every `k`."""
-    qs = b[:, 16:144].reshape(-1, 4, 32)
-    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 256)
-    head = np.ascontiguousarray(b[:, 0:16]).view("<u4")
-    return np.concatenate([head, _nibble_columns(q)], axis=1)
+    the file, then 32 of nibbles in columns. The file's chunk m of 32 bytes holds values 64m + l in its low nibbles
+    and 64m + 32 + l in its high ones, so byte m of column word j is byte j of chunk m: a transpose of bytes, which
+    loading a model's billions of values can afford (no wider temporaries). The same for every `k`."""
+    cols = b[:, 16:144].reshape(-1, 4, 32).transpose(0, 2, 1).reshape(-1, 128)
+    return np.ascontiguousarray(np.concatenate([b[:, 0:16], cols], axis=1)).view("<u4")
 
 
 def _q6_k_columns(b: np.ndarray, k: int) -> np.ndarray:
     """Q6_K blocks (n, 210) uint8 as 53 words: 32 of low nibbles in columns, 16 of 2-bit high parts (value 32i +
     (32 / k)t + jj's is field 8(t % 2) + i, bits 2(8(t % 2) + i), of word 32 + (k / 2)jj + t // 2: a lane's k words'
-    high parts are k / 2 consecutive words), the 4 words of int8 scales and d (word 52's low half) as in the file."""
-    ql = b[:, 0:128].reshape(-1, 2, 2, 32)
-    qh = b[:, 128:192].reshape(-1, 2, 32)
-    low = np.concatenate([ql & 15, ql >> 4], axis=2).reshape(-1, 256)  # value 128h + 32q + l
-    high = np.stack([(qh >> (2 * q)) & 3 for q in range(4)], axis=2).astype(np.uint32)
-    # (i, t // 2, t % 2, jj) -> (jj, t // 2, t % 2, i): a word a (jj, t // 2), its fields (t % 2, i)
-    high = high.reshape(-1, 8, k // 2, 2, 32 // k).transpose(0, 4, 2, 3, 1).reshape(-1, 16, 16)
-    highs = np.bitwise_or.reduce(high << (2 * np.arange(16, dtype=np.uint32)), axis=2)
-    tail = np.concatenate([b[:, 192:210], np.zeros((b.shape[0], 2), np.uint8)], axis=1)
-    return np.concatenate([_nibble_columns(low), highs, np.ascontiguousarray(tail).view("<u4")], axis=1)
+    high parts are k / 2 consecutive words), the 4 words of int8 scales and d (word 52's low half) as in the file.
+    Bytes only: value 128h + 32q + l's low nibble is ql's byte (h, q % 2, l)'s (low for q < 2), and the four high
+    parts of values 128h + 32q + l, q = 0..3, are byte (h, l) of qh, which becomes byte 2(t % 2) + h of its word."""
+    n = b.shape[0]
+    ql = b[:, 0:128].reshape(n, 2, 2, 32)
+    # byte m = 2h + e of column word l: nibbles i = 4h + 2e and 4h + 2e + 1, quarters 2e and 2e + 1 of half h
+    even = (ql[:, :, 0] & 15) | ((ql[:, :, 1] & 15) << 4)
+    odd = (ql[:, :, 0] >> 4) | (ql[:, :, 1] & 0xF0)
+    low = np.stack([even, odd], axis=2).reshape(n, 4, 32).transpose(0, 2, 1).reshape(n, 128)
+    # qh's byte (h, l), l = (32 / k)(2u + t2) + jj, to word (jj, u)'s byte (t2, h)
+    qh = b[:, 128:192].reshape(n, 2, k // 2, 2, 32 // k).transpose(0, 4, 2, 3, 1).reshape(n, 64)
+    tail = np.concatenate([b[:, 192:210], np.zeros((n, 2), np.uint8)], axis=1)
+    return np.ascontiguousarray(np.concatenate([low, qh, tail], axis=1)).view("<u4")
 
 
 def _q4_k_column_words(w: Tensor, k: int) -> Tensor:
