@@ -123,6 +123,8 @@ def main_gpu(args) -> None:
         if args.types and name not in args.types.split(","):
             continue
         for shape, what in shapes:
+            if args.shapes and what not in args.shapes.split(","):
+                continue
             blocks = random_blocks(ttype, shape, rng)
             x = rng.standard_normal((args.rows, shape[1])).astype(np.float32)
             xt = Tensor(x, device=dev).realize()
@@ -192,6 +194,7 @@ def main() -> None:
                          "every weight once a token, from memory)")
     ap.add_argument("--types", default="", help="only these types, comma-separated names (Q4_K,Q6_K)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA table (see the module docstring)")
+    ap.add_argument("--shapes", default="", help="--gpu: only these shapes, by their `what` (down,output)")
     ap.add_argument("--words-only", action="store_true", help="--gpu: words and PyTorch only (no planes, fp16)")
     ap.add_argument("--device", default="CUDA", help="--gpu's device (another only for a dry run, small shapes)")
     ap.add_argument("--memory", metavar="GGUF", help="device bytes of a model's matrices (see the docstring)")
