@@ -14,7 +14,9 @@ product in tinygrad, and PyTorch's fp16 matmul. The tinygrad products run inside
 kernels' GPU time (the best of --reps calls); PyTorch's with CUDA events. GB/s is the weights' device bytes read
 once per call (x and y are a few KB), beside the H200's 4.8 TB/s.
 
-    CUDA=1 PYTHONPATH=. python extra/bench_quant.py --gpu [--rows 1] [--reps 50]
+    CUDA=1 PYTHONPATH=. python extra/bench_quant.py --gpu [--rows 1] [--reps 50] [--words-only] [--shapes down,qkv]
+
+The words are in columns (state_gguf.WORD_COLUMNS) unless TG_LLM_WORD_COLUMNS=0 (the file's order, for comparison).
 
 `--memory GGUF` loads a model file on --device (CUDA by default) and prints the device bytes of its matrices (every
 Linear) beside the file's bytes of those tensors, by type (issue 28: within 1.1x).
