@@ -14,7 +14,9 @@ product in tinygrad, and PyTorch's fp16 matmul. The tinygrad products run inside
 kernels' GPU time (the best of --reps calls); PyTorch's with CUDA events. GB/s is the weights' device bytes read
 once per call (x and y are a few KB), beside the H200's 4.8 TB/s.
 
-    CUDA=1 PYTHONPATH=. python extra/bench_quant.py --gpu [--rows 1] [--reps 50]
+    CUDA=1 PYTHONPATH=. python extra/bench_quant.py --gpu [--rows 1] [--reps 50] [--words-only] [--shapes down,qkv]
+
+The words are in columns (state_gguf.WORD_COLUMNS) unless TG_LLM_WORD_COLUMNS=0 (the file's order, for comparison).
 
 `--memory GGUF` loads a model file on --device (CUDA by default) and prints the device bytes of its matrices (every
 Linear) beside the file's bytes of those tensors, by type (issue 28: within 1.1x).
@@ -42,8 +44,10 @@ CASES = [(Q4_0, (1024, 640), "q shape"), (Q5_0, (1024, 640), "G attn_q"), (Q5_0,
          (Q8_0, (256, 640), "G attn_v"), (Q4_K, (640, 1024), "G attn_out"), (Q6_K, (640, 2048), "G ffn_down"),
          (Q4_1, (3072, 576), "S gate+up"), (Q4_1, (576, 1536), "S ffn_down"), (Q5_1, (3072, 576), "gate+up shape"),
          (Q8_0, (49152, 576), "S output"), (Q8_0, (4096, 640), "gate+up shape")]
-# (out, in) of an 8B Llama's matrices: q and o (k and v are 1024 rows), gate and up, down
-GPU_SHAPES = [((4096, 4096), "q, o"), ((14336, 4096), "gate, up"), ((4096, 14336), "down")]
+# (out, in) of an 8B Llama's matrices: q and o (k and v are 1024 rows), q, k and v stacked, gate and up stacked,
+# down, the output projection
+GPU_SHAPES = [((4096, 4096), "q, o"), ((6144, 4096), "qkv"), ((28672, 4096), "gate+up"), ((4096, 14336), "down"),
+              ((128256, 4096), "output")]
 # where each type keeps its fp16 scales in a block (byte offsets), so random blocks get finite ones
 SCALE_BYTES = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,), Q4_K: (0, 2), Q6_K: (208,)}
 
@@ -121,17 +125,21 @@ def main_gpu(args) -> None:
         if args.types and name not in args.types.split(","):
             continue
         for shape, what in shapes:
+            if args.shapes and what not in args.shapes.split(","):
+                continue
             blocks = random_blocks(ttype, shape, rng)
             x = rng.standard_normal((args.rows, shape[1])).astype(np.float32)
             xt = Tensor(x, device=dev).realize()
-            words, planes = gpu_linear(ttype, shape, blocks, True, dev), gpu_linear(ttype, shape, blocks, False, dev)
+            words = gpu_linear(ttype, shape, blocks, True, dev)
+            planes = None if args.words_only else gpu_linear(ttype, shape, blocks, False, dev)
             w16 = words.weight().cast(dtypes.float16).realize()
             x16 = xt.cast(dtypes.float16).realize()
             tw16, tx16 = torch.from_numpy(w16.numpy()), torch.from_numpy(x16.numpy())
             if cuda:
                 tw16, tx16 = tw16.cuda(), tx16.cuda()
-            fns = [(lambda v, f=words: f(v).realize(), xt), (lambda v, f=planes: f(v).realize(), xt),
-                   (lambda v, w=w16: (v @ w.T).realize(), x16)]
+            fns = [(lambda v, f=words: f(v).realize(), xt)]
+            if not args.words_only:
+                fns += [(lambda v, f=planes: f(v).realize(), xt), (lambda v, w=w16: (v @ w.T).realize(), x16)]
             times, outs = [], []
             for fn, arg in fns:
                 jit = TinyJit(fn)
@@ -146,10 +154,12 @@ def main_gpu(args) -> None:
                 np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
             fn = lambda a=tx16, b=tw16: a @ b.T  # noqa: E731
             t_torch = cuda_event_seconds(torch, fn, args.reps) if cuda else best_of(fn, args.reps)
-            nbytes = [words.device_bytes(), planes.device_bytes(), w16.nbytes(), w16.nbytes()]
+            nbytes = [words.device_bytes()] + ([] if args.words_only else [planes.device_bytes(), w16.nbytes()])
             cols = []
-            for t, nb in zip(times + [t_torch], nbytes):
+            for t, nb in zip(times + [t_torch], nbytes + [w16.nbytes()]):
                 cols.append(f"{t * 1e6:9.1f} {nb / t / 1e9:6.0f}")
+            if args.words_only:
+                cols[1:1] = [f"{'-':>9} {'-':>6}"] * 2
             print(f"{name:6} {str(shape):14} {what:9} {' '.join(cols)} {t_torch / times[0]:11.2f}x")
 
 
@@ -186,6 +196,8 @@ def main() -> None:
                          "every weight once a token, from memory)")
     ap.add_argument("--types", default="", help="only these types, comma-separated names (Q4_K,Q6_K)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA table (see the module docstring)")
+    ap.add_argument("--shapes", default="", help="--gpu: only these shapes, by their `what` (down,output)")
+    ap.add_argument("--words-only", action="store_true", help="--gpu: words and PyTorch only (no planes, fp16)")
     ap.add_argument("--device", default="CUDA", help="--gpu's device (another only for a dry run, small shapes)")
     ap.add_argument("--memory", metavar="GGUF", help="device bytes of a model's matrices (see the docstring)")
     args = ap.parse_args()

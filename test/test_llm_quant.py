@@ -19,7 +19,7 @@ import pytest
 from tinygrad import Device, Tensor
 from tinygrad.apps.llm.linear import Linear
 from tinygrad.nn.state_file import CheckpointBytes
-from tinygrad.nn.state_gguf import GGML_TYPES, WORD_TYPES, GGUFTensor, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, WORD_COLUMNS, WORD_TYPES, GGUFTensor, column_step, dequantize
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "quant_blocks.json.gz")
 with gzip.open(FIXTURE, "rt") as _f:
@@ -296,15 +296,17 @@ def test_words_product_and_stacking(name, words_everywhere):
 
 def test_large_words_matrix_loads_in_chunks(monkeypatch, words_everywhere):
     """Words are copied a chunk of rows at a time too (the last chunk overlapping the one before), stacked matrices
-    as well: the device holds each block's bytes, Q6_K's padded to whole words."""
+    as well: the device holds each block's bytes, Q6_K's padded to whole words (in columns where WORD_COLUMNS
+    arranges them)."""
     from tinygrad.apps.llm import linear
     rng = np.random.default_rng(6)
     a, b = rng.integers(0, 256, (13, 210), dtype=np.uint8), rng.integers(0, 256, (7, 210), dtype=np.uint8)
     ts = [_matrix(a, 14, (13, 256), "a"), _matrix(b, 14, (7, 256), "b")]
     monkeypatch.setattr(linear, "LOAD_CHUNK_BYTES", 3 * 210)  # 3 rows a chunk: 7 chunks, the last overlapping
     padded = np.concatenate([np.concatenate([a, b]), np.zeros((20, 2), np.uint8)], axis=1)
-    np.testing.assert_array_equal(Linear.stacked(ts, Device.DEFAULT).words.numpy(), padded.view("<u4"))
-    np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).words.numpy(), padded[:13].view("<u4"))
+    want = WORD_COLUMNS[14][0](np.concatenate([a, b]), column_step(1)) if 14 in WORD_COLUMNS else padded.view("<u4")
+    np.testing.assert_array_equal(Linear.stacked(ts, Device.DEFAULT).words.numpy(), want)
+    np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).words.numpy(), want[:13])
 
 
 def _cuda_opts():
@@ -337,12 +339,13 @@ def _run_as_cuda(kern) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", WORD_NAMES)
 @pytest.mark.parametrize("rows,blocks,m", [(37, 9, 1), (37, 9, 2), (37, 9, 7), (2400, 9, 7), (21, 3, 1), (5, 16, 1),
-                                           (3, 64, 2)])
+                                           (3, 32, 1), (3, 64, 2)])
 def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_everywhere):
     """The product's CUDA kernel (as the GPU would compile it: the renderer's block a row for a few rows of x, the
     linearizer's grid where the outputs are many, a thread a row for short rows), run by a host emulation of CUDA
     on random blocks with finite scales, against numpy over the dequantized values: M = 1, 2 and 7 rows of x, odd
-    sizes; rows of 16 and 64 blocks take 2 and 4 words a step (Q6_K 2), 9 one."""
+    sizes; rows of 16 and 64 blocks take 2 and 4 words a step (Q6_K 2), 9 one (in columns: 32 blocks 4, 64 8, the
+    others 2)."""
     pytest.importorskip("hypothesis")  # (test_gpu_codegen's)
     from test.unit.test_gpu_codegen import Kernel
     ttype = CASES[name]["id"]
@@ -358,6 +361,20 @@ def test_words_product_runs_as_cuda_on_the_host(name, rows, blocks, m, words_eve
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     for got in _run_as_cuda(kern):
         np.testing.assert_allclose(got.reshape(m, rows), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", WORD_NAMES)
+@pytest.mark.parametrize("blocks", [16, 32, 64])
+def test_word_columns_of_every_step_are_the_blocks_values(name, blocks, words_everywhere):
+    """Rows of 16, 32 and 64 blocks are arranged for 2, 4 and 8 words a step (column_step): their values, through
+    the words, equal the byte dequantizers' (bit-exact against gguf) of the same blocks, bit for bit."""
+    ttype = CASES[name]["id"]
+    assert ttype not in WORD_COLUMNS or column_step(blocks) == {16: 2, 32: 4, 64: 8}[blocks]
+    rng = np.random.default_rng(blocks + ttype)
+    b = rng.integers(0, 256, (3 * blocks, GGML_TYPES[ttype][2]), dtype=np.uint8)
+    shape = (3, 256 * blocks)
+    want = dequantize(ttype, Tensor(b.reshape(-1)), shape).numpy()
+    _same_bits(Linear(_matrix(b.reshape(-1), ttype, shape), Device.DEFAULT).weight().numpy(), want, name)
 
 
 def test_words_a_step_leave_a_block_of_steps_a_row():

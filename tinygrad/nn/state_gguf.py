@@ -21,7 +21,7 @@ import numpy as np
 import tinygrad.mlops as F
 from tinygrad.device import Device
 from tinygrad.dtype import DType, dtypes
-from tinygrad.helpers import prod
+from tinygrad.helpers import getenv, prod
 from tinygrad.nn.state_file import CheckpointBytes, CheckpointError
 from tinygrad.tensor import Tensor
 
@@ -327,9 +327,123 @@ def _q6_k_words(w: Tensor) -> Tensor:
     return (d.reshape(n, 1, 1, 1, 1) * scale).reshape(n, 2, 2, 2, 2, 1, 1) * q
 
 
+# ---- columns: Q4_K's, Q5_K's and Q6_K's words rearranged at load (the same number of words: the file's bytes, Q6_K's
+# padded as above) so that a GPU's warp reads a block as lanes on consecutive words, and each lane's word holds value j
+# of each of the block's 8 runs of 32 (the K types' sub-blocks): word j's nibble i is value 32i + j. A product's term i
+# then reads x at 32i + j, lanes on consecutive floats, where the file's order puts a word's values 4 apart (a lane's x
+# loads 16 bytes from its neighbour's: four times the L1 wavefronts; with 4 bytes a lane in flight, the file-order
+# kernels ran at 250-750 GB/s on the H200). Dims (i, t, jj), j = (32 / k)t + jj: a lane takes the k words jj, jj + 32 /
+# k, .. of a block (`k`, the words a step, see column_step), so the scales it decodes (one per i, and Q6_K's per 16
+# values) serve k words and it has 4k bytes of the matrix in flight a step; the block's value order once flattened.
+# NOTE: measured on the H200 (M = 1, 4096 x 14336 down): k = 4 749 GB/s for Q4_K and 1082 for Q6_K, k = 2 752 and
+# 1113, the same: past 2 a step, more bytes in flight don't help these kernels, bound by their instructions a value
+# (about 8: shift, mask, the float conversion's two, the scale, the offset, x's product and the sum) and x's loads
+COLUMN_STEPS = (8, 4, 2)
+
+
+def column_step(blocks: int, least: int = 256) -> int:
+    """The words a step (k) of a columns product for rows of `blocks` blocks: the most that leave a row `least`
+    steps (BLOCK_REDUCE_MIN_INPUTS, so a GPU's renderer gives a row a warp or a block, not a thread), 2 at least."""
+    return next((k for k in COLUMN_STEPS if blocks * 32 // k >= least), COLUMN_STEPS[-1])
+
+
+def _q4_k_columns(b: np.ndarray, k: int) -> np.ndarray:
+    """Q4_K blocks (n, 144) uint8 as 36 words: the header's 4 (d, dmin, the 12 bytes of 6-bit scales and mins) as in
+    the file, then 32 of nibbles in columns. The file's chunk m of 32 bytes holds values 64m + l in its low nibbles
+    and 64m + 32 + l in its high ones, so byte m of column word j is byte j of chunk m: a transpose of bytes, which
+    loading a model's billions of values can afford (no wider temporaries). The same for every `k`."""
+    cols = b[:, 16:144].reshape(-1, 4, 32).transpose(0, 2, 1).reshape(-1, 128)
+    return np.ascontiguousarray(np.concatenate([b[:, 0:16], cols], axis=1)).view("<u4")
+
+
+def _q5_k_columns(b: np.ndarray, k: int) -> np.ndarray:
+    """Q5_K blocks (n, 176) uint8 as 44 words: the header's 4 as in the file, 8 of fifth bits, 32 of nibbles in
+    columns (Q4_K's transpose). qh's byte j holds the fifth bits of column word j's values (bit i, value 32i + j's);
+    it moves to byte kjj + t of the 32, j = (32 / k)t + jj, so a lane's k bytes are consecutive."""
+    qh = b[:, 16:48].reshape(-1, k, 32 // k).transpose(0, 2, 1).reshape(-1, 32)
+    cols = b[:, 48:176].reshape(-1, 4, 32).transpose(0, 2, 1).reshape(-1, 128)
+    return np.ascontiguousarray(np.concatenate([b[:, 0:16], qh, cols], axis=1)).view("<u4")
+
+
+def _q6_k_columns(b: np.ndarray, k: int) -> np.ndarray:
+    """Q6_K blocks (n, 210) uint8 as 53 words: 32 of low nibbles in columns, 16 of 2-bit high parts (value 32i +
+    (32 / k)t + jj's is field 8(t % 2) + i, bits 2(8(t % 2) + i), of word 32 + (k / 2)jj + t // 2: a lane's k words'
+    high parts are k / 2 consecutive words), the 4 words of int8 scales and d (word 52's low half) as in the file.
+    Bytes only: value 128h + 32q + l's low nibble is ql's byte (h, q % 2, l)'s (low for q < 2), and the four high
+    parts of values 128h + 32q + l, q = 0..3, are byte (h, l) of qh, which becomes byte 2(t % 2) + h of its word."""
+    n = b.shape[0]
+    ql = b[:, 0:128].reshape(n, 2, 2, 32)
+    # byte m = 2h + e of column word l: nibbles i = 4h + 2e and 4h + 2e + 1, quarters 2e and 2e + 1 of half h
+    even = (ql[:, :, 0] & 15) | ((ql[:, :, 1] & 15) << 4)
+    odd = (ql[:, :, 0] >> 4) | (ql[:, :, 1] & 0xF0)
+    low = np.stack([even, odd], axis=2).reshape(n, 4, 32).transpose(0, 2, 1).reshape(n, 128)
+    # qh's byte (h, l), l = (32 / k)(2u + t2) + jj, to word (jj, u)'s byte (t2, h)
+    qh = b[:, 128:192].reshape(n, 2, k // 2, 2, 32 // k).transpose(0, 4, 2, 3, 1).reshape(n, 64)
+    tail = np.concatenate([b[:, 192:210], np.zeros((n, 2), np.uint8)], axis=1)
+    return np.ascontiguousarray(np.concatenate([low, qh, tail], axis=1)).view("<u4")
+
+
+def _q4_k_column_words(w: Tensor, k: int) -> Tensor:
+    """Q4_K from _q4_k_columns' 36 words, dims (i, t, jj): value 32i + (32 / k)t + jj is nibble i of word 4 +
+    (32 / k)t + jj, its scale and min sub-block i's (words 0..3 as _k_word_scales reads them)."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
+    q = _shifted(w[:, 4:36].reshape(n, 1, k, 32 // k), (n, 8, k, 32 // k),
+                 _steps(8, 4, w.device).reshape(8, 1, 1)) & 15
+    return dl.reshape(n, 8, 1, 1) * _small_float(q) - ml.reshape(n, 8, 1, 1)
+
+
+def _q5_k_column_words(w: Tensor, k: int) -> Tensor:
+    """Q5_K from _q5_k_columns' 44 words, dims (i, t, jh, jl), jj = 2jh + jl: value 32i + (32 / k)t + jj is nibble i
+    of word 12 + (32 / k)t + jj with bit i of qh's byte kjj + t (words 4..11) as its fifth, its scale and min
+    sub-block i's. jj is two dims so that the fifth bits' word is an index without division where k is 2."""
+    n = w.shape[0]
+    dl, ml = _k_word_scales(w)
+    shape = (n, 8, k, 16 // k, 2)
+    low = _shifted(w[:, 12:44].reshape(n, 1, k, 16 // k, 2), shape, _steps(8, 4, w.device).reshape(8, 1, 1, 1)) & 15
+    bit = _steps(8, 1, w.device).reshape(8, 1, 1, 1)
+    if k == 2:
+        # byte 4jh + 2jl + t: word jh, bits 8(2jl + t) + i
+        high = _shifted(w[:, 4:12].reshape(n, 1, 1, 8, 1), shape, bit + _steps(2, 8, w.device).reshape(2, 1, 1) +
+                        _steps(2, 16, w.device))
+    else:
+        # byte kjj + t: word (k / 4)jj + t // 4, bits 8(t % 4) + i
+        words = w[:, 4:12].reshape(n, 32 // k, k // 4).permute(0, 2, 1).reshape(n, 1, k // 4, 1, 16 // k, 2)
+        high = _shifted(words, (n, 8, k // 4, 4, 16 // k, 2), bit.reshape(8, 1, 1, 1, 1) +
+                        _steps(4, 8, w.device).reshape(4, 1, 1)).reshape(shape)
+    q = low | ((high & 1) << 4)
+    return dl.reshape(n, 8, 1, 1, 1) * _small_float(q) - ml.reshape(n, 8, 1, 1, 1)
+
+
+def _q6_k_column_words(w: Tensor, k: int) -> Tensor:
+    """Q6_K from _q6_k_columns' 53 words, dims (i, t, jj): value 32i + (32 / k)t + jj takes nibble i of word
+    (32 / k)t + jj and its high part from word 32 + (k / 2)jj + t // 2 (see _q6_k_columns); its scale is int8
+    2i + t // (k / 2) (byte 2(i % 2) + t // (k / 2) of word 48 + i // 2)."""
+    n, h = w.shape[0], k // 2
+    shape = (n, 8, h, 2, 32 // k)
+    low = _shifted(w[:, 0:32].reshape(n, 1, h, 2, 32 // k), shape, _steps(8, 4, w.device).reshape(8, 1, 1, 1)) & 15
+    place = _steps(8, 2, w.device).reshape(8, 1, 1, 1) + _steps(2, 16, w.device).reshape(2, 1)
+    words = w[:, 32:48].reshape(n, 32 // k, h).permute(0, 2, 1).reshape(n, 1, h, 1, 32 // k)
+    high = (_shifted(words, shape, place) & 3) << 4
+    q = _small_float(low | high, 32).reshape(n, 8, k, 32 // k)
+    scales = _shifted(w[:, 48:52].reshape(n, 4, 1, 1), (n, 4, 2, 2), _steps(2, 16, w.device).reshape(2, 1) +
+                      _steps(2, 8, w.device)) & 0xFF
+    scale = ((scales.cast(dtypes.int32) ^ 128) - 128).cast(dtypes.float32).reshape(n, 8, 2, 1, 1)
+    scale = scale.expand(n, 8, 2, h, 1).reshape(n, 8, k, 1)
+    d = _word_f16(w[:, 52:53], False)
+    return (d.reshape(n, 1, 1, 1) * scale) * q
+
+
 # ggml type id -> (words a block, padded; its word dequantizer; the `terms` dims of its values, counted from the end)
 WORD_TYPES: dict[int, tuple[int, Callable[[Tensor], Tensor], tuple[int, ...]]] = {
     12: (36, _q4_k_words, (-3, -1)), 13: (44, _q5_k_words, (-3, -1)), 14: (53, _q6_k_words, (-5, -1))}
+# the word types kept in columns on a GPU (TG_LLM_WORD_COLUMNS=0: in the file's order, WORD_TYPES' dequantizers, for
+# comparison): ggml type id -> (the host arranger of its blocks (n, block bytes) uint8 into words (n, words a block)
+# uint32, the dequantizer of those words, both taking k (column_step's); the terms (i, t), dims from the end)
+WORD_COLUMNS: dict[int, tuple[Callable[[np.ndarray, int], np.ndarray], Callable[[Tensor, int], Tensor],
+                              tuple[int, ...]]] = \
+    {12: (_q4_k_columns, _q4_k_column_words, (-3, -2)), 13: (_q5_k_columns, _q5_k_column_words, (-4, -3)),
+     14: (_q6_k_columns, _q6_k_column_words, (-3, -2))} if getenv("TG_LLM_WORD_COLUMNS", 1) else {}
 
 
 # IQ4_NL's and IQ4_XS's 16 levels (ggml's kvalues_iq4nl), a 4-bit quant's value before its scale
