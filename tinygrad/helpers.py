@@ -75,6 +75,8 @@ KNOBS: dict[str, tuple[Any, str]] = {
     "TG_LLM_FILE_BITS": (1, "0: the LLM app's quantized matrices load as int8 planes on the CPU too "
                             "(apps/llm/linear.py), where 1 keeps the file's own bits there and dequantizes them "
                             "inside the product's kernel"),
+    "TG_LLM_WORD_COLUMNS": (1, "0: the LLM app's Q4_K/Q5_K/Q6_K words stay in the file's order on a GPU "
+                               "(nn/state_gguf.py), where 1 arranges them in columns at load (the same words)"),
     "DEFAULT_FLOAT": ("float", "the dtype of float data given without one (dtypes.default_float), read at import: any "
                                "float dtype's name, as in tinygrad 0.9"),
     "PROFILE": ("", "1: record a Chrome/Perfetto trace of the whole process (host spans, one span per kernel) and "
