@@ -142,6 +142,7 @@ class BatchEngine:
         self.to_warm = self._captures() if warm else []
         self.pad_sampler: Sampler | None = None     # a padding row's draw (greedy; its token is dropped)
         self.warm_errors: list[tuple[tuple, Exception]] = []    # captures the warm-up could not make, and why
+        self.warm_times: list[tuple[tuple, float]] = []          # the seconds each one took
         ready = threading.Event()
         self.thread = threading.Thread(target=self._loop, args=(ready,), name="llm-batch-engine", daemon=True)
         self.thread.start()
@@ -217,11 +218,15 @@ class BatchEngine:
         slots = len(self.model.caches)
         rows = sorted({min(1 << b, slots) for b in range(slots.bit_length() + 1)})
         sizes = [c for c in self.model.prefill_chunks if c <= self.prefill_piece] or [self.model.prefill_chunks[0]]
-        todo: list[tuple] = [("decode", r) for r in rows]
+        # cheapest first: a request arriving meanwhile waits for the capture being made. A decode step of r rows
+        # compiles each row's own attention kernels (its position is a Variable of its own), so 16 and 32 rows take
+        # the longest: they come after the prefill passes every request needs
+        todo: list[tuple] = [("decode", r) for r in rows if r <= 8]
         g = 1
         while g <= min(slots, MAX_PARTS):
             todo += [("parts", g, c) for c in sizes if c <= self.model.max_context]
             g *= 2
+        todo += [("decode", r) for r in rows if r > 8]
         if self.mixing and slots > 1:
             mix = [c for c in self.model.prefill_chunks if c <= min(MIX_CHUNK, self.prefill_piece)]
             chunk = mix[-1] if mix else self.model.prefill_chunks[0]
@@ -234,7 +239,7 @@ class BatchEngine:
         is garbage, so their prompt-cache records are dropped."""
         what = self.to_warm[0]     # taken off once made: warm_left counts it until then
         m, slots = self.model, sorted(self.free)
-        used = slots
+        used, st = slots, time.perf_counter()
         try:
             for _ in range(2):
                 if what[0] == "decode":
@@ -255,6 +260,7 @@ class BatchEngine:
         except Exception as e:  # noqa: BLE001 - made at its first real use instead (where the error is answered)
             self.warm_errors.append((what, e))
         finally:
+            self.warm_times.append((what, time.perf_counter() - st))
             self.to_warm.pop(0)
         for s in used:
             self.cached[s] = []
