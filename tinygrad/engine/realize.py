@@ -22,6 +22,7 @@ from tinygrad.codegen.program import ProgramSpec
 from tinygrad.device import Buffer, Device
 from tinygrad.diskcache import code_version, diskcache_get, diskcache_put
 from tinygrad.engine import records
+from tinygrad.engine.canon_vars import canonical
 from tinygrad.engine.runlog import RUN_LOG
 from tinygrad.engine.search import beam_search
 from tinygrad.helpers import (
@@ -314,12 +315,40 @@ def _runner(dname: str, spec: ProgramSpec, ast: tuple, lib: bytes | None = None)
     return runner
 
 
+def _renamed(base: CompiledRunner, back: dict) -> CompiledRunner | None:
+    """The kernel `base` (compiled for an AST with canonical Variable names, engine/canon_vars.py) run with the
+    Variables `back` maps them to: the same binary, its Variables and the launch sizes that depend on them put back.
+    None where the spec holds what renaming can't reach (tensor maps)."""
+    spec = base.spec
+    if spec.tensor_maps:
+        return None
+
+    def sub(x):
+        return x if isinstance(x, int) else x.substitute(back)
+    sizes = {k: None if getattr(spec, k) is None else tuple(sub(d) for d in getattr(spec, k))
+             for k in ("global_size", "local_size")}
+    renamed = dataclasses.replace(spec, vars=tuple(back[v] for v in spec.vars), **sizes)
+    runner = CompiledRunner(renamed, base.dname, lib=base.lib, display_name=base.display_name)
+    runner.op_estimate = sub(base.op_estimate)
+    return runner
+
+
 def get_runner(dname: str, ast: tuple) -> CompiledRunner:
-    """The compiled kernel for `ast` on device `dname`, linearizing, rendering and compiling it on first use."""
+    """The compiled kernel for `ast` on device `dname`, linearizing, rendering and compiling it on first use (once
+    for ASTs that differ only in their Variables' names: engine/canon_vars.py)."""
     key = (dname, ast)
     hit = method_cache.get(key)
     if hit is not None:
         return hit
+    canon, back = canonical(ast)
+    if back:
+        base = method_cache.get((dname, canon))
+        if base is None:
+            base = method_cache[(dname, canon)] = _runner(dname, _render(dname, canon), canon)
+        runner = _renamed(base, back)
+        if runner is not None:
+            method_cache[key] = runner
+            return runner
     runner = method_cache[key] = _runner(dname, _render(dname, ast), ast)
     return runner
 
@@ -334,7 +363,11 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     """`precompile` for (device, ast) pairs."""
     todo: dict[tuple, None] = {}
     for key in kernels:
-        if key[1][0].op is BufferOps.STORE and key not in method_cache:
+        if key[1][0].op is not BufferOps.STORE or key in method_cache:
+            continue
+        # kernels that differ only in their Variables' names compile once, as their canonical AST (get_runner)
+        key = (key[0], canonical(key[1])[0])
+        if key not in method_cache:
             todo[key] = None
     if len(todo) < 2:
         return
