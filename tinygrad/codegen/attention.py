@@ -37,6 +37,9 @@ from tinygrad.shape.symbolic import Node, NumNode, Variable
 ATTENTION = "attention"
 SCORES, WEIGHTS = -1, -2  # the placeholder buffer numbers of the two intermediates
 MAX_DV = 256  # value head dims up to this keep one float32 accumulator each in registers
+# a symbolic key length fuses for fewer query rows than this (decode, short chunks): more take the unfused kernels,
+# whose tiles are timed for the many rows of a prefill
+SYMBOLIC_ROWS = 4096
 _LOG2E = 1.0 / math.log(2.0)
 UNROLL = 4  # partial sums of a score's dot product a loop step
 
@@ -93,7 +96,12 @@ def parse(ast):
     bs, sq, sk, d = fs[:nb], fs[nb], fs[nb + 1], fs[nb + 2]
     dv = fo[nb + 1]
     fp = bs + (sq, sk)
-    if not all(isinstance(s, int) for s in fs + fo) or tuple(rs.arg) != (nb + 2,) or tuple(ro.arg) != (nb + 2,):
+    # every size known but the key length, which may be symbolic (a decode step's start_pos + n)
+    fixed = fs[:nb + 1] + fs[nb + 2:] + fo[:nb + 2]
+    if not all(isinstance(s, int) for s in fixed) or tuple(rs.arg) != (nb + 2,) or tuple(ro.arg) != (nb + 2,):
+        return None
+    if not isinstance(sk, (int, Node)) or isinstance(sk, Node) and (sk.min < 1 or not isinstance(sk.max, int) or
+                                                                    math.prod(bs) * sq >= SYMBOLIC_ROWS):
         return None
     if fo[:nb] != bs or fo[nb] != sq or fo[nb + 2] != sk or dv > MAX_DV:
         return None
@@ -147,7 +155,8 @@ def parse(ast):
     if _loads_of(s_root, SCORES) or _loads_of(s_root, WEIGHTS):
         return None
     return Plan(nb=nb, bs=bs, sq=sq, sk=sk, d=d, dv=dv, s_root=s_root, rs=rs, x=x, ro=ro, o_root=o_root,
-                v_root=v_root, store=store, causal=_causal(x, fp, nb))
+                v_root=v_root, store=store, causal=_causal(x, fp, nb), symbolic=isinstance(sk, Node),
+                sk_max=sk.max if isinstance(sk, Node) else sk)
 
 
 def _iota_along(op, frame, dim) -> bool:
@@ -162,6 +171,8 @@ def _iota_along(op, frame, dim) -> bool:
 def _causal(x, frame, nb) -> bool:
     """Whether the softmax's input is where(not (i < j), s, -inf): scaled_dot_product_attention's causal mask, whose
     keys past the query row the kernel need not visit."""
+    if not all(isinstance(s, int) for s in frame):
+        return False  # (a symbolic key length: the mask is computed like any other)
     if x.op is not TernaryOps.WHERE or x.src[2].op is not BufferOps.CONST or x.src[2].arg.val != -math.inf:
         return False
     cond = x.src[0]
@@ -219,13 +230,26 @@ class AttentionKernel:
         for idx in sorted(mems):
             self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
                                     False)
-        if attention_tc.takes(self, p):
+        # a symbolic key length's Variables are the kernel's arguments, after the buffers
+        variables = set()
+        for root in (p.s_root, p.x, p.o_root, p.store):
+            for op in root.toposort():
+                if op.op in LEAVES or op.op is BufferOps.STORE:
+                    variables |= op.arg.st.vars()
+                    if op.op is BufferOps.CONST and isinstance(op.arg.val, Node):
+                        variables |= op.arg.val.vars()
+        if p.symbolic:
+            variables |= p.sk.vars()
+        self.vars = sorted(variables, key=lambda v: v.expr)
+        for v in self.vars:
+            em.bind(v, em.uop(UOps.DEFINE_VAR, dtypes.int32, (), v, False))
+        if not p.symbolic and attention_tc.takes(self, p):
             attention_tc.lower(self, p)
             return self
         row_sizes = list(p.bs) + [p.sq]
         rows = math.prod(row_sizes)
-        split = attention_gpu.split_threads(rows, p.sk, p.dv) if self.gpu else 1
-        if self.gpu and split == 1 and math.prod(p.bs) <= attention_gpu.GRID_Y_MAX and \
+        split = attention_gpu.split_threads(rows, p.sk_max, p.dv) if self.gpu else 1
+        if self.gpu and split == 1 and not p.symbolic and math.prod(p.bs) <= attention_gpu.GRID_Y_MAX and \
                 p.sk >= attention_gpu.TILE_K and p.sq >= attention_gpu.TILE_Q and \
                 attention_gpu.tiled_sides(self, p) is not None:
             attention_gpu.lower_tiled(self, p)
@@ -287,9 +311,14 @@ class AttentionKernel:
         wv = self.width if self.width > 1 and p.dv % self.width == 0 else 1
         vdt = f32.vec(wv) if wv > 1 else f32
         accs = [em.uop(UOps.DEFINE_ACC, vdt, (), 0.0, False) for _ in range(p.dv // wv)]
-        steps = (p.sk + split - 1) // split
-        end = em.const(steps)
-        if p.causal and split == 1 and isinstance(qi, Variable) and p.sk > 1:
+        # the key length: a constant, or the expression of the bound Variables (start_pos + n) computed at launch
+        if not p.symbolic:
+            sk, end, last = None, em.const((p.sk + split - 1) // split), em.const(p.sk - 1)
+        else:
+            sk = em.lower_node(p.sk)
+            end = em.div(em.add(sk, em.const(split - 1)), em.const(split)) if split > 1 else sk
+            last = em.sub(sk, em.const(1))
+        if p.causal and split == 1 and isinstance(qi, Variable) and p.sk_max > 1:
             # keys past the query row are masked: the loop stops at min(i + 1, Sk)
             nxt = em.add(em.var_uops[qi], em.const(1))
             end = em.uop(UOps.ALU, i32, (em.lt(nxt, end), nxt, end), TernaryOps.WHERE)
@@ -298,13 +327,13 @@ class AttentionKernel:
         inside = None
         if split > 1:
             j = em.add(em.mul(kloop, em.const(split)), self._lid)
-            if p.sk % split:
+            if p.symbolic or p.sk % split:
                 # the last step's threads past the end read the last key, and weigh it 0
-                inside = em.lt(j, em.const(p.sk))
-                j = em.uop(UOps.ALU, i32, (inside, j, em.const(p.sk - 1)), TernaryOps.WHERE)
+                inside = em.lt(j, sk if sk is not None else em.const(p.sk))
+                j = em.uop(UOps.ALU, i32, (inside, j, last), TernaryOps.WHERE)
         else:
             j = kloop
-        kj = Variable("kj", 0, p.sk - 1) if p.sk > 1 else None
+        kj = Variable("kj", 0, p.sk_max - 1) if p.sk_max > 1 else None
         if kj is not None:
             em.bind(kj, j)
         kidx = kj if kj is not None else NumNode(0)

@@ -1,0 +1,170 @@
+"""Decode attention with a symbolic key length (the LLM's jitted decode step: keys 0 .. start_pos, start_pos a bound
+Variable) fused into one kernel: against the three unfused kernels and numpy, for several bound lengths, GQA ratios,
+head dims, a sliding window and a tanh soft-cap, on the CPU and in the CUDA source run on the host emulation, and
+one TinyJit replayed at several positions."""
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from tinygrad import Tensor, TinyJit
+from tinygrad.codegen.attention import is_attention, parse
+from tinygrad.engine.schedule import create_schedule_with_vars
+from tinygrad.helpers import Context
+from tinygrad.shape.symbolic import Node, Variable
+
+MAX_CTX = 4200
+SCALE = 0.125
+
+
+class _Cache:
+    """A layer's key and value cache laid out as the model's (keys (ctx, kv_heads, d), values (kv_heads * d, ctx))
+    and one query (1, heads, d)."""
+
+    def __init__(self, kvh: int, rep: int, d: int, ctx: int = MAX_CTX, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.kvh, self.rep, self.d = kvh, rep, d
+        self.kn = rng.standard_normal((ctx, kvh, d)).astype(np.float32)
+        self.vn = rng.standard_normal((kvh * d, ctx)).astype(np.float32)
+        self.qn = rng.standard_normal((1, kvh * rep, d)).astype(np.float32)
+        self.ck, self.cv = Tensor(self.kn).realize(), Tensor(self.vn).realize()
+
+    def attend(self, q: Tensor, start_pos, window=None, softcap=None) -> Tensor:
+        """model.py's decode attention: scores of (kv_heads, rep, 1, end), the mask and soft-cap, softmax, values."""
+        kvh, rep, d = self.kvh, self.rep, self.d
+        end = start_pos + 1
+        keys = self.ck[:end].permute(1, 2, 0).reshape(kvh, 1, d, end)
+        scores = (q.reshape(1, kvh, rep, d).permute(1, 2, 0, 3) @ keys) * SCALE
+        if softcap:
+            scores = (scores * (1.0 / softcap)).tanh() * softcap
+        if window:
+            qpos = (Tensor.arange(1) + (Tensor(start_pos) if isinstance(start_pos, Node) else start_pos)).reshape(1, 1)
+            keep = Tensor.arange(end).reshape(1, end) > qpos.contiguous().realize() - window
+            scores = keep.reshape(1, 1, 1, end).where(scores, float("-inf"))
+        probs = scores.softmax(-1).reshape(kvh, rep, 1, 1, end)
+        return (probs * self.cv[:, :end].reshape(kvh, 1, 1, d, end)).sum(-1).reshape(1, kvh * rep * d)
+
+    def numpy(self, pos: int, window=None, softcap=None) -> np.ndarray:
+        kvh, rep, d, end = self.kvh, self.rep, self.d, pos + 1
+        q = self.qn.reshape(kvh, rep, d)
+        s = np.einsum("grd,jgd->grj", q.astype(np.float64), self.kn[:end].astype(np.float64)) * SCALE
+        if softcap:
+            s = np.tanh(s / softcap) * softcap
+        if window:
+            s[..., np.arange(end) <= pos - window] = -np.inf
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return np.einsum("grj,gdj->grd", p, self.vn[:, :end].reshape(kvh, d, end)).reshape(1, -1)
+
+
+def _var(pos: int):
+    return Variable("start_pos", 0, MAX_CTX - 2).bind(pos)
+
+
+def _items(out: Tensor):
+    sched, var_vals = create_schedule_with_vars([out.lazydata])
+    return [si for si in sched if si.ast[0].op.name == "STORE"], var_vals
+
+
+def _check_cpu(cache, pos, **kw):
+    out = cache.attend(Tensor(cache.qn), _var(pos), **kw)
+    items, _ = _items(out)
+    fused = [si for si in items if is_attention(si.ast)]
+    assert len(fused) == 1 and isinstance(parse(fused[0].ast).sk, Node), [si.ast[0].src[0].op for si in items]
+    got = out.numpy()
+    with Context(FLASH_ATTENTION=0):
+        ref = cache.attend(Tensor(cache.qn), _var(pos), **kw)
+        assert not any(is_attention(si.ast) for si in _items(ref)[0])
+        unfused = ref.numpy()
+    np.testing.assert_allclose(got, unfused, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(got, cache.numpy(pos, **kw), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("pos", [0, 1, 6, 63, 512, 4099])
+def test_symbolic_lengths_cpu(pos):
+    _check_cpu(_Cache(2, 4, 64), pos)
+
+
+@pytest.mark.parametrize("rep", [1, 3, 4, 8])
+def test_gqa_ratios_cpu(rep):
+    _check_cpu(_Cache(2, rep, 64), 70)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_head_dims_cpu(d):
+    _check_cpu(_Cache(1, 4, d, ctx=600), 300)
+
+
+def test_sliding_window_and_softcap_cpu():
+    cache = _Cache(2, 2, 64, ctx=600)
+    _check_cpu(cache, 300, window=64)
+    _check_cpu(cache, 300, softcap=2.0)
+    _check_cpu(cache, 40, window=64, softcap=2.0)  # (the window longer than the keys: every key seen)
+
+
+def test_jit_replays_at_several_positions():
+    cache = _Cache(2, 3, 64, ctx=600)
+
+    def step(q, sp):
+        return cache.attend(q, sp).realize()
+    jit = TinyJit(step)
+    q = Tensor(cache.qn).realize()
+    for pos in (5, 9, 200, 17, 513, 300, 2):
+        got = jit(q, _var(pos)).numpy()
+        with Context(FLASH_ATTENTION=0):
+            unfused = cache.attend(Tensor(cache.qn), _var(pos)).numpy()
+        np.testing.assert_allclose(got, unfused, atol=2e-5, rtol=2e-5, err_msg=f"start_pos {pos}")
+    assert jit.cnt >= 2
+
+
+def test_many_query_rows_keep_three_kernels():
+    """A long chunk with a symbolic key length (a prefill's) keeps the unfused kernels the prefill is tuned for."""
+    kvh, rep, d, n = 2, 32, 64, 64
+    ck = Tensor.empty(MAX_CTX, kvh, d)
+    sp = _var(100)
+    end = sp + n
+    q = Tensor.empty(kvh, rep, n, d)
+    scores = q @ ck[:end].permute(1, 2, 0).reshape(kvh, 1, d, end)
+    out = scores.softmax(-1) @ ck[:end].permute(1, 0, 2).reshape(kvh, 1, end, d)
+    assert not any(is_attention(si.ast) for si in _items(out)[0])
+
+
+# ---- the CUDA source on the host (test/unit/test_gpu_codegen.py's harness) ----
+
+class _CudaDecode:
+    """The fused kernel of `out` rendered for CUDA, in the shape the host runner takes (si, lin, spec, src, launch)."""
+
+    def __init__(self, out: Tensor):
+        from test.unit.test_gpu_codegen import CUDA
+        from tinygrad.codegen.attention import AttentionKernel
+        from tinygrad.engine.realize import run_schedule
+        from tinygrad.renderer.cuda import CUDARenderer
+        items, self.var_vals = create_schedule_with_vars([out.lazydata])
+        run_schedule(items[:-1], self.var_vals)
+        self.si = items[-1]
+        assert is_attention(self.si.ast)
+        self.lin = AttentionKernel(self.si.ast, CUDA).linearize()
+        self.spec = CUDARenderer(self.lin.name, self.lin.uops)
+        self.src = self.spec.src
+
+    def launch(self, var_vals):
+        return tuple(self.lin.global_size), tuple(self.lin.local_size)
+
+
+@pytest.mark.parametrize("case", [(0, 2, 4, 64, {}), (1, 2, 4, 64, {}), (6, 1, 8, 128, {}), (64, 2, 1, 64, {}),
+                                  (512, 1, 3, 256, {}), (4099, 1, 4, 64, {}), (300, 2, 2, 64, {"window": 64}),
+                                  (200, 1, 4, 64, {"softcap": 3.0})])
+def test_cuda_source_on_the_host_emulation(case):
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to run rendered kernels on the host")
+    from test.unit.test_gpu_codegen import _run
+    pos, kvh, rep, d, kw = case
+    cache = _Cache(kvh, rep, d, ctx=max(600, pos + 8))
+    out = cache.attend(Tensor(cache.qn), Variable("start_pos", 0, MAX_CTX - 2).bind(pos), **kw)
+    kern = _CudaDecode(out)
+    assert [v.expr for v in kern.lin.vars] == ["start_pos"]
+    var_vals = {v: pos for v in kern.lin.vars}
+    got = _run([kern], var_vals)[0][:kvh * rep * d].reshape(1, -1)
+    np.testing.assert_allclose(got, cache.numpy(pos, **kw), atol=2e-5, rtol=2e-5)
+    assert math.isfinite(float(got.sum()))
