@@ -132,18 +132,24 @@ def test_many_query_rows_keep_three_kernels():
 
 # ---- the CUDA source on the host (test/unit/test_gpu_codegen.py's harness) ----
 
-class _CudaDecode:
-    """The fused kernel of `out` rendered for CUDA, in the shape the host runner takes (si, lin, spec, src, launch)."""
+def _attention_item(out: Tensor):
+    """The fused item of `out`, its inputs computed (on the host)."""
+    from tinygrad.engine.realize import run_schedule
+    items, var_vals = create_schedule_with_vars([out.lazydata])
+    run_schedule(items[:-1], var_vals)
+    assert is_attention(items[-1].ast)
+    return items[-1]
 
-    def __init__(self, out: Tensor):
+
+class _CudaDecode:
+    """A schedule item's attention kernel rendered for CUDA, in the shape the host runner takes (si, lin, spec, src,
+    launch)."""
+
+    def __init__(self, si):
         from test.unit.test_gpu_codegen import CUDA
         from tinygrad.codegen.attention import AttentionKernel
-        from tinygrad.engine.realize import run_schedule
         from tinygrad.renderer.cuda import CUDARenderer
-        items, self.var_vals = create_schedule_with_vars([out.lazydata])
-        run_schedule(items[:-1], self.var_vals)
-        self.si = items[-1]
-        assert is_attention(self.si.ast)
+        self.si = si
         self.lin = AttentionKernel(self.si.ast, CUDA).linearize()
         self.spec = CUDARenderer(self.lin.name, self.lin.uops)
         self.src = self.spec.src
@@ -162,9 +168,24 @@ def test_cuda_source_on_the_host_emulation(case):
     pos, kvh, rep, d, kw = case
     cache = _Cache(kvh, rep, d, ctx=max(600, pos + 8))
     out = cache.attend(Tensor(cache.qn), Variable("start_pos", 0, MAX_CTX - 2).bind(pos), **kw)
-    kern = _CudaDecode(out)
+    si = _attention_item(out)
+    kern = _CudaDecode(si)
     assert [v.expr for v in kern.lin.vars] == ["start_pos"]
     var_vals = {v: pos for v in kern.lin.vars}
     got = _run([kern], var_vals)[0][:kvh * rep * d].reshape(1, -1)
-    np.testing.assert_allclose(got, cache.numpy(pos, **kw), atol=2e-5, rtol=2e-5)
+    want = cache.numpy(pos, **kw)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
     assert math.isfinite(float(got.sum()))
+    # flash-decoding (a GPU's schedule): the keys in chunks, a block each, then the combine
+    from tinygrad.codegen.attention_gpu import decode_chunks
+    from tinygrad.engine.fuse_attention import split_items
+    plan = parse(si.ast)
+    chunks = decode_chunks(kvh * rep, plan.sk_max)
+    assert chunks == min(64, 512 // (kvh * rep))
+    first, second = (_CudaDecode(x) for x in split_items(type(si), si.ast, si.bufs, si.lbs, plan, chunks))
+    assert first.lin.global_size == (kvh * rep, chunks, 1) and second.lin.global_size == (kvh * rep, 1, 1)
+    partials = _run([first], var_vals)[0]
+    first.si.bufs[0].ensure_allocated()
+    first.si.bufs[0].copyin(memoryview(partials))
+    got = _run([second], var_vals)[0][:kvh * rep * d].reshape(1, -1)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)

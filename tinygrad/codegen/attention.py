@@ -45,9 +45,21 @@ UNROLL = 4  # partial sums of a score's dot product a loop step
 
 
 def is_attention(ast) -> bool:
-    """Whether a kernel AST (a tuple of STOREs) is engine/fuse_attention.py's merged attention kernel."""
+    """Whether a kernel AST (a tuple of STOREs) is engine/fuse_attention.py's merged attention kernel (or one of the
+    two halves of a flash-decoding split: see split_mode)."""
     return len(ast) == 1 and ast[0].op is BufferOps.STORE and ast[0].src[0].op is LoadOps.CUSTOM and \
-        ast[0].src[0].arg == ATTENTION
+        isinstance(ast[0].src[0].arg, str) and ast[0].src[0].arg.split("/")[0] == ATTENTION
+
+
+def split_mode(ast) -> tuple:
+    """(kind, chunks, scratch) of a merged attention AST: ("whole", 1, None) for one kernel; for flash-decoding on a
+    GPU, ("partial", C, None): the keys in C chunks, a block each, whose partial max, sum and Dv accumulators go to
+    buffer 0 (float32, (rows, C, Dv + 2)) in place of the output; ("combine", C, n): the output from those partials,
+    read from buffer n. Both halves carry the whole merged AST (the combine uses its shapes and the output's tail)."""
+    parts = ast[0].src[0].arg.split("/")
+    if len(parts) == 1:
+        return "whole", 1, None
+    return parts[1], int(parts[2]), int(parts[3]) if len(parts) > 3 else None
 
 
 def _leaf_shape(root):
@@ -190,6 +202,7 @@ class AttentionKernel:
         self.ast = ast
         self.opts = opts
         self.plan = parse(ast)
+        self.kind, self.chunks, self.scratch = split_mode(ast) if self.plan is not None else ("whole", 1, None)
         if self.plan is None:
             raise ValueError("not an attention kernel of a form the lowering handles")
         p = self.plan
@@ -227,9 +240,14 @@ class AttentionKernel:
                 if op.op in (BufferOps.LOAD, BufferOps.STORE) and op.arg.idx >= 0:
                     mems.setdefault(op.arg.idx, op.arg)
         self.bufs = {}
-        for idx in sorted(mems):
-            self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
-                                    False)
+        # (flash-decoding's halves: the partials are float32, the first half's output and the second's last input)
+        dts = {idx: mb.dtype for idx, mb in mems.items()}
+        if self.kind == "partial":
+            dts[0] = dtypes.float32
+        elif self.kind == "combine":
+            dts[self.scratch] = dtypes.float32
+        for idx in sorted(dts):
+            self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(dts[idx]), (), (idx, f"data{idx}", idx == 0), False)
         # a symbolic key length's Variables are the kernel's arguments, after the buffers
         variables = set()
         for root in (p.s_root, p.x, p.o_root, p.store):
@@ -243,12 +261,17 @@ class AttentionKernel:
         self.vars = sorted(variables, key=lambda v: v.expr)
         for v in self.vars:
             em.bind(v, em.uop(UOps.DEFINE_VAR, dtypes.int32, (), v, False))
+        if self.kind == "combine":
+            attention_gpu.lower_combine(self, p)
+            return self
         if not p.symbolic and attention_tc.takes(self, p):
             attention_tc.lower(self, p)
             return self
         row_sizes = list(p.bs) + [p.sq]
         rows = math.prod(row_sizes)
         split = attention_gpu.split_threads(rows, p.sk_max, p.dv) if self.gpu else 1
+        if self.kind == "partial":
+            split = attention_gpu.SPLIT_THREADS if p.dv <= 128 else attention_gpu.SPLIT_THREADS // 2
         if self.gpu and split == 1 and not p.symbolic and math.prod(p.bs) <= attention_gpu.GRID_Y_MAX and \
                 p.sk >= attention_gpu.TILE_K and p.sq >= attention_gpu.TILE_Q and \
                 attention_gpu.tiled_sides(self, p) is not None:
@@ -259,7 +282,7 @@ class AttentionKernel:
         qi = row_vars[p.nb] if row_vars[p.nb] is not None else NumNode(0)
         m, lsum, accs = self._keys(p, bidx, qi, split)
         if split > 1:
-            attention_gpu.combine_and_store(self, p, bidx, qi, m, lsum, accs, split)
+            attention_gpu.combine_and_store(self, p, bidx, qi, m, lsum, accs, split, self.kind == "partial")
         else:
             inv = em.uop(UOps.ALU, dtypes.float32, (lsum,), UnaryOps.RECIP)
             for e in range(p.dv):
@@ -289,6 +312,11 @@ class AttentionKernel:
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", rows), False)
             self._lid = em.uop(UOps.SPECIAL, i32, (), (1, "lidx1", split), False)
             self.global_size, self.local_size = (rows, 1, 1), (1, split, 1)
+            self._flat = flat
+            if self.kind == "partial":
+                # flash-decoding: the block's chunk of the keys is its y
+                self._chunk = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", self.chunks), False)
+                self.global_size = (rows, self.chunks, 1)
         else:
             lsize = 64 if rows >= 64 else rows
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
@@ -322,10 +350,25 @@ class AttentionKernel:
             # keys past the query row are masked: the loop stops at min(i + 1, Sk)
             nxt = em.add(em.var_uops[qi], em.const(1))
             end = em.uop(UOps.ALU, i32, (em.lt(nxt, end), nxt, end), TernaryOps.WHERE)
+        first = stop = None
+        if self.kind == "partial":
+            # this block's chunk of the keys: [c * len, min((c + 1) * len, Sk)), len = ceil(Sk / C) (empty chunks
+            # leave max -inf, sum 0)
+            skn = sk if sk is not None else em.const(p.sk)
+            clen = em.div(em.add(skn, em.const(self.chunks - 1)), em.const(self.chunks))
+            first = em.mul(self._chunk, clen)
+            nxt = em.add(first, clen)
+            stop = em.uop(UOps.ALU, i32, (em.lt(nxt, skn), nxt, skn), TernaryOps.WHERE)
+            end = em.div(em.add(clen, em.const(split - 1)), em.const(split))
+            last = em.sub(skn, em.const(1))
         kloop = em.uop(UOps.LOOP, i32, (em.const(0), end), None, False)
         em.open_scope()
         inside = None
-        if split > 1:
+        if first is not None:
+            j = em.add(first, em.add(em.mul(kloop, em.const(split)), self._lid))
+            inside = em.lt(j, stop)
+            j = em.uop(UOps.ALU, i32, (inside, j, last), TernaryOps.WHERE)
+        elif split > 1:
             j = em.add(em.mul(kloop, em.const(split)), self._lid)
             if p.symbolic or p.sk % split:
                 # the last step's threads past the end read the last key, and weigh it 0
