@@ -218,7 +218,8 @@ class AttentionKernel:
         if self.width < 4:
             self.width = 1
         dims = "_".join(str(s) for s in p.bs + (p.sq, p.sk, p.d, p.dv))
-        self.name = to_function_name(f"attn_{dims}")
+        # (flash-decoding's two halves are kernels of their own: their own names)
+        self.name = to_function_name(f"attn_{dims}" + (f"_{self.kind}{self.chunks}" if self.kind != "whole" else ""))
         self._dtypes = {}
         for root in (p.s_root, p.x, p.o_root):
             for op in root.toposort():
