@@ -158,7 +158,8 @@ class _CudaDecode:
         self.src = self.spec.src
 
     def launch(self, var_vals):
-        return tuple(self.lin.global_size), tuple(self.lin.local_size)
+        from tinygrad.codegen.gpu_dims import resolve_launch
+        return resolve_launch(self.lin.global_size, var_vals), resolve_launch(self.lin.local_size, var_vals)
 
 
 @pytest.mark.parametrize("case", [(0, 2, 4, 64, {}), (1, 2, 4, 64, {}), (6, 1, 8, 128, {}), (64, 2, 1, 64, {}),
@@ -172,7 +173,7 @@ def test_cuda_source_on_the_host_emulation(case):
         pytest.skip("the host emulation starts from the CPU's schedule (one fused item)")
     from test.unit.test_gpu_codegen import _run
     pos, kvh, rep, d, kw = case
-    cache = _Cache(kvh, rep, d, ctx=max(600, pos + 8))
+    cache = _Cache(kvh, rep, d, ctx=max(1200, pos + 8))
     out = cache.attend(Tensor(cache.qn), Variable("start_pos", 0, MAX_CTX - 2).bind(pos), **kw)
     si = _attention_item(out)
     kern = _CudaDecode(si)
@@ -183,15 +184,25 @@ def test_cuda_source_on_the_host_emulation(case):
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
     assert math.isfinite(float(got.sum()))
     # flash-decoding (a GPU's schedule): the keys in chunks, a block each, then the combine
-    from tinygrad.codegen.attention_gpu import decode_chunks
+    from tinygrad.codegen.attention_gpu import KEYS_PER_CHUNK, decode_chunks
     from tinygrad.engine.fuse_attention import split_items
     plan = parse(si.ast)
     chunks = decode_chunks(kvh * rep, plan.sk_max)
     assert chunks == min(64, 512 // (kvh * rep))
     first, second = (_CudaDecode(x) for x in split_items(type(si), si.ast, si.bufs, si.lbs, plan, chunks))
-    assert first.lin.global_size == (kvh * rep, chunks, 1) and second.lin.global_size == (kvh * rep, 1, 1)
+    # (a chunk more each KEYS_PER_CHUNK keys: the launch's y follows the key length)
+    count = chunks + (pos + 1 + KEYS_PER_CHUNK - 1) // KEYS_PER_CHUNK - 1
+    assert first.launch(var_vals)[0] == (kvh * rep, count, 1) and second.lin.global_size == (kvh * rep, 1, 1)
     partials = _run([first], var_vals)[0]
     first.si.bufs[0].ensure_allocated()
     first.si.bufs[0].copyin(memoryview(partials))
     got = _run([second], var_vals)[0][:kvh * rep * d].reshape(1, -1)
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+    if not kw:
+        # the same two kernels at another position: another count of chunks, each of another length
+        from test.unit.test_gpu_codegen import _compile
+        fns = _compile([first, second])
+        other = {v: 1100 for v in var_vals}
+        first.si.bufs[0].copyin(memoryview(_run([first], other, fns[:1])[0]))
+        got = _run([second], other, fns[1:])[0][:kvh * rep * d].reshape(1, -1)
+        np.testing.assert_allclose(got, cache.numpy(1100), atol=2e-5, rtol=2e-5)

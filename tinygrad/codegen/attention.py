@@ -315,9 +315,12 @@ class AttentionKernel:
             self.global_size, self.local_size = (rows, 1, 1), (1, split, 1)
             self._flat = flat
             if self.kind == "partial":
-                # flash-decoding: the block's chunk of the keys is its y
-                self._chunk = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", self.chunks), False)
-                self.global_size = (rows, self.chunks, 1)
+                # flash-decoding: the block's chunk of the keys is its y; their count follows the key length
+                count = attention_gpu.chunk_count(self.plan.sk, self.chunks)
+                self._chunk = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", attention_gpu.max_chunks(self.plan,
+                                                                                                 self.chunks)), False)
+                self._nchunks = em.lower_node(count)
+                self.global_size = (rows, count, 1)
         else:
             lsize = 64 if rows >= 64 else rows
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
@@ -356,7 +359,7 @@ class AttentionKernel:
             # this block's chunk of the keys: [c * len, min((c + 1) * len, Sk)), len = ceil(Sk / C) (empty chunks
             # leave max -inf, sum 0)
             skn = sk if sk is not None else em.const(p.sk)
-            clen = em.div(em.add(skn, em.const(self.chunks - 1)), em.const(self.chunks))
+            clen = em.div(em.add(skn, em.sub(self._nchunks, em.const(1))), self._nchunks)
             first = em.mul(self._chunk, clen)
             nxt = em.add(first, clen)
             stop = em.uop(UOps.ALU, i32, (em.lt(nxt, skn), nxt, skn), TernaryOps.WHERE)

@@ -22,8 +22,9 @@ GRID_Y_MAX = 65535  # CUDA's grid y: the batch dims of a tiled kernel
 UNROLL = 4  # partial sums of a score's dot product (independent additions, not one chain of D dependent ones)
 SPLIT_ROWS = 4096  # on a GPU, fewer query rows than this take a block each, its threads sharing the keys
 SPLIT_THREADS = 64  # a block's threads sharing one query row's keys (half that for value head dims over 128)
-DECODE_BLOCKS = 512  # flash-decoding: about this many blocks in all (a few per SM), the keys split among them
-MAX_CHUNKS = 64  # flash-decoding: at most this many chunks of the keys a query row (the combine reads them all)
+DECODE_BLOCKS = 512  # flash-decoding: at least about this many blocks in all (a few per SM) at any key length
+MAX_CHUNKS = 64  # flash-decoding: at most this many chunks a query row before the key length adds its own
+KEYS_PER_CHUNK = 256  # flash-decoding: a chunk more for each this many keys (long contexts use more blocks)
 
 
 def split_threads(rows: int, keys: int, dv: int) -> int:
@@ -36,9 +37,22 @@ def split_threads(rows: int, keys: int, dv: int) -> int:
 
 
 def decode_chunks(rows: int, keys_max: int) -> int:
-    """Flash-decoding's chunks of the keys a query row: enough blocks to fill the GPU (DECODE_BLOCKS in all), at
-    least SPLIT_THREADS keys a chunk at the longest key length."""
+    """Flash-decoding's base count of chunks of the keys a query row: enough blocks to fill the GPU (DECODE_BLOCKS
+    in all) at short key lengths, at least SPLIT_THREADS keys a chunk at the longest; chunk_count adds one for each
+    KEYS_PER_CHUNK keys."""
     return max(1, min(MAX_CHUNKS, DECODE_BLOCKS // max(1, rows), keys_max // SPLIT_THREADS))
+
+
+def chunk_count(sk, base: int):
+    """The chunks of a query row's keys at key length `sk` (an int or a Node: the launch's y then follows it):
+    `base` (decode_chunks) and one more each KEYS_PER_CHUNK keys, so a chunk holds at most about that many keys at
+    long lengths and the blocks grow with them."""
+    return (sk + KEYS_PER_CHUNK - 1) // KEYS_PER_CHUNK + base - 1
+
+
+def max_chunks(p, base: int) -> int:
+    """chunk_count at the longest key length: the partials' slots a row."""
+    return (p.sk_max + KEYS_PER_CHUNK - 1) // KEYS_PER_CHUNK + base - 1
 
 
 def tiled_sides(kern, p):
@@ -236,7 +250,8 @@ def combine_and_store(kern, p, bidx, qi, m, lsum, accs, split, partial=False):
     base = None
     if partial:
         # the block's slot: (row, chunk) of (rows, C, Dv + 2); its sum and max after the Dv accumulators
-        base = em.mul(em.add(em.mul(kern._flat, em.const(kern.chunks)), kern._chunk), em.const(p.dv + 2))
+        base = em.mul(em.add(em.mul(kern._flat, em.const(max_chunks(p, kern.chunks))), kern._chunk),
+                      em.const(p.dv + 2))
         first = em.eq(lid, em.const(0))
         em.uop(UOps.STORE, None, (kern.bufs[0], em.add(base, em.const(p.dv)), total, first), None, False)
         em.uop(UOps.STORE, None, (kern.bufs[0], em.add(base, em.const(p.dv + 1)), top, first), None, False)
@@ -277,22 +292,33 @@ def lower_combine(kern, p):
             names[n] = Variable(f"r{n}", 0, sizes[n] - 1)
             em.bind(names[n], v)
         div *= sizes[n]
-    base = em.mul(flat, em.const(chunks * (p.dv + 2)))
+    slots = max_chunks(p, chunks)
+    base = em.mul(flat, em.const(slots * (p.dv + 2)))
+    # the row's partials one chunk at a time, rescaled to the running max (their count follows the key length)
+    top = em.uop(UOps.DEFINE_ACC, f32, (), -math.inf, False)
+    total = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
+    acc = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
+    count = em.lower_node(chunk_count(p.sk, chunks))
+    cloop = em.uop(UOps.LOOP, i32, (em.const(0), count), None, False)
+    em.open_scope()
+    at = em.add(base, em.mul(cloop, em.const(p.dv + 2)))
+    mc = em.uop(UOps.LOAD, f32, (part, em.add(at, em.const(p.dv + 1))), None)
+    lc = em.uop(UOps.LOAD, f32, (part, em.add(at, em.const(p.dv))), None)
+    ac = em.uop(UOps.LOAD, f32, (part, em.add(at, lid)), None)
+    m_new = em.uop(UOps.ALU, f32, (top, mc), BinaryOps.MAX)
+    m_safe = kern._finite(m_new)
+    rescale, w = kern._exp(top, m_safe), kern._exp(mc, m_safe)
 
-    def at(c, off):
-        return em.uop(UOps.LOAD, f32, (part, em.add(base, em.add(em.const(c * (p.dv + 2)), off))), None)
-    ms = [at(c, em.const(p.dv + 1)) for c in range(chunks)]
-    top = ms[0]
-    for mc in ms[1:]:
-        top = em.uop(UOps.ALU, f32, (top, mc), BinaryOps.MAX)
-    top = kern._finite(top)
-    total = acc = None
-    for c in range(chunks):
-        w = kern._exp(ms[c], top)
-        lw = em.uop(UOps.ALU, f32, (at(c, em.const(p.dv)), w), BinaryOps.MUL)
-        aw = em.uop(UOps.ALU, f32, (at(c, lid), w), BinaryOps.MUL)
-        total = lw if total is None else em.uop(UOps.ALU, f32, (total, lw), BinaryOps.ADD)
-        acc = aw if acc is None else em.uop(UOps.ALU, f32, (acc, aw), BinaryOps.ADD)
+    def update(old, val):
+        return em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (old, rescale), BinaryOps.MUL),
+                                      em.uop(UOps.ALU, f32, (val, w), BinaryOps.MUL)), BinaryOps.ADD)
+    # NOTE: the PHIs assign in place: the running max is written last (the rescale reads it)
+    new_total, new_acc = update(total, lc), update(acc, ac)
+    total = em.uop(UOps.PHI, f32, (total, new_total, cloop), None, False)
+    acc = em.uop(UOps.PHI, f32, (acc, new_acc, cloop), None, False)
+    top = em.uop(UOps.PHI, f32, (top, m_new, cloop), None, False)
+    em.close_scope()
+    em.uop(UOps.ENDLOOP, None, (cloop,), None, False)
     ev = Variable("oe", 0, p.dv - 1)
     em.bind(ev, lid)
     inv = em.uop(UOps.ALU, f32, (total,), UnaryOps.RECIP)

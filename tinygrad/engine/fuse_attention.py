@@ -22,7 +22,7 @@ output (codegen/attention.split_mode), so one query row of a head uses many SMs.
 import math
 
 from tinygrad.codegen.attention import ATTENTION, SCORES, WEIGHTS, parse
-from tinygrad.codegen.attention_gpu import decode_chunks
+from tinygrad.codegen.attention_gpu import decode_chunks, max_chunks
 from tinygrad.device import Buffer, Device
 from tinygrad.dtype import dtypes
 from tinygrad.helpers import FLASH_ATTENTION
@@ -103,7 +103,7 @@ def split_items(item, ast, bufs, lbs, plan, chunks: int) -> list:
     """Flash-decoding's two items of type `item` for the merged `ast` on `bufs` (output first), the keys of a row in
     `chunks` chunks: the partials to a new float32 buffer, then the output from them."""
     rows = math.prod(plan.bs) * plan.sq
-    partials = Buffer(bufs[0].device, rows * chunks * (plan.dv + 2), dtypes.float32)
+    partials = Buffer(bufs[0].device, rows * max_chunks(plan, chunks) * (plan.dv + 2), dtypes.float32)
     store, custom = ast[0], ast[0].src[0]
 
     def half(arg):
