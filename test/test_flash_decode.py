@@ -15,6 +15,14 @@ from tinygrad.helpers import Context
 from tinygrad.shape.symbolic import Node, Variable
 
 MAX_CTX = 4200
+
+
+@pytest.fixture(autouse=True)
+def _symbolic_on_cpu(monkeypatch):
+    """The CPU keeps the three kernels for a symbolic key length by default (engine/fuse_attention.py says why):
+    these tests check its fused lowering too."""
+    import tinygrad.engine.fuse_attention as fuse
+    monkeypatch.setattr(fuse, "SYMBOLIC_ON_CPU", True)
 SCALE = 0.125
 
 
@@ -119,6 +127,16 @@ def test_jit_replays_at_several_positions():
             unfused = cache.attend(Tensor(cache.qn), _var(pos)).numpy()
         np.testing.assert_allclose(got, unfused, atol=2e-5, rtol=2e-5, err_msg=f"start_pos {pos}")
     assert jit.cnt >= 2
+
+
+def test_cpu_keeps_three_kernels_by_default(monkeypatch):
+    import tinygrad.engine.fuse_attention as fuse
+    from tinygrad.device import Device
+    monkeypatch.setattr(fuse, "SYMBOLIC_ON_CPU", False)
+    cache = _Cache(1, 4, 64, ctx=300)
+    items, _ = _items(cache.attend(Tensor(cache.qn), _var(100)))
+    gpu = getattr(Device[Device.DEFAULT].linearizer_opts, "has_local", False)
+    assert any(is_attention(si.ast) for si in items) == gpu
 
 
 def test_many_query_rows_keep_three_kernels():

@@ -18,6 +18,11 @@ the row is acc / l at the end. The same uops serve every renderer: on the CPU th
 threads) and the head dims float32 vectors; on a GPU (codegen/attention_gpu.py) a block of query rows of
 one head with the keys and values staged in shared memory by tiles, or for few rows (decode) a block a row whose
 threads share the keys.
+
+The key length may be symbolic (a jitted decode step's start_pos + 1, for fewer than SYMBOLIC_ROWS query rows): the
+key loop then runs to the bound Variables' expression, passed to the kernel after the buffers. On a GPU such a
+kernel is split in two (flash-decoding, split_mode): blocks over chunks of the keys store partial softmaxes, a second
+kernel combines them (codegen/attention_gpu.py).
 """
 from __future__ import annotations
 
@@ -53,9 +58,10 @@ def is_attention(ast) -> bool:
 
 def split_mode(ast) -> tuple:
     """(kind, chunks, scratch) of a merged attention AST: ("whole", 1, None) for one kernel; for flash-decoding on a
-    GPU, ("partial", C, None): the keys in C chunks, a block each, whose partial max, sum and Dv accumulators go to
-    buffer 0 (float32, (rows, C, Dv + 2)) in place of the output; ("combine", C, n): the output from those partials,
-    read from buffer n. Both halves carry the whole merged AST (the combine uses its shapes and the output's tail)."""
+    GPU, ("partial", C, None): the keys in chunks, a block each (C the base count: attention_gpu.chunk_count), whose
+    partial max, sum and Dv accumulators go to buffer 0 (float32, (rows, max chunks, Dv + 2)) in place of the
+    output; ("combine", C, n): the output from those partials, read from buffer n. Both halves carry the whole
+    merged AST (the combine uses its shapes and the output's tail)."""
     parts = ast[0].src[0].arg.split("/")
     if len(parts) == 1:
         return "whole", 1, None

@@ -5,7 +5,9 @@ tile of TILE_K keys the block's threads store k's and v's sides (the parts of th
 that do not depend on the query) in shared memory as float32, wait at a barrier, and each runs the online softmax
 over the tile from there, q's side of its row kept in registers. Few rows (decode): a block a row, its threads taking
 every split-th key each with a softmax of its own, combined in shared memory at the end (flash-decoding inside a
-block). Both are uops only, so every GPU renderer takes them.
+block). Flash-decoding (a symbolic key length over few rows): the keys of a row in chunks, a block a (row, chunk)
+storing its partial max, sum and accumulators, their count growing with the key length, then lower_combine's kernel
+a block a row. All are uops only, so every GPU renderer takes them.
 """
 from __future__ import annotations
 

@@ -80,7 +80,17 @@ def _merge(s_si, p_si, o_si):
     plan = parse(ast)
     if plan is None:
         return None
+    gpu = getattr(Device[bufs[0].device].linearizer_opts, "has_local", False)
+    if plan.symbolic and not gpu and not SYMBOLIC_ON_CPU:
+        return None
     return _flash_decode(type(o_si), ast, tuple(bufs), o_si.lbs, plan) or [type(o_si)(ast, tuple(bufs), 1, o_si.lbs)]
+
+
+# A symbolic key length keeps the three kernels on the CPU: its fused lowering reads the cached values (laid out
+# (head_dim, positions)) a position at a time across the head dim, lane by lane, where the unfused product reads them
+# along the positions in vectors; measured 2-3x slower at Gemma 3 270M's decode shape (4 heads of 256, 128 keys).
+# Tests turn it on to check that lowering.
+SYMBOLIC_ON_CPU = False
 
 
 def _flash_decode(item, ast, bufs, lbs, plan):
