@@ -18,6 +18,11 @@ the row is acc / l at the end. The same uops serve every renderer: on the CPU th
 threads) and the head dims float32 vectors; on a GPU (codegen/attention_gpu.py) a block of query rows of
 one head with the keys and values staged in shared memory by tiles, or for few rows (decode) a block a row whose
 threads share the keys.
+
+The key length may be symbolic (a jitted decode step's start_pos + 1, for fewer than SYMBOLIC_ROWS query rows): the
+key loop then runs to the bound Variables' expression, passed to the kernel after the buffers. On a GPU such a
+kernel is split in two (flash-decoding, split_mode): blocks over chunks of the keys store partial softmaxes, a second
+kernel combines them (codegen/attention_gpu.py).
 """
 from __future__ import annotations
 
@@ -37,14 +42,30 @@ from tinygrad.shape.symbolic import Node, NumNode, Variable
 ATTENTION = "attention"
 SCORES, WEIGHTS = -1, -2  # the placeholder buffer numbers of the two intermediates
 MAX_DV = 256  # value head dims up to this keep one float32 accumulator each in registers
+# a symbolic key length fuses for fewer query rows than this (decode, short chunks): more take the unfused kernels,
+# whose tiles are timed for the many rows of a prefill
+SYMBOLIC_ROWS = 4096
 _LOG2E = 1.0 / math.log(2.0)
 UNROLL = 4  # partial sums of a score's dot product a loop step
 
 
 def is_attention(ast) -> bool:
-    """Whether a kernel AST (a tuple of STOREs) is engine/fuse_attention.py's merged attention kernel."""
+    """Whether a kernel AST (a tuple of STOREs) is engine/fuse_attention.py's merged attention kernel (or one of the
+    two halves of a flash-decoding split: see split_mode)."""
     return len(ast) == 1 and ast[0].op is BufferOps.STORE and ast[0].src[0].op is LoadOps.CUSTOM and \
-        ast[0].src[0].arg == ATTENTION
+        isinstance(ast[0].src[0].arg, str) and ast[0].src[0].arg.split("/")[0] == ATTENTION
+
+
+def split_mode(ast) -> tuple:
+    """(kind, chunks, scratch) of a merged attention AST: ("whole", 1, None) for one kernel; for flash-decoding on a
+    GPU, ("partial", C, None): the keys in chunks, a block each (C the base count: attention_gpu.chunk_count), whose
+    partial max, sum and Dv accumulators go to buffer 0 (float32, (rows, max chunks, Dv + 2)) in place of the
+    output; ("combine", C, n): the output from those partials, read from buffer n. Both halves carry the whole
+    merged AST (the combine uses its shapes and the output's tail)."""
+    parts = ast[0].src[0].arg.split("/")
+    if len(parts) == 1:
+        return "whole", 1, None
+    return parts[1], int(parts[2]), int(parts[3]) if len(parts) > 3 else None
 
 
 def _leaf_shape(root):
@@ -93,7 +114,12 @@ def parse(ast):
     bs, sq, sk, d = fs[:nb], fs[nb], fs[nb + 1], fs[nb + 2]
     dv = fo[nb + 1]
     fp = bs + (sq, sk)
-    if not all(isinstance(s, int) for s in fs + fo) or tuple(rs.arg) != (nb + 2,) or tuple(ro.arg) != (nb + 2,):
+    # every size known but the key length, which may be symbolic (a decode step's start_pos + n)
+    fixed = fs[:nb + 1] + fs[nb + 2:] + fo[:nb + 2]
+    if not all(isinstance(s, int) for s in fixed) or tuple(rs.arg) != (nb + 2,) or tuple(ro.arg) != (nb + 2,):
+        return None
+    if not isinstance(sk, (int, Node)) or isinstance(sk, Node) and (sk.min < 1 or not isinstance(sk.max, int) or
+                                                                    math.prod(bs) * sq >= SYMBOLIC_ROWS):
         return None
     if fo[:nb] != bs or fo[nb] != sq or fo[nb + 2] != sk or dv > MAX_DV:
         return None
@@ -147,7 +173,8 @@ def parse(ast):
     if _loads_of(s_root, SCORES) or _loads_of(s_root, WEIGHTS):
         return None
     return Plan(nb=nb, bs=bs, sq=sq, sk=sk, d=d, dv=dv, s_root=s_root, rs=rs, x=x, ro=ro, o_root=o_root,
-                v_root=v_root, store=store, causal=_causal(x, fp, nb))
+                v_root=v_root, store=store, causal=_causal(x, fp, nb), symbolic=isinstance(sk, Node),
+                sk_max=sk.max if isinstance(sk, Node) else sk)
 
 
 def _iota_along(op, frame, dim) -> bool:
@@ -162,6 +189,8 @@ def _iota_along(op, frame, dim) -> bool:
 def _causal(x, frame, nb) -> bool:
     """Whether the softmax's input is where(not (i < j), s, -inf): scaled_dot_product_attention's causal mask, whose
     keys past the query row the kernel need not visit."""
+    if not all(isinstance(s, int) for s in frame):
+        return False  # (a symbolic key length: the mask is computed like any other)
     if x.op is not TernaryOps.WHERE or x.src[2].op is not BufferOps.CONST or x.src[2].arg.val != -math.inf:
         return False
     cond = x.src[0]
@@ -179,6 +208,7 @@ class AttentionKernel:
         self.ast = ast
         self.opts = opts
         self.plan = parse(ast)
+        self.kind, self.chunks, self.scratch = split_mode(ast) if self.plan is not None else ("whole", 1, None)
         if self.plan is None:
             raise ValueError("not an attention kernel of a form the lowering handles")
         p = self.plan
@@ -194,7 +224,8 @@ class AttentionKernel:
         if self.width < 4:
             self.width = 1
         dims = "_".join(str(s) for s in p.bs + (p.sq, p.sk, p.d, p.dv))
-        self.name = to_function_name(f"attn_{dims}")
+        # (flash-decoding's two halves are kernels of their own: their own names)
+        self.name = to_function_name(f"attn_{dims}" + (f"_{self.kind}{self.chunks}" if self.kind != "whole" else ""))
         self._dtypes = {}
         for root in (p.s_root, p.x, p.o_root):
             for op in root.toposort():
@@ -216,16 +247,39 @@ class AttentionKernel:
                 if op.op in (BufferOps.LOAD, BufferOps.STORE) and op.arg.idx >= 0:
                     mems.setdefault(op.arg.idx, op.arg)
         self.bufs = {}
-        for idx in sorted(mems):
-            self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(mems[idx].dtype), (), (idx, f"data{idx}", idx == 0),
-                                    False)
-        if attention_tc.takes(self, p):
+        # (flash-decoding's halves: the partials are float32, the first half's output and the second's last input)
+        dts = {idx: mb.dtype for idx, mb in mems.items()}
+        if self.kind == "partial":
+            dts[0] = dtypes.float32
+        elif self.kind == "combine":
+            dts[self.scratch] = dtypes.float32
+        for idx in sorted(dts):
+            self.bufs[idx] = em.uop(UOps.DEFINE_GLOBAL, PtrDType(dts[idx]), (), (idx, f"data{idx}", idx == 0), False)
+        # a symbolic key length's Variables are the kernel's arguments, after the buffers
+        variables = set()
+        for root in (p.s_root, p.x, p.o_root, p.store):
+            for op in root.toposort():
+                if op.op in LEAVES or op.op is BufferOps.STORE:
+                    variables |= op.arg.st.vars()
+                    if op.op is BufferOps.CONST and isinstance(op.arg.val, Node):
+                        variables |= op.arg.val.vars()
+        if p.symbolic:
+            variables |= p.sk.vars()
+        self.vars = sorted(variables, key=lambda v: v.expr)
+        for v in self.vars:
+            em.bind(v, em.uop(UOps.DEFINE_VAR, dtypes.int32, (), v, False))
+        if self.kind == "combine":
+            attention_gpu.lower_combine(self, p)
+            return self
+        if not p.symbolic and attention_tc.takes(self, p):
             attention_tc.lower(self, p)
             return self
         row_sizes = list(p.bs) + [p.sq]
         rows = math.prod(row_sizes)
-        split = attention_gpu.split_threads(rows, p.sk, p.dv) if self.gpu else 1
-        if self.gpu and split == 1 and math.prod(p.bs) <= attention_gpu.GRID_Y_MAX and \
+        split = attention_gpu.split_threads(rows, p.sk_max, p.dv) if self.gpu else 1
+        if self.kind == "partial":
+            split = attention_gpu.SPLIT_THREADS if p.dv <= 128 else attention_gpu.SPLIT_THREADS // 2
+        if self.gpu and split == 1 and not p.symbolic and math.prod(p.bs) <= attention_gpu.GRID_Y_MAX and \
                 p.sk >= attention_gpu.TILE_K and p.sq >= attention_gpu.TILE_Q and \
                 attention_gpu.tiled_sides(self, p) is not None:
             attention_gpu.lower_tiled(self, p)
@@ -235,7 +289,7 @@ class AttentionKernel:
         qi = row_vars[p.nb] if row_vars[p.nb] is not None else NumNode(0)
         m, lsum, accs = self._keys(p, bidx, qi, split)
         if split > 1:
-            attention_gpu.combine_and_store(self, p, bidx, qi, m, lsum, accs, split)
+            attention_gpu.combine_and_store(self, p, bidx, qi, m, lsum, accs, split, self.kind == "partial")
         else:
             inv = em.uop(UOps.ALU, dtypes.float32, (lsum,), UnaryOps.RECIP)
             for e in range(p.dv):
@@ -265,6 +319,14 @@ class AttentionKernel:
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", rows), False)
             self._lid = em.uop(UOps.SPECIAL, i32, (), (1, "lidx1", split), False)
             self.global_size, self.local_size = (rows, 1, 1), (1, split, 1)
+            self._flat = flat
+            if self.kind == "partial":
+                # flash-decoding: the block's chunk of the keys is its y; their count follows the key length
+                count = attention_gpu.chunk_count(self.plan.sk, self.chunks)
+                self._chunk = em.uop(UOps.SPECIAL, i32, (), (1, "gidx1", attention_gpu.max_chunks(self.plan,
+                                                                                                 self.chunks)), False)
+                self._nchunks = em.lower_node(count)
+                self.global_size = (rows, count, 1)
         else:
             lsize = 64 if rows >= 64 else rows
             flat = em.uop(UOps.SPECIAL, i32, (), (0, "idx0", rows, lsize), False)
@@ -287,24 +349,44 @@ class AttentionKernel:
         wv = self.width if self.width > 1 and p.dv % self.width == 0 else 1
         vdt = f32.vec(wv) if wv > 1 else f32
         accs = [em.uop(UOps.DEFINE_ACC, vdt, (), 0.0, False) for _ in range(p.dv // wv)]
-        steps = (p.sk + split - 1) // split
-        end = em.const(steps)
-        if p.causal and split == 1 and isinstance(qi, Variable) and p.sk > 1:
+        # the key length: a constant, or the expression of the bound Variables (start_pos + n) computed at launch
+        if not p.symbolic:
+            sk, end, last = None, em.const((p.sk + split - 1) // split), em.const(p.sk - 1)
+        else:
+            sk = em.lower_node(p.sk)
+            end = em.div(em.add(sk, em.const(split - 1)), em.const(split)) if split > 1 else sk
+            last = em.sub(sk, em.const(1))
+        if p.causal and split == 1 and isinstance(qi, Variable) and p.sk_max > 1:
             # keys past the query row are masked: the loop stops at min(i + 1, Sk)
             nxt = em.add(em.var_uops[qi], em.const(1))
             end = em.uop(UOps.ALU, i32, (em.lt(nxt, end), nxt, end), TernaryOps.WHERE)
+        first = stop = None
+        if self.kind == "partial":
+            # this block's chunk of the keys: [c * len, min((c + 1) * len, Sk)), len = ceil(Sk / C) (empty chunks
+            # leave max -inf, sum 0)
+            skn = sk if sk is not None else em.const(p.sk)
+            clen = em.div(em.add(skn, em.sub(self._nchunks, em.const(1))), self._nchunks)
+            first = em.mul(self._chunk, clen)
+            nxt = em.add(first, clen)
+            stop = em.uop(UOps.ALU, i32, (em.lt(nxt, skn), nxt, skn), TernaryOps.WHERE)
+            end = em.div(em.add(clen, em.const(split - 1)), em.const(split))
+            last = em.sub(skn, em.const(1))
         kloop = em.uop(UOps.LOOP, i32, (em.const(0), end), None, False)
         em.open_scope()
         inside = None
-        if split > 1:
+        if first is not None:
+            j = em.add(first, em.add(em.mul(kloop, em.const(split)), self._lid))
+            inside = em.lt(j, stop)
+            j = em.uop(UOps.ALU, i32, (inside, j, last), TernaryOps.WHERE)
+        elif split > 1:
             j = em.add(em.mul(kloop, em.const(split)), self._lid)
-            if p.sk % split:
+            if p.symbolic or p.sk % split:
                 # the last step's threads past the end read the last key, and weigh it 0
-                inside = em.lt(j, em.const(p.sk))
-                j = em.uop(UOps.ALU, i32, (inside, j, em.const(p.sk - 1)), TernaryOps.WHERE)
+                inside = em.lt(j, sk if sk is not None else em.const(p.sk))
+                j = em.uop(UOps.ALU, i32, (inside, j, last), TernaryOps.WHERE)
         else:
             j = kloop
-        kj = Variable("kj", 0, p.sk - 1) if p.sk > 1 else None
+        kj = Variable("kj", 0, p.sk_max - 1) if p.sk_max > 1 else None
         if kj is not None:
             em.bind(kj, j)
         kidx = kj if kj is not None else NumNode(0)

@@ -5,7 +5,9 @@ tile of TILE_K keys the block's threads store k's and v's sides (the parts of th
 that do not depend on the query) in shared memory as float32, wait at a barrier, and each runs the online softmax
 over the tile from there, q's side of its row kept in registers. Few rows (decode): a block a row, its threads taking
 every split-th key each with a softmax of its own, combined in shared memory at the end (flash-decoding inside a
-block). Both are uops only, so every GPU renderer takes them.
+block). Flash-decoding (a symbolic key length over few rows): the keys of a row in chunks, a block a (row, chunk)
+storing its partial max, sum and accumulators, their count growing with the key length, then lower_combine's kernel
+a block a row. All are uops only, so every GPU renderer takes them.
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ TILE_Q, TILE_K = 64, 32  # a tiled GPU kernel's query rows a block (a thread eac
 GRID_Y_MAX = 65535  # CUDA's grid y: the batch dims of a tiled kernel
 UNROLL = 4  # partial sums of a score's dot product (independent additions, not one chain of D dependent ones)
 SPLIT_ROWS = 4096  # on a GPU, fewer query rows than this take a block each, its threads sharing the keys
+SPLIT_THREADS = 64  # a block's threads sharing one query row's keys (half that for value head dims over 128)
+DECODE_BLOCKS = 512  # flash-decoding: at least about this many blocks in all (a few per SM) at any key length
+MAX_CHUNKS = 64  # flash-decoding: at most this many chunks a query row before the key length adds its own
+KEYS_PER_CHUNK = 256  # flash-decoding: a chunk more for each this many keys (long contexts use more blocks)
 
 
 def split_threads(rows: int, keys: int, dv: int) -> int:
@@ -29,7 +35,26 @@ def split_threads(rows: int, keys: int, dv: int) -> int:
     shared memory, a slot a thread for each accumulator, stays under 48 KB)."""
     if rows >= SPLIT_ROWS or keys < 128:
         return 1
-    return 64 if dv <= 128 else 32
+    return SPLIT_THREADS if dv <= 128 else SPLIT_THREADS // 2
+
+
+def decode_chunks(rows: int, keys_max: int) -> int:
+    """Flash-decoding's base count of chunks of the keys a query row: enough blocks to fill the GPU (DECODE_BLOCKS
+    in all) at short key lengths, at least SPLIT_THREADS keys a chunk at the longest; chunk_count adds one for each
+    KEYS_PER_CHUNK keys."""
+    return max(1, min(MAX_CHUNKS, DECODE_BLOCKS // max(1, rows), keys_max // SPLIT_THREADS))
+
+
+def chunk_count(sk, base: int):
+    """The chunks of a query row's keys at key length `sk` (an int or a Node: the launch's y then follows it):
+    `base` (decode_chunks) and one more each KEYS_PER_CHUNK keys, so a chunk holds at most about that many keys at
+    long lengths and the blocks grow with them."""
+    return (sk + KEYS_PER_CHUNK - 1) // KEYS_PER_CHUNK + base - 1
+
+
+def max_chunks(p, base: int) -> int:
+    """chunk_count at the longest key length: the partials' slots a row."""
+    return (p.sk_max + KEYS_PER_CHUNK - 1) // KEYS_PER_CHUNK + base - 1
 
 
 def tiled_sides(kern, p):
@@ -196,10 +221,11 @@ def _stage(kern, smem, side, tk, width, tbase, lid, frame):
         vin = (smem, flat, val) + ((gate,) if gate is not None else ())
         em.uop(UOps.STORE, None, vin, None, False)
 
-def combine_and_store(kern, p, bidx, qi, m, lsum, accs, split):
+def combine_and_store(kern, p, bidx, qi, m, lsum, accs, split, partial=False):
     """A block's threads each hold a row's softmax over their share of the keys: they meet in shared memory (a
     slot per thread for the max, the sum and each accumulator), each rescaled to the row's max; thread t then
-    sums and stores the outputs t, t + split, ..."""
+    sums and stores the outputs t, t + split, ... (`partial`: flash-decoding's first half, which stores the block's
+    max, sum and unnormalised accumulators to the partials instead: see attention.split_mode)"""
     em, i32, f32 = kern.em, dtypes.int32, dtypes.float32
     lid = kern._lid
 
@@ -223,6 +249,14 @@ def combine_and_store(kern, p, bidx, qi, m, lsum, accs, split):
         v = em.uop(UOps.LOAD, f32, (sm_l, em.const(t)), None)
         total = v if total is None else em.uop(UOps.ALU, f32, (total, v), BinaryOps.ADD)
     inv = em.uop(UOps.ALU, f32, (total,), UnaryOps.RECIP)
+    base = None
+    if partial:
+        # the block's slot: (row, chunk) of (rows, C, Dv + 2); its sum and max after the Dv accumulators
+        base = em.mul(em.add(em.mul(kern._flat, em.const(max_chunks(p, kern.chunks))), kern._chunk),
+                      em.const(p.dv + 2))
+        first = em.eq(lid, em.const(0))
+        em.uop(UOps.STORE, None, (kern.bufs[0], em.add(base, em.const(p.dv)), total, first), None, False)
+        em.uop(UOps.STORE, None, (kern.bufs[0], em.add(base, em.const(p.dv + 1)), top, first), None, False)
     for n in range((p.dv + split - 1) // split):
         e = em.add(em.const(n * split), lid)
         gate = em.lt(e, em.const(p.dv)) if (n + 1) * split > p.dv else None
@@ -235,4 +269,59 @@ def combine_and_store(kern, p, bidx, qi, m, lsum, accs, split):
         for t in range(split):
             v = em.uop(UOps.LOAD, f32, (sm_a, em.add(row, em.const(t))), None)
             acc = v if acc is None else em.uop(UOps.ALU, f32, (acc, v), BinaryOps.ADD)
+        if partial:
+            vin = (kern.bufs[0], em.add(base, e), acc) + ((gate,) if gate is not None else ())
+            em.uop(UOps.STORE, None, vin, None, False)
+            continue
         kern._store(p, bidx, qi, ev, em.uop(UOps.ALU, f32, (acc, inv), BinaryOps.MUL), gate)
+
+
+def lower_combine(kern, p):
+    """Flash-decoding's second half: a block a query row, a thread an output e; the row's C partials (max m_c, sum
+    l_c, accumulators a_c, each over its chunk of the keys) make out_e = sum_c w_c a_c[e] / sum_c w_c l_c with
+    w_c = exp(m_c - max_c m_c), through the product's tail."""
+    em, i32, f32 = kern.em, dtypes.int32, dtypes.float32
+    rows, chunks, part = math.prod(p.bs) * p.sq, kern.chunks, kern.bufs[kern.scratch]
+    flat = em.uop(UOps.SPECIAL, i32, (), (0, "gidx0", rows), False)
+    lid = em.uop(UOps.SPECIAL, i32, (), (1, "lidx1", p.dv), False)
+    kern.global_size, kern.local_size = (rows, 1, 1), (1, p.dv, 1)
+    sizes = list(p.bs) + [p.sq]
+    names, div = [NumNode(0)] * len(sizes), 1
+    for n in reversed(range(len(sizes))):
+        if sizes[n] > 1:
+            v = em.div(flat, em.const(div)) if div != 1 else flat
+            v = em.mod(v, em.const(sizes[n])) if div * sizes[n] != rows else v
+            names[n] = Variable(f"r{n}", 0, sizes[n] - 1)
+            em.bind(names[n], v)
+        div *= sizes[n]
+    slots = max_chunks(p, chunks)
+    base = em.mul(flat, em.const(slots * (p.dv + 2)))
+    # the row's partials one chunk at a time, rescaled to the running max (their count follows the key length)
+    top = em.uop(UOps.DEFINE_ACC, f32, (), -math.inf, False)
+    total = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
+    acc = em.uop(UOps.DEFINE_ACC, f32, (), 0.0, False)
+    count = em.lower_node(chunk_count(p.sk, chunks))
+    cloop = em.uop(UOps.LOOP, i32, (em.const(0), count), None, False)
+    em.open_scope()
+    at = em.add(base, em.mul(cloop, em.const(p.dv + 2)))
+    mc = em.uop(UOps.LOAD, f32, (part, em.add(at, em.const(p.dv + 1))), None)
+    lc = em.uop(UOps.LOAD, f32, (part, em.add(at, em.const(p.dv))), None)
+    ac = em.uop(UOps.LOAD, f32, (part, em.add(at, lid)), None)
+    m_new = em.uop(UOps.ALU, f32, (top, mc), BinaryOps.MAX)
+    m_safe = kern._finite(m_new)
+    rescale, w = kern._exp(top, m_safe), kern._exp(mc, m_safe)
+
+    def update(old, val):
+        return em.uop(UOps.ALU, f32, (em.uop(UOps.ALU, f32, (old, rescale), BinaryOps.MUL),
+                                      em.uop(UOps.ALU, f32, (val, w), BinaryOps.MUL)), BinaryOps.ADD)
+    # NOTE: the PHIs assign in place: the running max is written last (the rescale reads it)
+    new_total, new_acc = update(total, lc), update(acc, ac)
+    total = em.uop(UOps.PHI, f32, (total, new_total, cloop), None, False)
+    acc = em.uop(UOps.PHI, f32, (acc, new_acc, cloop), None, False)
+    top = em.uop(UOps.PHI, f32, (top, m_new, cloop), None, False)
+    em.close_scope()
+    em.uop(UOps.ENDLOOP, None, (cloop,), None, False)
+    ev = Variable("oe", 0, p.dv - 1)
+    em.bind(ev, lid)
+    inv = em.uop(UOps.ALU, f32, (total,), UnaryOps.RECIP)
+    kern._store(p, names[:p.nb], names[p.nb], ev, em.uop(UOps.ALU, f32, (acc, inv), BinaryOps.MUL))

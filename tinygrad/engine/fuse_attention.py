@@ -11,10 +11,20 @@ it with an online softmax), where
 - codegen/attention.parse accepts the merged AST (the shapes line up, the softmax is exp(x - max) / sum, the product
   is weights * g(v)).
 
-Anything else (dropout between the softmax and the product, symbolic shapes, a value head dim over MAX_DV) keeps its
-three kernels. The two intermediates never get a buffer.
+Anything else (dropout between the softmax and the product, symbolic shapes other than the key length, a value head
+dim over MAX_DV) keeps its three kernels. The two intermediates never get a buffer.
+
+Flash-decoding: on a GPU, a key length that is symbolic (a jitted decode step's start_pos + 1) over few query rows
+takes two items: the first splits each row's keys into chunks, a block each, and stores each block's partial
+softmax (max, sum, accumulators) to a small float32 buffer of its own; the second combines a row's partials into the
+output (codegen/attention.split_mode), so one query row of a head uses many SMs.
 """
+import math
+
 from tinygrad.codegen.attention import ATTENTION, SCORES, WEIGHTS, parse
+from tinygrad.codegen.attention_gpu import decode_chunks, max_chunks
+from tinygrad.device import Buffer, Device
+from tinygrad.dtype import dtypes
 from tinygrad.helpers import FLASH_ATTENTION
 from tinygrad.ops import BufferOps, LazyOp, LoadOps, MemBuffer, ReduceOps
 from tinygrad.shape.shapetracker import ShapeTracker
@@ -67,9 +77,50 @@ def _merge(s_si, p_si, o_si):
         parts.append(_remap(si.ast[0].src[0], mapping))
     store = o_si.ast[0]
     ast = (LazyOp(BufferOps.STORE, (LazyOp(LoadOps.CUSTOM, tuple(parts), ATTENTION),), store.arg),)
-    if parse(ast) is None:
+    plan = parse(ast)
+    if plan is None:
         return None
-    return type(o_si)(ast, tuple(bufs), 1, o_si.lbs)
+    gpu = getattr(Device[bufs[0].device].linearizer_opts, "has_local", False)
+    if plan.symbolic and not gpu and not SYMBOLIC_ON_CPU:
+        return None
+    return _flash_decode(type(o_si), ast, tuple(bufs), o_si.lbs, plan) or [type(o_si)(ast, tuple(bufs), 1, o_si.lbs)]
+
+
+# A symbolic key length keeps the three kernels on the CPU: its fused lowering reads the cached values (laid out
+# (head_dim, positions)) a position at a time across the head dim, lane by lane, where the unfused product reads them
+# along the positions in vectors; measured 2-3x slower at Gemma 3 270M's decode shape (4 heads of 256, 128 keys).
+# Tests turn it on to check that lowering.
+SYMBOLIC_ON_CPU = False
+
+
+def _flash_decode(item, ast, bufs, lbs, plan):
+    """The two items of flash-decoding (see the module docstring) for the merged `ast`, or None where it is one
+    kernel (the CPU, a key length known when scheduling, one chunk)."""
+    if not plan.symbolic:
+        return None
+    dev = bufs[0].device
+    opts = Device[dev].linearizer_opts
+    if opts is None or not getattr(opts, "has_local", False):
+        return None
+    rows = math.prod(plan.bs) * plan.sq
+    chunks = decode_chunks(rows, plan.sk_max)
+    if chunks < 2:
+        return None
+    return split_items(item, ast, bufs, lbs, plan, chunks)
+
+
+def split_items(item, ast, bufs, lbs, plan, chunks: int) -> list:
+    """Flash-decoding's two items of type `item` for the merged `ast` on `bufs` (output first), the keys of a row in
+    `chunks` chunks: the partials to a new float32 buffer, then the output from them."""
+    rows = math.prod(plan.bs) * plan.sq
+    partials = Buffer(bufs[0].device, rows * max_chunks(plan, chunks) * (plan.dv + 2), dtypes.float32)
+    store, custom = ast[0], ast[0].src[0]
+
+    def half(arg):
+        return (LazyOp(BufferOps.STORE, (LazyOp(LoadOps.CUSTOM, custom.src, arg),), store.arg),)
+    first = item(half(f"{ATTENTION}/partial/{chunks}"), (partials,) + bufs[1:], 1, ())
+    second = item(half(f"{ATTENTION}/combine/{chunks}/{len(bufs)}"), bufs + (partials,), 1, lbs)
+    return [first, second]
 
 
 def fuse_attention(schedule, out_ids):
@@ -113,4 +164,4 @@ def fuse_attention(schedule, out_ids):
                 break
     if not merged:
         return schedule
-    return [merged.get(n, si) for n, si in enumerate(schedule) if n not in dropped]
+    return [x for n, si in enumerate(schedule) if n not in dropped for x in merged.get(n, [si])]

@@ -660,6 +660,12 @@ class Transformer:
         mask = masks[0] if glob else masks[1]
         if mask is not None:
             scores = mask.reshape(1, 1, n, end).where(scores, float("-inf"))
+        if n == 1:
+            # a decode step: the product in the scores' row order (kv_heads, rep, 1, head_dim), which is already the
+            # order attn_output reads; the three kernels then fuse into one (engine/fuse_attention.py), the key
+            # length start_pos + 1 symbolic
+            probs = scores.softmax(-1).reshape(kvh, rep, 1, 1, end)
+            return (probs * cv[:, :end].reshape(kvh, 1, 1, hd, end)).sum(-1).reshape(1, cfg.heads * hd)
         # (n, kv_heads, rep, 1, end) times the values (kv_heads, 1, head_dim, end), summed over positions: the
         # kernel writes the rows in the order attn_output reads them, where a permute of (heads, n, head_dim) would
         # make its input a strided view
