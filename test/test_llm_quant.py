@@ -19,7 +19,7 @@ import pytest
 from tinygrad import Device, Tensor
 from tinygrad.apps.llm.linear import Linear
 from tinygrad.nn.state_file import CheckpointBytes
-from tinygrad.nn.state_gguf import GGML_TYPES, WORD_COLUMNS, WORD_TYPES, GGUFTensor, column_step, dequantize
+from tinygrad.nn.state_gguf import GGML_TYPES, WORD_COLUMNS, WORD_TYPES, GGUFTensor, column_step, dequantize, in_columns
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "quant_blocks.json.gz")
 with gzip.open(FIXTURE, "rt") as _f:
@@ -300,11 +300,14 @@ def test_large_words_matrix_loads_in_chunks(monkeypatch, words_everywhere):
     arranges them)."""
     from tinygrad.apps.llm import linear
     rng = np.random.default_rng(6)
-    a, b = rng.integers(0, 256, (13, 210), dtype=np.uint8), rng.integers(0, 256, (7, 210), dtype=np.uint8)
-    ts = [_matrix(a, 14, (13, 256), "a"), _matrix(b, 14, (7, 256), "b")]
-    monkeypatch.setattr(linear, "LOAD_CHUNK_BYTES", 3 * 210)  # 3 rows a chunk: 7 chunks, the last overlapping
-    padded = np.concatenate([np.concatenate([a, b]), np.zeros((20, 2), np.uint8)], axis=1)
-    want = WORD_COLUMNS[14][0](np.concatenate([a, b]), column_step(1)) if 14 in WORD_COLUMNS else padded.view("<u4")
+    # rows of 16 blocks (4096 values): long enough for columns (state_gguf.in_columns)
+    a, b = rng.integers(0, 256, (13, 16 * 210), dtype=np.uint8), rng.integers(0, 256, (7, 16 * 210), dtype=np.uint8)
+    ts = [_matrix(a, 14, (13, 4096), "a"), _matrix(b, 14, (7, 4096), "b")]
+    monkeypatch.setattr(linear, "LOAD_CHUNK_BYTES", 3 * 16 * 210)  # 3 rows a chunk: 7 chunks, the last overlapping
+    blocks = np.concatenate([a, b]).reshape(-1, 210)
+    padded = np.concatenate([blocks, np.zeros((blocks.shape[0], 2), np.uint8)], axis=1).reshape(20, -1)
+    want = WORD_COLUMNS[14][0](blocks, column_step(16)).reshape(20, -1) if in_columns(14, 16) \
+        else padded.view("<u4")
     np.testing.assert_array_equal(Linear.stacked(ts, Device.DEFAULT).words.numpy(), want)
     np.testing.assert_array_equal(Linear(ts[0], Device.DEFAULT).words.numpy(), want[:13])
 

@@ -47,6 +47,7 @@ from tinygrad.nn.state_gguf import (
     GGUFTensor,
     column_step,
     dequantize,
+    in_columns,
 )
 from tinygrad.tensor import Tensor
 
@@ -178,7 +179,7 @@ def _as_words(rows: np.ndarray, ttype: int) -> np.ndarray:
     words, _, _ = WORD_TYPES[ttype]
     block_bytes = GGML_TYPES[ttype][2]
     b = rows.reshape(-1, block_bytes)
-    if ttype in WORD_COLUMNS:
+    if in_columns(ttype, b.shape[0] // rows.shape[0]):
         # rearranged for a warp's consecutive lanes (see state_gguf.WORD_COLUMNS): the same number of words
         k = column_step(b.shape[0] // rows.shape[0])
         return WORD_COLUMNS[ttype][0](b, k).reshape(rows.shape[0], -1)
@@ -361,7 +362,7 @@ class Linear:
         out, inner = self.shape
         words, kind, _ = WORD_TYPES[self.ttype]
         nb = inner // GGML_TYPES[self.ttype][1]
-        if self.ttype in WORD_COLUMNS:
+        if in_columns(self.ttype, nb):
             w = WORD_COLUMNS[self.ttype][1](self.words.reshape(out * nb, words), column_step(nb))
         else:
             w = kind(self.words.reshape(out * nb, words))
@@ -389,10 +390,11 @@ class Linear:
         word's bytes) split into (k, words / k), k a term too, so each of a step's loads still has the lanes on
         consecutive words and the block's scales are decoded once for k words."""
         w = self._words_grouped()
-        columns = WORD_COLUMNS.get(self.ttype)
+        columns = WORD_COLUMNS[self.ttype] if in_columns(self.ttype, self.shape[1] // GGML_TYPES[self.ttype][1]) \
+            else None
         terms = [d % w.ndim for d in (columns[2] if columns else WORD_TYPES[self.ttype][2])]
         # (columns take their k words a step by their dims already)
-        k = 1 if self.ttype in WORD_COLUMNS else \
+        k = 1 if columns else \
             self.words_a_step(math.prod(w.shape[1:]) // math.prod(w.shape[d] for d in terms), w.shape[-2])
         if k > 1:
             n = w.ndim
