@@ -42,3 +42,12 @@ def test_canonical_renames_in_order_and_maps_back():
     # no Variables: the AST itself
     plain = _store(3)
     assert canonical(plain) == (plain, {})
+
+
+def test_a_shared_kernel_shows_its_own_variables_names():
+    x = Tensor.arange(16).float().contiguous().realize()
+    before = set(realize.method_cache)
+    for name in ("shown_a", "shown_b"):
+        x[:Variable(name, 1, 16).bind(3)].sum().realize()
+    shown = [r.display_name for k, r in realize.method_cache.items() if k not in before and r.vars]
+    assert any("shown_a" in n for n in shown) and any("shown_b" in n for n in shown), shown

@@ -328,7 +328,11 @@ def _renamed(base: CompiledRunner, back: dict) -> CompiledRunner | None:
     sizes = {k: None if getattr(spec, k) is None else tuple(sub(d) for d in getattr(spec, k))
              for k in ("global_size", "local_size")}
     renamed = dataclasses.replace(spec, vars=tuple(back[v] for v in spec.vars), **sizes)
-    runner = CompiledRunner(renamed, base.dname, lib=base.lib, display_name=base.display_name)
+    # the name the output shows carries the AST's own Variables' names (the binary's entry keeps the canonical ones)
+    shown = base.display_name
+    for c in sorted(back, key=lambda c: -len(c.expr)):
+        shown = shown.replace(c.expr, back[c].expr)
+    runner = CompiledRunner(renamed, base.dname, lib=base.lib, display_name=shown)
     runner.op_estimate = sub(base.op_estimate)
     return runner
 
