@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import sys
 import threading
 import time
@@ -61,8 +62,10 @@ class CompiledRunner(Runner):
     graph_kind = "kernel"
 
     def __init__(self, spec: ProgramSpec, dname: str, lib: bytes | None = None, outcount: int = 1,
-                 display_name: str | None = None):
-        self.spec, self.name, self.prg, self.dname = spec, spec.name, spec.src, dname
+                 display_name: str | None = None, display_src: str | None = None, quiet: bool = False):
+        # display_src: the source as shown (DEBUG=4, `prg`) where it differs from the compiled one (a kernel shared
+        # through canonical Variable names shows its own names); quiet: not shown at all (that shared kernel itself)
+        self.spec, self.name, self.prg, self.dname = spec, spec.name, display_src or spec.src, dname
         self.display_name = display_name or spec.name
         self.global_size, self.local_size, self.vars = spec.global_size, spec.local_size, list(spec.vars)
         self.outcount = outcount
@@ -73,8 +76,8 @@ class CompiledRunner(Runner):
         # the optimisations the kernel was linearized with (DEBUG=2 shows them)
         self.opts = spec.applied_opts
         dev = Device[dname]
-        if DEBUG >= 4:
-            print(spec.src)
+        if DEBUG >= 4 and not quiet:
+            print(self.prg)
         self.lib = lib if lib is not None else dev.compiler.compile_cached(spec.src)
         # the program reads its launch facts (the renderer's launch, shared memory, tensor maps) from the spec
         self.clprg = dev.runtime(spec.name, self.lib, spec)
@@ -306,11 +309,11 @@ def op_estimate(ast: tuple) -> sint:
     return n_ops * size
 
 
-def _runner(dname: str, spec: ProgramSpec, ast: tuple, lib: bytes | None = None) -> CompiledRunner:
+def _runner(dname: str, spec: ProgramSpec, ast: tuple, lib: bytes | None = None, quiet: bool = False) -> CompiledRunner:
     # distinct kernels with the same shape get distinct display names, so profiles and DEBUG output tell them apart
     n = _names.get(spec.name, 0)
     _names[spec.name] = n + 1
-    runner = CompiledRunner(spec, dname, lib=lib, display_name=spec.name if n == 0 else f"{spec.name}n{n}")
+    runner = CompiledRunner(spec, dname, lib=lib, display_name=spec.name if n == 0 else f"{spec.name}n{n}", quiet=quiet)
     runner.op_estimate = op_estimate(ast)
     return runner
 
@@ -328,11 +331,12 @@ def _renamed(base: CompiledRunner, back: dict) -> CompiledRunner | None:
     sizes = {k: None if getattr(spec, k) is None else tuple(sub(d) for d in getattr(spec, k))
              for k in ("global_size", "local_size")}
     renamed = dataclasses.replace(spec, vars=tuple(back[v] for v in spec.vars), **sizes)
-    # the name the output shows carries the AST's own Variables' names (the binary's entry keeps the canonical ones)
-    shown = base.display_name
-    for c in sorted(back, key=lambda c: -len(c.expr)):
-        shown = shown.replace(c.expr, back[c].expr)
-    runner = CompiledRunner(renamed, base.dname, lib=base.lib, display_name=shown)
+    # the name and source the output shows carry the AST's own Variables' names (the binary keeps the canonical ones)
+    names = {c.expr: v.expr for c, v in back.items()}
+    pattern = re.compile(r"_v\d+")
+    shown = pattern.sub(lambda m: names.get(m.group(0), m.group(0)), base.display_name)
+    src = pattern.sub(lambda m: names.get(m.group(0), m.group(0)), spec.src)
+    runner = CompiledRunner(renamed, base.dname, lib=base.lib, display_name=shown, display_src=src)
     runner.op_estimate = sub(base.op_estimate)
     return runner
 
@@ -348,7 +352,7 @@ def get_runner(dname: str, ast: tuple) -> CompiledRunner:
     if back:
         base = method_cache.get((dname, canon))
         if base is None:
-            base = method_cache[(dname, canon)] = _runner(dname, _render(dname, canon), canon)
+            base = method_cache[(dname, canon)] = _runner(dname, _render(dname, canon), canon, quiet=True)
         runner = _renamed(base, back)
         if runner is not None:
             method_cache[key] = runner
@@ -365,14 +369,14 @@ def precompile(schedule: list) -> None:
 
 def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     """`precompile` for (device, ast) pairs."""
-    todo: dict[tuple, None] = {}
+    todo: dict[tuple, bool] = {}
     for key in kernels:
         if key[1][0].op is not BufferOps.STORE or key in method_cache:
             continue
         # kernels that differ only in their Variables' names compile once, as their canonical AST (get_runner)
-        key = (key[0], canonical(key[1])[0])
-        if key not in method_cache:
-            todo[key] = None
+        canon, back = canonical(key[1])
+        if (key[0], canon) not in method_cache:
+            todo[(key[0], canon)] = bool(back)  # shared under canonical names: shown through its renamed runners
     if len(todo) < 2:
         return
     rendered = [(key, _render(*key)) for key in todo]
@@ -382,7 +386,7 @@ def precompile_asts(kernels: list[tuple[str, tuple]]) -> None:
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         libs = list(pool.map(lambda fr: fr[0](fr[1].src), zip(compile_fns, (r for _, r in rendered))))
     for (key, r), lib in zip(rendered, libs):
-        method_cache[key] = _runner(key[0], r, key[1], lib)
+        method_cache[key] = _runner(key[0], r, key[1], lib, quiet=todo[key])
 
 
 def lower_schedule_item(si) -> ExecItem:
