@@ -51,3 +51,14 @@ def test_a_shared_kernel_shows_its_own_variables_names():
         x[:Variable(name, 1, 16).bind(3)].sum().realize()
     shown = [r.display_name for k, r in realize.method_cache.items() if k not in before and r.vars]
     assert any("shown_a" in n for n in shown) and any("shown_b" in n for n in shown), shown
+
+
+def test_a_shared_kernel_shows_its_source_with_its_own_variables():
+    x = Tensor.arange(16).float().contiguous().realize()
+    before = set(realize.method_cache)
+    for name in ("first_len", "second_len"):
+        x[:Variable(name, 1, 16).bind(4)].sum().realize()
+    runners = {v.expr: r for k, r in realize.method_cache.items() if k not in before for v in r.vars}
+    for name in ("first_len", "second_len"):
+        # DEBUG=4 prints runner.prg: the loop bounded by the user's own Variable, as the seed walkthrough shows it
+        assert f"< {name}" in runners[name].prg and "_v0" not in runners[name].prg
