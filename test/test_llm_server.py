@@ -88,6 +88,21 @@ def served(tiny):
     s.close()
 
 
+def _greedy_together(served, prompts, max_tokens):
+    """Each prompt's greedy completion text, the requests sent at once from a thread each."""
+    got = {}
+
+    def client(p):
+        got[p] = json.loads(served.post("/v1/completions", {"prompt": p, "max_tokens": max_tokens,
+                                                            "temperature": 0})[1])["choices"][0]["text"]
+    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return got
+
+
 def _chat(content, **kw):
     return {"messages": [{"role": "user", "content": content}], **kw}
 
@@ -249,17 +264,7 @@ def test_requests_beyond_the_slots_wait_and_batch_beside_a_client_that_left(tiny
                                                            "stream": True}).encode()))
     sock.recv(64)
     sock.close()
-    got = {}
-
-    def client(p):
-        got[p] = json.loads(served.post("/v1/completions", {"prompt": p, "max_tokens": 8,
-                                                            "temperature": 0})[1])["choices"][0]["text"]
-    threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert got == want  # five requests over two slots: each answer what it gets alone
+    assert _greedy_together(served, prompts, 8) == want  # five requests over two slots: each answer as alone
     assert model.batched_steps > steps  # and they ran together
 
 
@@ -862,17 +867,7 @@ def test_idle_warm_up_makes_every_capture_and_padded_steps_answer_as_alone(tmp_p
             time.sleep(0.05)
         assert engine.warm_left == 0 and json.loads(srv.get("/health")[1]) == {"status": "ok"}
         steps, warmed = model.batched_steps, set(model._jits)
-        got = {}
-
-        def client(p):
-            got[p] = json.loads(srv.post("/v1/completions", {"prompt": p, "max_tokens": 6,
-                                                             "temperature": 0})[1])["choices"][0]["text"]
-        threads = [threading.Thread(target=client, args=(p,)) for p in prompts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert got == want
+        assert _greedy_together(srv, prompts, 6) == want
         assert model.batched_steps > steps
         # every decode step and every prompts-together pass ran through a capture made while idle
         made = {k for k in set(model._jits) - warmed if isinstance(k, tuple) and k[0] in ("batch", "parts")}
